@@ -1,0 +1,252 @@
+/* forward.c — llama / qwen2 / bamboo forward pass on the CPU with a KV cache. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "pi_err.h"
+#include "threadpool.h"
+
+#define DEFAULT_BATCH 64
+
+struct pi_ctx {
+    const struct pi_model *m;
+    struct pi_pool *pool;
+    struct ops_scratch scratch;
+    int32_t n_ctx, n_batch;
+    float *x;       /* (n_batch, n_embd) residual stream */
+    float *xn;      /* (n_batch, n_embd) normed input of a sublayer */
+    float *q;       /* (n_batch, n_head * head_dim) */
+    float *k, *v;   /* (n_batch, n_head_kv * head_dim) */
+    float *att;     /* (n_batch, n_head * head_dim) attention output before wo */
+    float *proj;    /* (n_batch, n_embd) sublayer output */
+    float *gate;    /* (n_batch, n_ff) */
+    float *up;      /* (n_batch, n_ff) */
+    float *scores;  /* (n_threads, n_ctx) attention weights per worker */
+    float *k_cache; /* (n_layer, n_ctx, n_head_kv * head_dim) */
+    float *v_cache; /* (n_layer, n_ctx, n_head_kv * head_dim) */
+};
+
+int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
+float *fwd_x(struct pi_ctx *c) { return c->x; }
+
+int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p)
+{
+    const struct pi_hparams *hp = &m->hp;
+    struct pi_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return pi_fail(PI_E_NOMEM, "ctx: out of memory");
+    c->m = m;
+    c->n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
+    const int nt = p->n_threads > 0 ? p->n_threads : 1;
+    int rc = pool_new(&c->pool, nt);
+    if (rc)
+        goto fail;
+    const size_t B = (size_t)c->n_batch, E = (size_t)hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim,
+                 KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff;
+    const size_t kv_elems = (size_t)hp->n_layer * (size_t)c->n_ctx * KV;
+    c->x = malloc(B * E * sizeof(float));
+    c->xn = malloc(B * E * sizeof(float));
+    c->q = malloc(B * Q * sizeof(float));
+    c->k = malloc(B * KV * sizeof(float));
+    c->v = malloc(B * KV * sizeof(float));
+    c->att = malloc(B * Q * sizeof(float));
+    c->proj = malloc(B * E * sizeof(float));
+    c->gate = malloc(B * F * sizeof(float));
+    c->up = malloc(B * F * sizeof(float));
+    c->scores = malloc((size_t)nt * (size_t)c->n_ctx * sizeof(float));
+    c->k_cache = calloc(kv_elems, sizeof(float));
+    c->v_cache = calloc(kv_elems, sizeof(float));
+    if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores ||
+        !c->k_cache || !c->v_cache) {
+        rc = pi_fail(PI_E_NOMEM, "ctx: cannot allocate buffers for n_ctx %d (KV cache %.1f MiB)", c->n_ctx,
+                     2.0 * (double)kv_elems * sizeof(float) / (1 << 20));
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    ctx_free(c);
+    return rc;
+}
+
+void ctx_free(struct pi_ctx *c)
+{
+    if (!c)
+        return;
+    pool_free(c->pool);
+    ops_scratch_fini(&c->scratch);
+    free(c->x);
+    free(c->xn);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->proj);
+    free(c->gate);
+    free(c->up);
+    free(c->scores);
+    free(c->k_cache);
+    free(c->v_cache);
+    free(c);
+}
+
+int fwd_embed(struct pi_ctx *c, const int32_t *tokens, int32_t B)
+{
+    const struct pi_model *m = c->m;
+    for (int32_t b = 0; b < B; b++) {
+        if (tokens[b] < 0 || tokens[b] >= m->hp.n_vocab)
+            return pi_fail(PI_E_RANGE, "forward: token id %d out of range [0, %d)", tokens[b], m->hp.n_vocab);
+        ops_get_row(&m->token_embd, tokens[b], c->x + (size_t)b * m->hp.n_embd);
+    }
+    return 0;
+}
+
+static void add_bias(float *y, const struct pi_tensor *bias, int32_t B, int64_t n)
+{
+    if (!bias->data)
+        return;
+    const float *bv = bias->data;
+    for (int32_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < n; i++)
+            y[(size_t)b * n + i] += bv[i];
+}
+
+struct attn_job {
+    struct pi_ctx *c;
+    int layer;
+    int32_t B, pos;
+};
+
+/* att[b, h] = softmax(q[b,h] · K[0..pos+b] / sqrt(d)) · V[0..pos+b], kv head = h / (n_head / n_head_kv) */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    const struct attn_job *j = arg;
+    struct pi_ctx *c = j->c;
+    const struct pi_hparams *hp = &c->m->hp;
+    const int d = hp->head_dim, H = hp->n_head, group = hp->n_head / hp->n_head_kv;
+    const size_t KV = (size_t)hp->n_head_kv * d, Q = (size_t)H * d;
+    const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * KV;
+    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * KV;
+    float *sc = c->scores + (size_t)ith * c->n_ctx;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int task = ith; task < j->B * H; task += nth) {
+        const int b = task / H, h = task % H, kvh = h / group;
+        const int32_t n_kv = j->pos + b + 1; /* causal: this token sees itself and all before */
+        const float *q = c->q + (size_t)b * Q + (size_t)h * d;
+        for (int32_t t = 0; t < n_kv; t++) {
+            const float *k = kc + (size_t)t * KV + (size_t)kvh * d;
+            float s = 0.0f;
+            for (int i = 0; i < d; i++)
+                s += q[i] * k[i];
+            sc[t] = s * scale;
+        }
+        ops_softmax(sc, n_kv);
+        float *o = c->att + (size_t)b * Q + (size_t)h * d;
+        memset(o, 0, (size_t)d * sizeof(float));
+        for (int32_t t = 0; t < n_kv; t++) {
+            const float *v = vc + (size_t)t * KV + (size_t)kvh * d;
+            const float w = sc[t];
+            for (int i = 0; i < d; i++)
+                o[i] += w * v[i];
+        }
+    }
+}
+
+int fwd_attn(struct pi_ctx *c, int layer, int32_t B, int32_t pos)
+{
+    const struct pi_hparams *hp = &c->m->hp;
+    const struct pi_layer *l = &c->m->layers[layer];
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    int rc;
+    for (int32_t b = 0; b < B; b++)
+        ops_rmsnorm(c->xn + b * E, c->x + b * E, l->attn_norm.data, E, hp->norm_eps);
+    if ((rc = ops_matmul(c->pool, &c->scratch, &l->wq, c->xn, c->q, B)) ||
+        (rc = ops_matmul(c->pool, &c->scratch, &l->wk, c->xn, c->k, B)) ||
+        (rc = ops_matmul(c->pool, &c->scratch, &l->wv, c->xn, c->v, B)))
+        return rc;
+    add_bias(c->q, &l->bq, B, Q);
+    add_bias(c->k, &l->bk, B, KV);
+    add_bias(c->v, &l->bv, B, KV);
+    float *kc = c->k_cache + (size_t)layer * c->n_ctx * KV;
+    float *vc = c->v_cache + (size_t)layer * c->n_ctx * KV;
+    for (int32_t b = 0; b < B; b++) {
+        ops_rope(c->q + b * Q, hp->n_head, hp->head_dim, hp->rope_dim, pos + b, hp->rope_theta, hp->rope_mode);
+        ops_rope(c->k + b * KV, hp->n_head_kv, hp->head_dim, hp->rope_dim, pos + b, hp->rope_theta, hp->rope_mode);
+        memcpy(kc + (size_t)(pos + b) * KV, c->k + b * KV, (size_t)KV * sizeof(float));
+        memcpy(vc + (size_t)(pos + b) * KV, c->v + b * KV, (size_t)KV * sizeof(float));
+    }
+    struct attn_job j = { .c = c, .layer = layer, .B = B, .pos = pos };
+    pool_run(c->pool, attn_worker, &j);
+    if ((rc = ops_matmul(c->pool, &c->scratch, &l->wo, c->att, c->proj, B)))
+        return rc;
+    for (int64_t i = 0; i < (int64_t)B * E; i++)
+        c->x[i] += c->proj[i];
+    return 0;
+}
+
+int fwd_ffn(struct pi_ctx *c, int layer, int32_t B)
+{
+    const struct pi_hparams *hp = &c->m->hp;
+    const struct pi_layer *l = &c->m->layers[layer];
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    int rc;
+    for (int32_t b = 0; b < B; b++)
+        ops_rmsnorm(c->xn + b * E, c->x + b * E, l->ffn_norm.data, E, hp->norm_eps);
+    if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_gate, c->xn, c->gate, B)) ||
+        (rc = ops_matmul(c->pool, &c->scratch, &l->ffn_up, c->xn, c->up, B)))
+        return rc;
+    for (int64_t i = 0; i < (int64_t)B * F; i++) {
+        const float g = c->gate[i], u = c->up[i];
+        switch (hp->act) {
+        case PI_ACT_SWIGLU: c->gate[i] = g / (1.0f + expf(-g)) * u; break;
+        case PI_ACT_REGLU: c->gate[i] = g > 0.0f ? g * u : 0.0f; break;
+        case PI_ACT_DRELU: c->gate[i] = (g > 0.0f && u > 0.0f) ? g * u : 0.0f; break;
+        }
+    }
+    if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_down, c->gate, c->proj, B)))
+        return rc;
+    for (int64_t i = 0; i < (int64_t)B * E; i++)
+        c->x[i] += c->proj[i];
+    return 0;
+}
+
+int fwd_output(struct pi_ctx *c, int32_t B, float *logits, bool all)
+{
+    const struct pi_model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    const int32_t first = all ? 0 : B - 1, n = B - first;
+    for (int32_t b = first; b < B; b++)
+        ops_rmsnorm(c->xn + (b - first) * E, c->x + b * E, m->output_norm.data, E, m->hp.norm_eps);
+    return ops_matmul(c->pool, &c->scratch, &m->output, c->xn, logits, n);
+}
+
+int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits)
+{
+    const struct pi_hparams *hp = &c->m->hp;
+    if (n <= 0)
+        return pi_fail(PI_E_INVAL, "eval: no tokens");
+    if (pos < 0 || (int64_t)pos + n > c->n_ctx)
+        return pi_fail(PI_E_RANGE, "eval: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1,
+                       c->n_ctx);
+    for (int32_t done = 0; done < n; done += c->n_batch) {
+        const int32_t B = n - done < c->n_batch ? n - done : c->n_batch;
+        const bool last = done + B == n;
+        int rc = fwd_embed(c, tokens + done, B);
+        for (int il = 0; !rc && il < hp->n_layer; il++) {
+            rc = fwd_attn(c, il, B, pos + done);
+            if (!rc)
+                rc = fwd_ffn(c, il, B);
+        }
+        if (!rc && all_logits)
+            rc = fwd_output(c, B, logits + (size_t)done * hp->n_vocab, true);
+        else if (!rc && last && logits)
+            rc = fwd_output(c, B, logits, false);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* generate.h — one completion: prefill the prompt, then sample and evaluate token by token.
+ * Shared by `pictl run --inproc` and (later) the pipeline's gpud, so both produce the same tokens. */
+#ifndef PI_GENERATE_H
+#define PI_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "forward.h"
+#include "sampling.h"
+
+struct gen_params {
+    int32_t n_predict; /* tokens to generate; < 0: until EOG or the context is full */
+    bool ignore_eos;   /* keep going past end-of-generation tokens */
+    struct samp_params samp;
+};
+
+struct gen_stats {
+    int32_t n_prompt, n_gen;
+    double prefill_ms, decode_ms; /* decode_ms covers the evaluations of generated tokens */
+    bool hit_context_end;         /* stopped because the KV cache was full */
+};
+
+/* Called once per generated token with the logits it was sampled from. Non-zero return stops the
+ * generation (and is returned by gen_run if negative). */
+typedef int (*gen_token_fn)(void *user, int32_t id, const float *logits, int32_t n_vocab);
+
+/* The prompt must fit the context: otherwise -PI_E_RANGE naming both lengths. */
+int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params *gp, const int32_t *prompt,
+            int32_t n_prompt, gen_token_fn cb, void *user, struct gen_stats *st);
+
+double pi_now_ms(void); /* monotonic clock */
+
+#endif

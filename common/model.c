@@ -1,0 +1,266 @@
+/* model.c — hyperparameters and weight views from a GGUF (llama.cpp key and tensor names). */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "pi_err.h"
+#include "quant.h"
+#include "tokenizer.h"
+
+const char *model_arch_name(enum pi_arch a)
+{
+    switch (a) {
+    case PI_ARCH_LLAMA: return "llama";
+    case PI_ARCH_QWEN2: return "qwen2";
+    case PI_ARCH_BAMBOO: return "bamboo";
+    }
+    return "?";
+}
+
+const char *model_act_name(enum pi_act a)
+{
+    switch (a) {
+    case PI_ACT_SWIGLU: return "swiglu";
+    case PI_ACT_REGLU: return "reglu";
+    case PI_ACT_DRELU: return "drelu";
+    }
+    return "?";
+}
+
+/* Read ARCH.suffix as a positive int32. */
+static int get_dim(const struct gguf_file *f, const char *arch, const char *suffix, int32_t *out,
+                   bool required, int32_t dflt)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint32_t v;
+    int rc = gguf_get_u32(f, key, &v);
+    if (rc == -PI_E_NOTFOUND) {
+        if (required)
+            return pi_fail(PI_E_NOTFOUND, "model: required key '%s' is missing", key);
+        *out = dflt;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (v == 0 || v > (uint32_t)INT32_MAX)
+        return pi_fail(PI_E_RANGE, "model: key '%s' = %u is out of range", key, v);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int get_float(const struct gguf_file *f, const char *arch, const char *suffix, float *out,
+                     float dflt)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = gguf_get_f32(f, key, out);
+    if (rc == -PI_E_NOTFOUND) {
+        *out = dflt;
+        return 0;
+    }
+    return rc;
+}
+
+/* Bind a tensor by name and check its shape is {ne0, ne1} (ne1 = 1 for vectors). */
+static int bind(const struct gguf_file *f, struct pi_tensor *t, const char *name, int64_t ne0, int64_t ne1,
+                bool required)
+{
+    memset(t, 0, sizeof *t);
+    const struct gguf_tensor *g = gguf_find_tensor(f, name);
+    if (!g) {
+        if (required)
+            return pi_fail(PI_E_NOTFOUND, "model: required tensor '%s' is missing", name);
+        return 0;
+    }
+    if (g->ne[0] != ne0 || g->ne[1] != ne1 || g->ne[2] != 1 || g->ne[3] != 1)
+        return pi_fail(PI_E_TYPE, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                       name, (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2],
+                       (long long)g->ne[3], (long long)ne0, (long long)ne1);
+    const struct pi_type_traits *tt = quant_traits(g->type);
+    if (!tt || !tt->vec_dot)
+        return pi_fail(PI_E_UNSUPPORTED, "model: tensor '%s' has unsupported type %u", name, g->type);
+    t->name = g->name;
+    t->type = g->type;
+    memcpy(t->ne, g->ne, sizeof t->ne);
+    t->row_bytes = quant_row_size(g->type, g->ne[0]);
+    t->data = g->data;
+    return 0;
+}
+
+/* Norm weights and biases are read directly as f32 vectors by the forward pass. */
+static int bind_f32(const struct gguf_file *f, struct pi_tensor *t, const char *name, int64_t n, bool required)
+{
+    int rc = bind(f, t, name, n, 1, required);
+    if (rc)
+        return rc;
+    if (t->data && t->type != PI_TYPE_F32)
+        return pi_fail(PI_E_TYPE, "model: tensor '%s' must be f32 (is %s)", name, quant_traits(t->type)->name);
+    return 0;
+}
+
+static int load_hparams(const struct gguf_file *f, struct pi_hparams *hp, const char **arch_out)
+{
+    const char *arch;
+    int rc = gguf_get_str(f, "general.architecture", &arch);
+    if (rc == -PI_E_NOTFOUND)
+        return pi_fail(PI_E_NOTFOUND, "model: key 'general.architecture' is missing");
+    if (rc)
+        return rc;
+    *arch_out = arch;
+    memset(hp, 0, sizeof *hp);
+    if (!strcmp(arch, "llama")) {
+        hp->arch = PI_ARCH_LLAMA;
+        hp->rope_mode = OPS_ROPE_NORM;
+        /* PowerInfer files run llama as ReGLU (ReluLLaMA); plain llama.cpp files are SwiGLU. */
+        hp->act = gguf_is_powerinfer(f) ? PI_ACT_REGLU : PI_ACT_SWIGLU;
+    } else if (!strcmp(arch, "qwen2")) {
+        hp->arch = PI_ARCH_QWEN2;
+        hp->rope_mode = OPS_ROPE_NEOX;
+        hp->act = PI_ACT_SWIGLU;
+    } else if (!strcmp(arch, "bamboo")) {
+        hp->arch = PI_ARCH_BAMBOO;
+        hp->rope_mode = OPS_ROPE_NORM;
+        hp->act = PI_ACT_DRELU;
+    } else {
+        return pi_fail(PI_E_UNSUPPORTED, "model: unknown architecture '%s' (supported: llama, qwen2, bamboo)", arch);
+    }
+    const char *act;
+    if (gguf_get_str(f, "pinfer.ffn_activation", &act) == 0) {
+        if (!strcmp(act, "relu"))
+            hp->act = PI_ACT_REGLU;
+        else if (!strcmp(act, "silu"))
+            hp->act = PI_ACT_SWIGLU;
+        else if (!strcmp(act, "drelu"))
+            hp->act = PI_ACT_DRELU;
+        else
+            return pi_fail(PI_E_UNSUPPORTED, "model: unknown pinfer.ffn_activation '%s'", act);
+    }
+    if ((rc = get_dim(f, arch, "embedding_length", &hp->n_embd, true, 0)) ||
+        (rc = get_dim(f, arch, "block_count", &hp->n_layer, true, 0)) ||
+        (rc = get_dim(f, arch, "feed_forward_length", &hp->n_ff, true, 0)) ||
+        (rc = get_dim(f, arch, "attention.head_count", &hp->n_head, true, 0)) ||
+        (rc = get_dim(f, arch, "attention.head_count_kv", &hp->n_head_kv, false, hp->n_head)) ||
+        (rc = get_dim(f, arch, "context_length", &hp->n_ctx_train, false, 2048)) ||
+        (rc = get_dim(f, arch, "attention.key_length", &hp->head_dim, false, hp->n_embd / hp->n_head)))
+        return rc;
+    if ((rc = get_dim(f, arch, "rope.dimension_count", &hp->rope_dim, false, hp->head_dim)) ||
+        (rc = get_float(f, arch, "rope.freq_base", &hp->rope_theta, 10000.0f)) ||
+        (rc = get_float(f, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, 1e-6f)))
+        return rc;
+    if (hp->n_head % hp->n_head_kv)
+        return pi_fail(PI_E_RANGE, "model: head_count %d is not a multiple of head_count_kv %d", hp->n_head,
+                       hp->n_head_kv);
+    if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+        return pi_fail(PI_E_RANGE, "model: rope.dimension_count %d must be even and <= head dim %d",
+                       hp->rope_dim, hp->head_dim);
+    return 0;
+}
+
+static int bind_layer(const struct gguf_file *f, const struct pi_hparams *hp, int il, struct pi_layer *l)
+{
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
+                  KV = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    const bool bias = hp->arch == PI_ARCH_QWEN2;
+    char n[96];
+    int rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if ((rc = bind_f32(f, &l->attn_norm, NAME("attn_norm.weight"), E, true)) ||
+        (rc = bind(f, &l->wq, NAME("attn_q.weight"), E, Q, true)) ||
+        (rc = bind(f, &l->wk, NAME("attn_k.weight"), E, KV, true)) ||
+        (rc = bind(f, &l->wv, NAME("attn_v.weight"), E, KV, true)) ||
+        (rc = bind(f, &l->wo, NAME("attn_output.weight"), Q, E, true)) ||
+        (rc = bind_f32(f, &l->bq, NAME("attn_q.bias"), Q, bias)) ||
+        (rc = bind_f32(f, &l->bk, NAME("attn_k.bias"), KV, bias)) ||
+        (rc = bind_f32(f, &l->bv, NAME("attn_v.bias"), KV, bias)) ||
+        (rc = bind_f32(f, &l->ffn_norm, NAME("ffn_norm.weight"), E, true)) ||
+        (rc = bind(f, &l->ffn_gate, NAME("ffn_gate.weight"), E, F, true)) ||
+        (rc = bind(f, &l->ffn_up, NAME("ffn_up.weight"), E, F, true)) ||
+        (rc = bind(f, &l->ffn_down, NAME("ffn_down.weight"), F, E, true)))
+        return rc;
+#undef NAME
+    return 0;
+}
+
+int model_load(struct pi_model **out, const char *path)
+{
+    struct pi_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return pi_fail(PI_E_NOMEM, "model: out of memory");
+    const char *arch = NULL;
+    int rc = gguf_open(&m->gguf, path);
+    if (rc)
+        goto fail;
+    const struct gguf_file *f = m->gguf;
+    if ((rc = load_hparams(f, &m->hp, &arch)))
+        goto fail;
+    if ((rc = tok_new_from_gguf(&m->tok, f)))
+        goto fail;
+    struct pi_hparams *hp = &m->hp;
+    const struct gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (!emb) {
+        rc = pi_fail(PI_E_NOTFOUND, "model: required tensor 'token_embd.weight' is missing");
+        goto fail;
+    }
+    hp->n_vocab = (int32_t)emb->ne[1];
+    if (hp->n_vocab != tok_n_vocab(m->tok)) {
+        rc = pi_fail(PI_E_TYPE, "model: token_embd has %d rows but the tokenizer has %d tokens", hp->n_vocab,
+                     tok_n_vocab(m->tok));
+        goto fail;
+    }
+    if ((rc = bind(f, &m->token_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, true)) ||
+        (rc = bind_f32(f, &m->output_norm, "output_norm.weight", hp->n_embd, true)) ||
+        (rc = bind(f, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false)))
+        goto fail;
+    if (!m->output.data) {
+        hp->tied_output = true;
+        m->output = m->token_embd;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        rc = pi_fail(PI_E_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((rc = bind_layer(f, hp, il, &m->layers[il])))
+            goto fail;
+    const char *name = NULL;
+    m->name = strdup(gguf_get_str(f, "general.name", &name) == 0 ? name : arch);
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return rc;
+}
+
+void model_free(struct pi_model *m)
+{
+    if (!m)
+        return;
+    tok_free(m->tok);
+    free(m->layers);
+    free(m->name);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+static uint64_t tensor_bytes(const struct pi_tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne[1] : 0;
+}
+
+uint64_t model_weight_bytes(const struct pi_model *m)
+{
+    uint64_t b = tensor_bytes(&m->output) + tensor_bytes(&m->output_norm);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct pi_layer *l = &m->layers[il];
+        const struct pi_tensor *ts[] = { &l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq, &l->bk,
+                                         &l->bv, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            b += tensor_bytes(ts[i]);
+    }
+    return b;
+}

@@ -1,0 +1,69 @@
+/* model.h — a model's hyperparameters and weight views, loaded from a GGUF.
+ *
+ * Architectures: "llama" (SwiGLU, or ReGLU when pinfer.ffn_activation = "relu" or the file is a
+ * PowerInfer PWRI file), "qwen2" (q/k/v biases, NeoX rope, usually tied output), "bamboo" (dReLU).
+ * Weights are views into the mmapped file: nothing is copied. */
+#ifndef PI_MODEL_H
+#define PI_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+struct gguf_file;
+struct pi_tokenizer;
+
+enum pi_arch { PI_ARCH_LLAMA = 1, PI_ARCH_QWEN2 = 2, PI_ARCH_BAMBOO = 3 };
+
+/* FFN activation: out = down · act(gate·x, up·x) */
+enum pi_act {
+    PI_ACT_SWIGLU = 1, /* silu(g) * u */
+    PI_ACT_REGLU = 2,  /* relu(g) * u */
+    PI_ACT_DRELU = 3,  /* relu(g) * relu(u) */
+};
+
+struct pi_hparams {
+    enum pi_arch arch;
+    enum pi_act act;
+    enum ops_rope_mode rope_mode;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_ff;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;  /* key/value length per head */
+    int32_t rope_dim;  /* rotated dims per head */
+    float rope_theta;
+    float norm_eps;
+    bool tied_output;  /* output = token_embd */
+};
+
+struct pi_layer {
+    struct pi_tensor attn_norm, wq, wk, wv, wo;
+    struct pi_tensor bq, bk, bv; /* data NULL when absent */
+    struct pi_tensor ffn_norm, ffn_gate, ffn_up, ffn_down;
+};
+
+struct pi_model {
+    struct gguf_file *gguf;
+    struct pi_hparams hp;
+    struct pi_tensor token_embd, output_norm, output;
+    struct pi_layer *layers; /* n_layer */
+    struct pi_tokenizer *tok;
+    char *name;
+};
+
+/* Load a model and its tokenizer. Unknown architecture, missing tensor, wrong shape → error naming
+ * it. */
+int model_load(struct pi_model **out, const char *path);
+void model_free(struct pi_model *m);
+
+const char *model_arch_name(enum pi_arch a);
+const char *model_act_name(enum pi_act a);
+/* Weight bytes of the whole model (the memory a decode step streams once). */
+uint64_t model_weight_bytes(const struct pi_model *m);
+
+#endif

@@ -1,0 +1,135 @@
+/* ops.c — matmul driver over the type kernels, norm, rope, softmax. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pi_err.h"
+#include "quant.h"
+#include "threadpool.h"
+
+/* Rows a thread takes at a time in a batched matmul: 16 rows of a 4096-wide f16 weight are 128 KiB,
+ * which stay in L2 while every token of the batch is dotted with them. */
+#define MATMUL_ROW_TILE 16
+
+void ops_scratch_fini(struct ops_scratch *s)
+{
+    free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+static int scratch_reserve(struct ops_scratch *s, size_t bytes)
+{
+    if (s->cap >= bytes)
+        return 0;
+    void *p = realloc(s->buf, bytes);
+    if (!p)
+        return pi_fail(PI_E_NOMEM, "ops: cannot allocate %zu bytes of scratch", bytes);
+    s->buf = p;
+    s->cap = bytes;
+    return 0;
+}
+
+struct matmul_job {
+    const struct pi_tensor *W;
+    const char *xvd;   /* B rows of activations in vec_dot_type */
+    size_t xvd_stride; /* bytes between them */
+    float *Y;
+    int B;
+};
+
+static void matmul_worker(void *arg, int ith, int nth)
+{
+    const struct matmul_job *j = arg;
+    const int64_t n_in = j->W->ne[0], n_out = j->W->ne[1];
+    /* Contiguous row ranges per thread keep each thread streaming its own part of the weights. */
+    const int64_t per = (n_out + nth - 1) / nth;
+    const int64_t r0 = per * ith, r1 = r0 + per < n_out ? r0 + per : n_out;
+    for (int64_t t0 = r0; t0 < r1; t0 += MATMUL_ROW_TILE) {
+        int64_t t1 = t0 + MATMUL_ROW_TILE < r1 ? t0 + MATMUL_ROW_TILE : r1;
+        for (int b = 0; b < j->B; b++)
+            quant_gemv_rows(j->W->type, j->W->data, j->W->row_bytes, n_in, j->xvd + (size_t)b * j->xvd_stride,
+                            j->Y + (size_t)b * n_out, t0, t1);
+    }
+}
+
+int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,
+               float *Y, int B)
+{
+    const struct pi_type_traits *tt = quant_traits(W->type);
+    if (!tt || !tt->vec_dot)
+        return pi_fail(PI_E_UNSUPPORTED, "ops: tensor '%s' has type %u without kernels", W->name, W->type);
+    const int64_t n_in = W->ne[0];
+    struct matmul_job j = { .W = W, .Y = Y, .B = B };
+    if (tt->vec_dot_type == PI_TYPE_F32) {
+        j.xvd = (const char *)X;
+        j.xvd_stride = (size_t)n_in * sizeof(float);
+    } else {
+        const struct pi_type_traits *vt = quant_traits(tt->vec_dot_type);
+        size_t row = quant_row_size(tt->vec_dot_type, n_in);
+        int rc = scratch_reserve(s, row * (size_t)B);
+        if (rc)
+            return rc;
+        for (int b = 0; b < B; b++)
+            vt->from_float(X + (size_t)b * n_in, (char *)s->buf + row * (size_t)b, n_in);
+        j.xvd = s->buf;
+        j.xvd_stride = row;
+    }
+    pool_run(pool, matmul_worker, &j);
+    return 0;
+}
+
+void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    /* Accumulate in double: n is up to ~16k and the reference computes the mean in fp32 with a
+     * pairwise sum, so a plain fp32 running sum would drift further from it than double does. */
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+void ops_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float theta,
+              enum ops_rope_mode mode)
+{
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* fp32 angle as HF computes it: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq. */
+        const float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)rope_dim);
+        const float ang = (float)pos * inv_freq;
+        const float c = cosf(ang), s = sinf(ang);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * head_dim;
+            const int a = mode == OPS_ROPE_NEOX ? i : 2 * i;
+            const int b = mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void ops_softmax(float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void ops_get_row(const struct pi_tensor *t, int64_t r, float *out)
+{
+    const struct pi_type_traits *tt = quant_traits(t->type);
+    tt->to_float((const char *)t->data + (size_t)r * t->row_bytes, out, t->ne[0]);
+}

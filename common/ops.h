@@ -1,0 +1,48 @@
+/* ops.h — the CPU kernels of the forward pass that are not per-type (those live in quant.c).
+ *
+ * Shapes follow ggml: a weight tensor W has ne[0] = n_in (contiguous) and ne[1] = n_out rows. */
+#ifndef PI_OPS_H
+#define PI_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct pi_pool;
+
+/* A view of one weight tensor (data usually points into the mmapped GGUF). */
+struct pi_tensor {
+    const char *name;
+    uint32_t type;     /* enum pi_type */
+    int64_t ne[4];
+    size_t row_bytes;  /* bytes of one row of ne[0] elements */
+    const void *data;
+};
+
+/* Scratch that ops_matmul needs to convert activations to a weight's vec_dot_type. */
+struct ops_scratch {
+    void *buf;
+    size_t cap;
+};
+void ops_scratch_fini(struct ops_scratch *s);
+
+/* Y (B, n_out) = X (B, n_in) @ W^T, rows split over the pool. Returns 0 or -PI_E_NOMEM. */
+int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,
+               float *Y, int B);
+
+/* out (n) = x / sqrt(mean(x^2) + eps) * w   (out may alias x) */
+void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+
+/* Rotary embedding in place on n_heads vectors of head_dim, first rope_dim dims rotated.
+ * NORM pairs (x[2i], x[2i+1]) (GGUF llama, whose q/k rows were permuted by the converter);
+ * NEOX pairs (x[i], x[i + rope_dim/2]) (qwen2, HF layout). angle_i = pos * theta^(-2i/rope_dim). */
+enum ops_rope_mode { OPS_ROPE_NORM = 0, OPS_ROPE_NEOX = 2 };
+void ops_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float theta,
+              enum ops_rope_mode mode);
+
+/* x (n) = softmax(x), in place, max-subtracted. */
+void ops_softmax(float *x, int64_t n);
+
+/* Row r of an embedding table as f32 (any float type). */
+void ops_get_row(const struct pi_tensor *t, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,95 @@
+/* quant.h — tensor element types with exact GGUF/ggml block layouts, one traits table.
+ *
+ * A row of n elements (n a multiple of the type's block size) is stored as n/blck blocks of
+ * type_size bytes. Every type provides to_float, from_float (quantize), and vec_dot against a row of
+ * its vec_dot_type: F32/F16/BF16 weights dot an F32 activation; Q8_0/Q4_0 weights dot a Q8_0-
+ * quantized activation (as ggml does: the activation is quantized once per matvec). Each kernel has a
+ * scalar reference; AVX2/FMA/F16C versions are chosen at run time by quant_init() (cpuid), so one
+ * binary runs everywhere. */
+#ifndef PI_QUANT_H
+#define PI_QUANT_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml type numbers, as stored in GGUF tensor infos. */
+enum pi_type {
+    PI_TYPE_F32 = 0,
+    PI_TYPE_F16 = 1,
+    PI_TYPE_Q4_0 = 2,
+    PI_TYPE_Q8_0 = 8,
+    PI_TYPE_I32 = 26, /* gpuidx tensors; no arithmetic */
+    PI_TYPE_BF16 = 30,
+    PI_TYPE_COUNT = 40 /* table size; numbers between are unknown types */
+};
+
+#define QK4_0 32
+#define QK8_0 32
+
+typedef uint16_t pi_f16;  /* IEEE half bits */
+typedef uint16_t pi_bf16; /* bfloat16 bits */
+
+/* Q4_0: scale d, then 32 4-bit quants: byte j holds element j (low nibble) and j+16 (high nibble);
+ * value = (q - 8) * d. */
+struct block_q4_0 {
+    pi_f16 d;
+    uint8_t qs[QK4_0 / 2];
+};
+static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 layout must match ggml");
+
+/* Q8_0: scale d, 32 int8 quants; value = q * d. */
+struct block_q8_0 {
+    pi_f16 d;
+    int8_t qs[QK8_0];
+};
+static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 layout must match ggml");
+
+typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*pi_from_float_fn)(const float *src, void *dst, int64_t n);
+/* *s = dot(x[0..n), y[0..n)); x in this type, y in vec_dot_type. */
+typedef void (*pi_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+struct pi_type_traits {
+    const char *name;       /* "f32", "f16", "bf16", "q8_0", "q4_0", "i32" */
+    int blck_size;          /* elements per block */
+    size_t type_size;       /* bytes per block */
+    bool is_float_matmul;   /* has kernels (false for I32 / unknown) */
+    enum pi_type vec_dot_type;
+    pi_to_float_fn to_float;
+    pi_from_float_fn from_float;
+    pi_vec_dot_fn vec_dot;
+};
+
+/* Pick the fastest kernels this CPU supports. Idempotent and thread-safe; called by quant_traits. */
+void quant_init(void);
+/* Force the scalar reference kernels (tests; PINFER_SCALAR=1 in the environment does the same). */
+void quant_use_scalar(bool scalar);
+/* Traits of a type, or NULL if the number is unknown. */
+const struct pi_type_traits *quant_traits(uint32_t type);
+/* The scalar reference traits of a type (for tests), or NULL. */
+const struct pi_type_traits *quant_traits_ref(uint32_t type);
+/* Type from a name ("q4_0"...), or -1. */
+int quant_type_from_name(const char *name);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size or the type is unknown. */
+size_t quant_row_size(uint32_t type, int64_t n);
+/* True if the CPU kernels in use are the AVX2 ones (for logs and benchmarks). */
+bool quant_has_avx2(void);
+
+float pi_f16_to_f32(pi_f16 h);
+pi_f16 pi_f32_to_f16(float f); /* round to nearest even */
+float pi_bf16_to_f32(pi_bf16 h);
+pi_bf16 pi_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* y[r] = dot(W row r, x) for rows [r0, r1); x_vd is x already converted to W's vec_dot_type
+ * (or x itself when that is F32). row_bytes = quant_row_size(type, n). */
+void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
+                     float *y, int64_t r0, int64_t r1);
+
+/* Internal, for quant.c: the AVX2 unit (quant_avx2.c, compiled with -mavx2 -mfma -mf16c) overwrites
+ * the kernel pointers of the types it accelerates in a copy of the reference table. Only call it
+ * after cpuid has reported AVX2, FMA and F16C (quant_init does). */
+void quant_avx2_install(struct pi_type_traits *traits, size_t count);
+
+#endif

@@ -1,0 +1,49 @@
+/* pictl — the command-line front end: dispatches to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "convert.h"
+#include "pi_err.h"
+#include "pictl.h"
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand commands[] = {
+    { "run", cmd_run, "run -m MODEL -p PROMPT [-n N] [sampling flags]   generate a completion" },
+    { "tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT                     print token ids" },
+    { "perplexity", cmd_perplexity, "perplexity -m MODEL -f TEXTFILE [-c CTX]   perplexity of a text" },
+    { "convert", convert_main, "convert HF_DIR -o OUT.gguf [--type T]         Hugging Face model -> GGUF" },
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: pictl COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %s\n", commands[i].help);
+    fprintf(out, "\n'pictl COMMAND --help' for a command's options.\n");
+}
+
+int pictl_error(const char *cmd, const char *what, int rc)
+{
+    const char *detail = pi_errmsg();
+    fprintf(stderr, "pictl %s: %s: %s%s%s\n", cmd, what, pi_strerror(rc), detail[0] ? ": " : "", detail);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pictl: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,30 @@
+/* run_opts.h — the flags shared by run / tokenize / perplexity, with llama.cpp's names. */
+#ifndef PI_RUN_OPTS_H
+#define PI_RUN_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "generate.h"
+
+enum run_opts_cmd { RUN_OPTS_RUN, RUN_OPTS_TOKENIZE, RUN_OPTS_PERPLEXITY };
+
+struct run_opts {
+    const char *model;
+    char *prompt;       /* -p, or the contents of -f for run/tokenize (owned) */
+    const char *file;   /* -f */
+    const char *dump_logits, *json_stats;
+    int32_t n_ctx, n_batch, n_threads;
+    struct gen_params gen;
+    bool inproc;
+    bool seed_given;
+};
+
+/* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
+int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd cmd);
+void run_opts_fini(struct run_opts *o);
+
+/* Read a whole file into a NUL-terminated buffer (malloc'd). */
+int read_text_file(const char *path, char **out, size_t *len);
+
+#endif
