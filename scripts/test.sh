@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build pinfer with AddressSanitizer + UndefinedBehaviorSanitizer and run every test; then build the
+# threaded code under ThreadSanitizer and run its tests. Ends with one line 'N passed, N failed'.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+
+setup() { # dir, extra args...
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" -Dcuda=disabled "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+  fi
+}
+
+status=0
+setup build-test -Db_sanitize=address,undefined -Db_lundef=false || status=1
+setup build-tsan -Db_sanitize=thread -Db_lundef=false || status=1
+if [ $status -eq 0 ]; then
+  ninja -C build-test -j "$JOBS" || status=1
+fi
+if [ $status -eq 0 ]; then
+  meson test -C build-test --print-errorlogs --num-processes "$JOBS" --timeout-multiplier 3
+  ninja -C build-tsan -j "$JOBS" >build-tsan.build.log 2>&1 || { tail -30 build-tsan.build.log; status=1; }
+  meson test -C build-tsan --suite tsan --print-errorlogs --num-processes "$JOBS"
+fi
+
+python3 - "$status" <<'PY'
+import json, os, sys
+passed = failed = skipped = 0
+for d in ("build-test", "build-tsan"):
+    log = os.path.join(d, "meson-logs", "testlog.json")
+    if not os.path.exists(log):
+        continue
+    for line in open(log):
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL"): passed += 1
+        elif r == "SKIP": skipped += 1
+        else: failed += 1
+if sys.argv[1] != "0":
+    failed += 1  # the build itself failed
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)
+PY
