@@ -1,0 +1,256 @@
+/* quant_avx2.c — AVX2/FMA/F16C kernels. This file alone is compiled with -mavx2 -mfma -mf16c; nothing
+ * here may run before quant_init() has checked cpuid, so it is only reached through the traits
+ * table that quant_avx2_install() patches.
+ *
+ * GEMV is memory-bound: the kernels keep several independent FMA accumulators so that the FMA
+ * latency (4-5 cycles) never stalls the loads, and the quant dots follow ggml's integer tricks. The
+ * activation quantizer (q8_0 from_float) produces exactly the bytes of the scalar reference. */
+#include "quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define F32_PER_VEC 8     /* floats in a __m256 */
+#define UNROLL 4          /* independent accumulators: covers FMA latency x throughput */
+#define F32_PER_ITER (F32_PER_VEC * UNROLL)
+#define BF16_SHIFT 16
+#define Q8_0_MAX 127.0f
+#define Q4_0_OFFSET 8
+#define NIBBLE 0x0f
+#define F16_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define TRUNC (_MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
+
+static inline float hsum_f32x8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_f32x8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float f16_to_f32(pi_f16 h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* Loads 8 elements of a row as floats: one function per float type, so that one templated loop
+ * (VEC_DOT_F below) serves all three. */
+static inline __m256 load8_f32(const void *p, int64_t i)
+{
+    return _mm256_loadu_ps((const float *)p + i);
+}
+
+static inline __m256 load8_f16(const void *p, int64_t i)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const pi_f16 *)p + i)));
+}
+
+/* bf16 is the top half of an f32: widen to 32 bits and shift into place */
+static inline __m256 load8_bf16(const void *p, int64_t i)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const pi_bf16 *)p + i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, BF16_SHIFT));
+}
+
+static inline float elem_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+static inline float elem_f16(const void *p, int64_t i) { return _cvtsh_ss(((const pi_f16 *)p)[i]); }
+static inline float elem_bf16(const void *p, int64_t i)
+{
+    uint32_t u = (uint32_t)((const pi_bf16 *)p)[i] << BF16_SHIFT;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* s = Σ x[i]*y[i], x of type T, y f32; UNROLL accumulators, then 8-wide, then a scalar tail */
+#define VEC_DOT_F(T)                                                                               \
+    static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *vy)              \
+    {                                                                                              \
+        const float *y = vy;                                                                       \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
+        __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();                             \
+        int64_t i = 0;                                                                             \
+        for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                         \
+            acc0 = _mm256_fmadd_ps(load8_##T(x, i), _mm256_loadu_ps(y + i), acc0);                 \
+            acc1 = _mm256_fmadd_ps(load8_##T(x, i + 8), _mm256_loadu_ps(y + i + 8), acc1);         \
+            acc2 = _mm256_fmadd_ps(load8_##T(x, i + 16), _mm256_loadu_ps(y + i + 16), acc2);       \
+            acc3 = _mm256_fmadd_ps(load8_##T(x, i + 24), _mm256_loadu_ps(y + i + 24), acc3);       \
+        }                                                                                          \
+        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
+            acc0 = _mm256_fmadd_ps(load8_##T(x, i), _mm256_loadu_ps(y + i), acc0);                 \
+        float sum = hsum_f32x8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))); \
+        for (; i < n; i++)                                                                         \
+            sum += elem_##T(x, i) * y[i];                                                          \
+        *s = sum;                                                                                  \
+    }
+
+VEC_DOT_F(f32)
+VEC_DOT_F(f16)
+VEC_DOT_F(bf16)
+
+static void f32_to_float_avx2(const void *src, float *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+/* dst[i] = f32(src[i]), exact */
+static void f16_to_float_avx2(const void *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)
+        _mm256_storeu_ps(dst + i, load8_f16(src, i));
+    for (; i < n; i++)
+        dst[i] = elem_f16(src, i);
+}
+
+static void bf16_to_float_avx2(const void *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)
+        _mm256_storeu_ps(dst + i, load8_bf16(src, i));
+    for (; i < n; i++)
+        dst[i] = elem_bf16(src, i);
+}
+
+/* dst[i] = f16(src[i]), round to nearest even (vcvtps2ph) */
+static void f16_from_float_avx2(const float *src, void *vdst, int64_t n)
+{
+    pi_f16 *dst = vdst;
+    int64_t i = 0;
+    for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), F16_RNE));
+    for (; i < n; i++)
+        dst[i] = (pi_f16)_cvtss_sh(src[i], F16_RNE);
+}
+
+/* roundf(v): half away from zero, exactly as the scalar reference (vroundps only offers ties-to-even) */
+static inline __m256 round_half_away(__m256 v)
+{
+    const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, TRUNC);
+    __m256 frac = _mm256_andnot_ps(sign_mask, _mm256_sub_ps(v, t)); /* |v - trunc(v)|, exact */
+    __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign_mask)); /* copysign(1, v) */
+    return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
+/* d = amax/127, q = roundf(x * (1/d)): byte-identical to q8_0_from_float_ref */
+static void q8_0_from_float_avx2(const float *src, void *dst, int64_t n)
+{
+    struct block_q8_0 *b = dst;
+    const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+    /* vpackssdw/vpacksswb interleave 128-bit lanes; this puts the 32 bytes back in element order */
+    const __m256i unshuffle = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const float *x = src + i * QK8_0;
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign_mask, v0), _mm256_andnot_ps(sign_mask, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign_mask, v2), _mm256_andnot_ps(sign_mask, v3)));
+        const float amax = hmax_f32x8(m);
+        const float d = amax / Q8_0_MAX;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = (pi_f16)_cvtss_sh(d, F16_RNE);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v0, vid)));
+        __m256i i1 = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v1, vid)));
+        __m256i i2 = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v2, vid)));
+        __m256i i3 = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v3, vid)));
+        __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        q = _mm256_permutevar8x32_epi32(q, unshuffle);
+        _mm256_storeu_si256((__m256i *)b[i].qs, q);
+    }
+}
+
+/* Σ x*y over pairs of int8, as 8 float lanes. vpmaddubsw needs one unsigned operand: use |x| and
+ * y*sign(x), which leaves each product unchanged (ggml's mul_sum_i8_pairs_float). */
+static inline __m256 mul_sum_i8_pairs(__m256i x, __m256i y)
+{
+    const __m256i ax = _mm256_sign_epi8(x, x);
+    const __m256i sy = _mm256_sign_epi8(y, x);
+    const __m256i dot16 = _mm256_maddubs_epi16(ax, sy);
+    const __m256i dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_ps(dot32);
+}
+
+/* 16 bytes of packed nibbles -> 32 int8 in element order (low nibbles are elements 0..15), minus 8 */
+static inline __m256i q4_0_unpack(const uint8_t *qs)
+{
+    const __m128i packed = _mm_loadu_si128((const __m128i *)qs);
+    __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(NIBBLE));
+    return _mm256_sub_epi8(bytes, _mm256_set1_epi8(Q4_0_OFFSET));
+}
+
+static inline __m256 q8_0_block(const struct block_q8_0 *x, const struct block_q8_0 *y, __m256 acc)
+{
+    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
+}
+
+static inline __m256 q4_0_block(const struct block_q4_0 *x, const struct block_q8_0 *y, __m256 acc)
+{
+    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
+    const __m256i qx = q4_0_unpack(x->qs);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
+}
+
+/* s = Σ_blocks dx*dy * Σ qx*qy; integer sums within a block, two blocks in flight */
+static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const struct block_q8_0 *x = vx, *y = vy;
+    const int64_t nb = n / QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = q8_0_block(&x[i], &y[i], acc0);
+        acc1 = q8_0_block(&x[i + 1], &y[i + 1], acc1);
+    }
+    if (i < nb)
+        acc0 = q8_0_block(&x[i], &y[i], acc0);
+    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
+}
+
+/* s = Σ_blocks dx*dy * Σ (qx-8)*qy, y a q8_0 row */
+static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const struct block_q4_0 *x = vx;
+    const struct block_q8_0 *y = vy;
+    const int64_t nb = n / QK4_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        acc0 = q4_0_block(&x[i], &y[i], acc0);
+        acc1 = q4_0_block(&x[i + 1], &y[i + 1], acc1);
+    }
+    if (i < nb)
+        acc0 = q4_0_block(&x[i], &y[i], acc0);
+    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
+}
+
+void quant_avx2_install(struct pi_type_traits *traits, size_t count)
+{
+    if (count <= PI_TYPE_BF16)
+        return; /* not the table quant.c owns */
+    traits[PI_TYPE_F32].to_float = f32_to_float_avx2;
+    traits[PI_TYPE_F32].vec_dot = f32_vec_dot_avx2;
+    traits[PI_TYPE_F16].to_float = f16_to_float_avx2;
+    traits[PI_TYPE_F16].from_float = f16_from_float_avx2;
+    traits[PI_TYPE_F16].vec_dot = f16_vec_dot_avx2;
+    traits[PI_TYPE_BF16].to_float = bf16_to_float_avx2;
+    traits[PI_TYPE_BF16].vec_dot = bf16_vec_dot_avx2;
+    traits[PI_TYPE_Q8_0].from_float = q8_0_from_float_avx2;
+    traits[PI_TYPE_Q8_0].vec_dot = q8_0_vec_dot_avx2;
+    traits[PI_TYPE_Q4_0].vec_dot = q4_0_vec_dot_avx2;
+}
