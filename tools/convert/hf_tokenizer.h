@@ -17,8 +17,9 @@
 struct gguf_writer;
 struct hf_config;
 
-/* Pre-tokenizer names written to tokenizer.ggml.pre. */
-#define HF_PRE_GPT2 "gpt2"
+/* Pre-tokenizer names written to tokenizer.ggml.pre, as llama.cpp spells them (it knows GPT-2's
+ * as "gpt-2"; a "gpt2" there would fail to load). */
+#define HF_PRE_GPT2 "gpt-2"
 #define HF_PRE_LLAMA3 "llama-bpe"
 #define HF_PRE_QWEN2 "qwen2"
 
