@@ -34,6 +34,29 @@ enum tok_type {
     TOK_TYPE_BYTE = 6,
 };
 
+/* Everything a tokenizer is built from, e.g. by a converter or a test without a GGUF. Arrays are
+ * copied by tok_new. token_lens, scores and types may be NULL (strlen / 0.0 / TOK_TYPE_NORMAL);
+ * merges ("a b", rank = index) are used by TOK_KIND_BPE only; pre names the gpt2 pre-tokenizer
+ * (NULL = "default"). Special ids are -1 when absent. */
+struct tok_vocab_desc {
+    enum tok_kind kind;
+    const char *pre;
+    size_t n_vocab;
+    const char *const *tokens;
+    const size_t *token_lens;
+    const float *scores;
+    const int32_t *types;
+    const char *const *merges;
+    size_t n_merges;
+    int32_t bos, eos, unk, pad;
+    bool add_bos, add_eos, add_space_prefix;
+};
+
+/* Build from a descriptor: -PI_E_INVAL for an inconsistent one (ids out of range, missing texts,
+ * bad token types, a merge that is not "left right"), -PI_E_UNSUPPORTED for an unknown
+ * pre-tokenizer. */
+int tok_new(struct pi_tokenizer **out, const struct tok_vocab_desc *d);
+
 /* Build from a GGUF's metadata. Unknown tokenizer model or pre-tokenizer → -PI_E_UNSUPPORTED with a
  * message naming it; missing/mismatched arrays → -PI_E_FORMAT. */
 int tok_new_from_gguf(struct pi_tokenizer **out, const struct gguf_file *f);
@@ -44,6 +67,13 @@ int32_t tok_n_vocab(const struct pi_tokenizer *t);
 int32_t tok_bos(const struct pi_tokenizer *t); /* -1 if none */
 int32_t tok_eos(const struct pi_tokenizer *t); /* -1 if none */
 bool tok_add_bos(const struct pi_tokenizer *t); /* the model wants BOS prepended */
+int32_t tok_unk(const struct pi_tokenizer *t); /* -1 if none */
+int32_t tok_pad(const struct pi_tokenizer *t); /* -1 if none */
+/* Stored text of a token (gpt2: byte-level alphabet; SPM: with "▁"), NULL if id is out of range. */
+const char *tok_text(const struct pi_tokenizer *t, int32_t id, size_t *len);
+enum tok_type tok_token_type(const struct pi_tokenizer *t, int32_t id); /* 0 if out of range */
+/* Id of the token whose stored text is exactly s[0..len), or -1. */
+int32_t tok_lookup(const struct pi_tokenizer *t, const char *s, size_t len);
 /* Is this an end-of-generation token (EOS, or e.g. <|im_end|> / <|eot_id|>)? */
 bool tok_is_eog(const struct pi_tokenizer *t, int32_t id);
 
