@@ -662,6 +662,21 @@ static void test_qwen2(void)
         gguf_close(f);
     }
 
+    /* bf16: weights rounded from the f32 source, norms still f32. */
+    path_join(out, tmp_root, "qwen2-bf16.gguf");
+    CHECK_OK(convert(dir, out, PI_TYPE_BF16));
+    if (!gguf_open(&f, out)) {
+        const struct gguf_tensor *g = check_tensor(f, "token_embd.weight", PI_TYPE_BF16, QW_EMBD, QW_VOCAB);
+        check_tensor(f, "output_norm.weight", PI_TYPE_F32, QW_EMBD, 1);
+        check_u32(f, "general.file_type", 32);
+        if (g) {
+            pi_bf16 h;
+            memcpy(&h, (const char *)g->data + 2 * 5, sizeof h);
+            CHECK(h == pi_f32_to_bf16(t[0].data[5]), "bf16 element 5: %04x", h);
+        }
+        gguf_close(f);
+    }
+
     /* Same checkpoint, a pre-tokenizer regex we do not implement: refused, not guessed. */
     make_dir(dir, "qwen2-odd-pre");
     free_tensors(t, nt);
@@ -718,6 +733,17 @@ static void test_errors(const char *shared)
     write_qwen_config(dir, "GPT2LMHeadModel");
     rc = convert(dir, out, PI_TYPE_F16);
     CHECK(rc == -PI_E_UNSUPPORTED && strstr(pi_errmsg(), "GPT2LMHeadModel"), "unknown arch: %d %s", rc, pi_errmsg());
+
+    /* non-default rope (here YaRN) is refused by name, also in the newer rope_parameters form */
+    make_dir(dir, "yarn");
+    write_qwen_config(dir, "Qwen2ForCausalLM");
+    path_join(p, dir, "config.json");
+    json_t *cj = json_load_file(p, 0, NULL);
+    REQUIRE(cj, "reload config");
+    json_object_set_new(cj, "rope_parameters", json_pack("{s:s, s:f}", "rope_type", "yarn", "rope_theta", 1e6));
+    write_json(dir, "config.json", cj);
+    rc = convert(dir, out, PI_TYPE_F16);
+    CHECK(rc == -PI_E_UNSUPPORTED && strstr(pi_errmsg(), "yarn"), "yarn: %d %s", rc, pi_errmsg());
 
     struct convert_opts bad = { .hf_dir = dir, .out_path = out, .out_type = PI_TYPE_I32, .quiet = true };
     CHECK(convert_hf(&bad) == -PI_E_INVAL, "I32 output type refused");

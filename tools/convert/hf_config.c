@@ -167,8 +167,8 @@ static int hf_read_params(struct hf_config *c, const json_t *root)
     if (c->n_head % c->n_head_kv)
         return pi_fail(PI_E_RANGE, "config.json: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                        (long long)c->n_head, (long long)c->n_head_kv);
-    if (c->head_dim % 2) /* rope rotates pairs */
-        return pi_fail(PI_E_RANGE, "config.json: head_dim %lld is odd", (long long)c->head_dim);
+    if (c->head_dim <= 0 || c->head_dim % 2) /* rope rotates pairs */
+        return pi_fail(PI_E_RANGE, "config.json: head_dim %lld is not a positive even number", (long long)c->head_dim);
     if (c->n_vocab > INT32_MAX) return pi_fail(PI_E_RANGE, "config.json: vocab_size is too large");
     if ((rc = hf_bool(root, "mlp_bias", false, &flag))) return rc;
     if (flag) return pi_fail(PI_E_UNSUPPORTED, "config.json: mlp_bias is not supported");
