@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "gguf.h"
 #include "pi_err.h"
 #include "testutil.h"
 #include "tokenizer.h"
@@ -66,11 +69,11 @@ static void byte_token(int b, char *out)
 
 static char byte_names[N_BYTES][4];
 
-static int build(struct pi_tokenizer **t, const char *pre, const char *const *m, size_t n_merges)
+static char merged[N_MERGES][32];
+
+/* The test vocabulary: texts and types of ids 0..N_VOCAB-1. */
+static void fill_vocab(const char **toks, int32_t *types)
 {
-    const char *toks[N_VOCAB];
-    int32_t types[N_VOCAB];
-    char merged[N_MERGES][32];
     for (int b = 0; b < N_BYTES; b++) {
         byte_token(b, byte_names[b]);
         toks[b] = byte_names[b];
@@ -87,6 +90,13 @@ static int build(struct pi_tokenizer **t, const char *pre, const char *const *m,
     toks[T_IM_START] = "<|im_start|>", types[T_IM_START] = TOK_TYPE_CONTROL;
     toks[T_IM_END] = "<|im_end|>", types[T_IM_END] = TOK_TYPE_CONTROL;
     toks[T_USER] = "<my_tok>", types[T_USER] = TOK_TYPE_USER_DEFINED;
+}
+
+static int build(struct pi_tokenizer **t, const char *pre, const char *const *m, size_t n_merges)
+{
+    const char *toks[N_VOCAB];
+    int32_t types[N_VOCAB];
+    fill_vocab(toks, types);
     struct tok_vocab_desc d = {
         .kind = TOK_KIND_BPE,
         .pre = pre,
@@ -265,6 +275,84 @@ static void test_errors(void)
     }
 }
 
+/* What write_gguf leaves out or spoils. */
+enum gguf_variant { GV_OK, GV_NO_MODEL, GV_BAD_MODEL, GV_BAD_PRE, GV_SHORT_TYPES, GV_NO_MERGES, GV_BAD_SCORES };
+
+static int write_gguf(const char *path, enum gguf_variant v)
+{
+    const char *toks[N_VOCAB];
+    int32_t types[N_VOCAB];
+    float scores[N_VOCAB] = {0};
+    struct gguf_writer *w = NULL;
+    int rc;
+    fill_vocab(toks, types);
+    if ((rc = gguf_writer_new(&w, GGUF_MAGIC_GGUF)) < 0)
+        return rc;
+    /* the first failure stops the chain and is returned */
+    (void)((v != GV_NO_MODEL && (rc = gguf_writer_set_str(w, "tokenizer.ggml.model", v == GV_BAD_MODEL ? "bert" : "gpt2"))) ||
+        (rc = gguf_writer_set_str(w, "tokenizer.ggml.pre", v == GV_BAD_PRE ? "bogus-pre" : "qwen2")) ||
+        (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, N_VOCAB)) ||
+        (rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
+                                  v == GV_SHORT_TYPES ? N_VOCAB - 1 : N_VOCAB)) ||
+        (v == GV_BAD_SCORES && (rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 3))) ||
+        (v != GV_NO_MERGES && (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, N_MERGES))) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", T_EOT)) ||
+        (rc = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", T_EOT)) ||
+        (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false)) ||
+        (rc = gguf_writer_write_file(w, path)));
+    gguf_writer_free(w);
+    return rc;
+}
+
+static int from_gguf(const char *path, enum gguf_variant v, struct pi_tokenizer **t)
+{
+    struct gguf_file *f = NULL;
+    int rc = write_gguf(path, v);
+    REQUIRE(rc == 0, "writing %s: %s %s", path, pi_strerror(rc), pi_errmsg());
+    rc = gguf_open(&f, path);
+    REQUIRE(rc == 0, "gguf_open(%s): %s %s", path, pi_strerror(rc), pi_errmsg());
+    *t = NULL;
+    rc = tok_new_from_gguf(t, f);
+    gguf_close(f);
+    return rc;
+}
+
+static void test_gguf(void)
+{
+    char path[] = "/tmp/test_tokenizer_bpe_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0, "mkstemp");
+    close(fd);
+    struct pi_tokenizer *t = NULL;
+    int rc = from_gguf(path, GV_OK, &t);
+    CHECK(rc == 0, "tok_new_from_gguf: %s %s", pi_strerror(rc), pi_errmsg());
+    if (t) {
+        CHECK(tok_kind(t) == TOK_KIND_BPE && tok_eos(t) == T_EOT && tok_bos(t) == -1 && !tok_add_bos(t), "GGUF metadata");
+        test_segmentations(t, PRE_QWEN2);
+        tok_free(t);
+    }
+    static const struct {
+        enum gguf_variant v;
+        int rc;
+        const char *in_msg;
+    } bad[] = {
+        {GV_NO_MODEL, -PI_E_NOTFOUND, "tokenizer.ggml.model"},
+        {GV_BAD_MODEL, -PI_E_UNSUPPORTED, "bert"},
+        {GV_BAD_PRE, -PI_E_UNSUPPORTED, "bogus-pre"},
+        {GV_SHORT_TYPES, -PI_E_FORMAT, "token_type"},
+        {GV_NO_MERGES, -PI_E_FORMAT, "merges"},
+        {GV_BAD_SCORES, -PI_E_FORMAT, "scores"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = from_gguf(path, bad[i].v, &t);
+        CHECK(rc == bad[i].rc && !t, "GGUF variant %d: rc %d, expected %d", (int)bad[i].v, rc, bad[i].rc);
+        CHECK(strstr(pi_errmsg(), bad[i].in_msg) != NULL, "variant %d message \"%s\" names %s", (int)bad[i].v,
+              pi_errmsg(), bad[i].in_msg);
+        tok_free(t);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     for (int p = 0; p < N_PRE; p++) {
@@ -279,5 +367,6 @@ int main(void)
         tok_free(t);
     }
     test_errors();
+    test_gguf();
     return tu_finish("test_tokenizer_bpe");
 }

@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "pi_err.h"
 #include "spm_model.h"
 #include "testutil.h"
 #include "tokenizer.h"
 
 #define MODEL_DIR "models/tiny-relu-llama"
+#define MODEL_GGUF "models/tiny-relu-llama-f16.gguf" /* in the source tree, converted from MODEL_DIR */
 #define EXPECTED_VOCAB 4096
 #define BYTE_TOKEN_BASE 3 /* <0x00> is id 3 in this model */
 #define N_BYTES 256
@@ -287,6 +289,33 @@ static void test_errors(void)
     CHECK(spm_model_load(&m, "/nonexistent/tokenizer.model") < 0, "missing file");
 }
 
+/* The same golden cases through the converted GGUF (tok_new_from_gguf). */
+static void test_gguf(const char *dir)
+{
+    char path[PATH_LEN];
+    const char *src = getenv("PINFER_SOURCE");
+    join_path(path, sizeof path, src ? src : ".", MODEL_GGUF);
+    struct gguf_file *f = NULL;
+    int rc = gguf_open(&f, path);
+    if (rc < 0) {
+        fprintf(stderr, "note: %s not readable (%s %s): GGUF check skipped\n", path, pi_strerror(rc), pi_errmsg());
+        return;
+    }
+    struct pi_tokenizer *t = NULL;
+    rc = tok_new_from_gguf(&t, f);
+    CHECK(rc == 0, "tok_new_from_gguf(%s): %s %s", path, pi_strerror(rc), pi_errmsg());
+    if (t) {
+        CHECK(tok_kind(t) == TOK_KIND_SPM && tok_n_vocab(t) == EXPECTED_VOCAB && tok_bos(t) == 1 && tok_eos(t) == 2 &&
+                  tok_add_bos(t),
+              "GGUF tokenizer metadata");
+        int n = test_golden(t, dir);
+        CHECK(n == 12, "%d golden cases through the GGUF", n);
+        test_round_trips(t);
+        tok_free(t);
+    }
+    gguf_close(f);
+}
+
 int main(void)
 {
     char dir[PATH_LEN], path[PATH_LEN];
@@ -300,6 +329,7 @@ int main(void)
     test_special(t);
     test_long(t, shared_dir());
     test_errors();
+    test_gguf(dir);
     tok_free(t);
     return tu_finish("test_tokenizer_spm");
 }
