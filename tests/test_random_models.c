@@ -113,12 +113,7 @@ static void set_bpe_vocab(struct gguf_writer *w, int n_vocab)
         toks[id] = strdup(chatml[i]);
         types[id++] = TOK_TYPE_CONTROL;
     }
-    for (; id < n_vocab; id++) {
-        char pad[32];
-        snprintf(pad, sizeof pad, "[PAD%d]", id);
-        toks[id] = strdup(pad);
-        types[id] = TOK_TYPE_UNUSED;
-    }
+    REQUIRE(id == n_vocab, "vocabulary built %d tokens, expected %d", id, n_vocab);
     const char *merges[] = { "Ġ h", "Ġh i" };
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");
@@ -158,12 +153,7 @@ static void set_spm_vocab(struct gguf_writer *w, int n_vocab)
         types[id] = TOK_TYPE_NORMAL;
         scores[id] = -(float)i;
     }
-    for (; id < n_vocab; id++) {
-        char pad[32];
-        snprintf(pad, sizeof pad, "[PAD%d]", id);
-        toks[id] = strdup(pad);
-        types[id] = TOK_TYPE_UNUSED;
-    }
+    REQUIRE(id == n_vocab, "vocabulary built %d tokens, expected %d", id, n_vocab);
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL, (size_t)n_vocab);
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (size_t)n_vocab);
@@ -182,7 +172,7 @@ static void set_spm_vocab(struct gguf_writer *w, int n_vocab)
 
 enum corruption { CORRUPT_NONE, CORRUPT_ARCH, CORRUPT_MISSING, CORRUPT_SHAPE };
 
-static int n_vocab_of(const struct cfg *c) { return c->neox ? BPE_VOCAB + 3 : SPM_VOCAB; }
+static int n_vocab_of(const struct cfg *c) { return c->neox ? BPE_VOCAB : SPM_VOCAB; }
 
 static void make_weights(const struct cfg *c, struct weights *w)
 {
@@ -287,7 +277,7 @@ static void write_model(const char *path, const struct cfg *c, const struct weig
         }
         add(g, NM("ffn_norm.weight"), w->ffn_norm[l], E, 1);
         add(g, NM("ffn_gate.weight"), w->gate[l], E, F);
-        if (!(bad == CORRUPT_MISSING && l == 1))
+        if (!(bad == CORRUPT_MISSING && l == c->n_layer - 1))
             add(g, NM("ffn_up.weight"), w->up[l], E, bad == CORRUPT_SHAPE && l == 0 ? F / 2 : F);
         add(g, NM("ffn_down.weight"), w->down[l], F, E);
 #undef NM
@@ -482,7 +472,7 @@ static void check_model(const char *label, const struct cfg *c, const char *dir)
         const char *needle;
     } errs[] = {
         { CORRUPT_ARCH, -PI_E_UNSUPPORTED, "gptx" },
-        { CORRUPT_MISSING, -PI_E_NOTFOUND, "blk.1.ffn_up.weight" },
+        { CORRUPT_MISSING, -PI_E_NOTFOUND, "ffn_up.weight' is missing" },
         { CORRUPT_SHAPE, -PI_E_TYPE, "blk.0.ffn_up.weight" },
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {

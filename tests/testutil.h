@@ -25,9 +25,10 @@ static int tu_checks;
 /* A failed REQUIRE stops the test: later checks depend on it. */
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
-        CHECK(cond, __VA_ARGS__);                                                                  \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "stopping: required condition failed\n");                             \
+        int tu_ok_ = !!(cond); /* evaluated once: cond may have side effects */                   \
+        CHECK(tu_ok_, __VA_ARGS__);                                                                \
+        if (!tu_ok_) {                                                                             \
+            fprintf(stderr, "stopping: required condition failed\n");                            \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
