@@ -123,6 +123,8 @@ struct pi_request {
     uint32_t replays;           /* gpud: times this request was replayed after a gpud restart */
     uint32_t reserved;
     char errmsg[PI_MSG_MAX];
+    char logits_path[PI_PATH_MAX]; /* supervisor: "" or an absolute path; gpud appends one
+                                      n_vocab float32 row per generated token (--dump-logits) */
     int32_t tokens[PI_REQ_MAX_TOKENS]; /* prompt, then generated */
 };
 
