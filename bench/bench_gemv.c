@@ -1,6 +1,6 @@
 /* bench_gemv — multi-threaded GEMV y = W x per weight type, against the machine's memory bandwidth.
  *
- *   bench_gemv [-t THREADS] [-n ITERS]
+ *   bench_gemv [-t THREADS] [-n ITERS] [-T TYPE]   (TYPE: only that weight type, e.g. q4_0)
  *
  * First a STREAM-like read and copy of a 1 GiB buffer (the same thread count), then for each type a
  * 11008 x 4096 matrix (an FFN up projection of a 7B model) times a vector, rows split across the pool;
@@ -213,12 +213,14 @@ fail:
 
 int main(int argc, char **argv)
 {
-    int threads = 2, iters = 20, opt;
-    while ((opt = getopt(argc, argv, "t:n:")) != -1) {
+    int threads = 2, iters = 20, only = -1, opt;
+    while ((opt = getopt(argc, argv, "t:n:T:")) != -1) {
         if (opt == 't')
             threads = atoi(optarg);
         else if (opt == 'n')
             iters = atoi(optarg);
+        else if (opt == 'T' && (only = quant_type_from_name(optarg)) >= 0 && quant_traits(only)->is_float_matmul)
+            continue;
         else
             goto usage;
     }
@@ -245,6 +247,8 @@ int main(int argc, char **argv)
 
     const uint32_t types[] = { PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (only >= 0 && types[i] != (uint32_t)only)
+            continue;
         rc = bench_type(pool, threads, iters, types[i], read_gbps);
         if (rc < 0) {
             fprintf(stderr, "bench_gemv: %s: %s\n", pi_strerror(rc), pi_errmsg());
@@ -256,6 +260,6 @@ int main(int argc, char **argv)
     return 0;
 
 usage:
-    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS]\n");
+    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T f32|f16|bf16|q8_0|q4_0]\n");
     return 2;
 }

@@ -415,6 +415,11 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
             y[r] = NAN;
         return;
     }
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (t == &traits_fast[type] && quant_avx2_active &&
+        quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1))
+        return;
+#endif
     const pi_vec_dot_fn dot = t->vec_dot;
     const char *w = W;
     for (int64_t r = r0; r < r1; r++)

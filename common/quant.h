@@ -91,5 +91,10 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
  * the kernel pointers of the types it accelerates in a copy of the reference table. Only call it
  * after cpuid has reported AVX2, FMA and F16C (quant_init does). */
 void quant_avx2_install(struct pi_type_traits *traits, size_t count);
+/* Internal, for quant_gemv_rows: the AVX2 multi-row GEMV, which prepares the activation once per call
+ * (block scales as f32, block sums) for the types where that pays. Returns false, computing nothing,
+ * for the other types (and rows too long for its stack buffers); same preconditions as above. */
+bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
+                          float *y, int64_t r0, int64_t r1);
 
 #endif

@@ -488,38 +488,57 @@ static void test_env_scalar(const char *self)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "PINFER_SCALAR=1 child status %d", status);
 }
 
+/* quant_gemv_rows (with the AVX2 multi-row path for q8_0/q4_0) against the reference vec_dot per
+ * row; with the scalar kernels forced it must be exactly the reference */
 static void test_gemv_rows(void)
 {
-    enum { ROWS = 5, N = 96 };
+    enum { ROWS = 5, MAX_N = 4096 + 32 };
     const uint32_t types[] = { PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
-    float wf[ROWS * N], x[N];
-    for (int i = 0; i < ROWS * N; i++)
-        wf[i] = rng_unit();
-    for (int i = 0; i < N; i++)
-        x[i] = rng_unit();
+    const int64_t lengths[] = { 96, 160, 256, MAX_N }; /* tail only, group + tail, groups only, long */
+    float *wf = malloc(ROWS * MAX_N * sizeof *wf), *x = malloc(MAX_N * sizeof *x);
+    float *wdq = malloc(MAX_N * sizeof *wdq), *xdq = malloc(MAX_N * sizeof *xdq);
+    uint8_t *w = malloc(ROWS * MAX_N * sizeof(float)), *xq = malloc(MAX_N * sizeof(float));
+    REQUIRE(wf && x && wdq && xdq && w && xq, "alloc");
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        const struct pi_type_traits *tr = quant_traits(types[t]);
-        size_t rb = quant_row_size(types[t], N);
-        uint8_t w[ROWS * N * sizeof(float)], xq[N * sizeof(float)];
-        for (int r = 0; r < ROWS; r++)
-            tr->from_float(wf + r * N, w + r * rb, N);
-        const void *xv = x;
-        if (tr->vec_dot_type != PI_TYPE_F32) {
-            quant_traits(tr->vec_dot_type)->from_float(x, xq, N);
-            xv = xq;
-        }
-        float yv[ROWS] = { -1, -1, -1, -1, -1 };
-        quant_gemv_rows(types[t], w, rb, N, xv, yv, 1, 4);
-        CHECK(yv[0] == -1 && yv[4] == -1, "%s: rows outside [r0, r1) untouched", tr->name);
-        for (int r = 1; r < 4; r++) {
-            float s;
-            tr->vec_dot(N, &s, w + r * rb, xv);
-            CHECK(s == yv[r], "%s row %d: %g vs %g", tr->name, r, yv[r], s);
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            const int64_t n = lengths[l];
+            const struct pi_type_traits *ref = quant_traits_ref(types[t]);
+            const struct pi_type_traits *vref = quant_traits_ref(ref->vec_dot_type);
+            const size_t rb = quant_row_size(types[t], n);
+            for (int64_t i = 0; i < ROWS * n; i++)
+                wf[i] = rng_unit() * (1.0f + (float)((i / 32) % 5));
+            for (int64_t i = 0; i < n; i++)
+                x[i] = rng_unit();
+            for (int r = 0; r < ROWS; r++)
+                ref->from_float(wf + r * n, w + r * rb, n);
+            vref->from_float(x, xq, n);
+            vref->to_float(xq, xdq, n);
+            const void *xv = ref->vec_dot_type == PI_TYPE_F32 ? (const void *)x : xq;
+            for (int scalar = 0; scalar < 2; scalar++) {
+                quant_use_scalar(scalar);
+                float yv[ROWS] = { -1, -1, -1, -1, -1 };
+                quant_gemv_rows(types[t], w, rb, n, xv, yv, 1, ROWS - 1);
+                CHECK(yv[0] == -1 && yv[ROWS - 1] == -1, "%s: rows outside [r0, r1) untouched", ref->name);
+                for (int r = 1; r < ROWS - 1; r++) {
+                    float s;
+                    ref->vec_dot(n, &s, w + r * rb, xv);
+                    ref->to_float(w + r * rb, wdq, n);
+                    double scale = dot_scale(types[t], w + r * rb, xq, wdq, xdq, n);
+                    double tol = ref->vec_dot_type == PI_TYPE_Q8_0 ? QUANT_DOT_TOL : FLOAT_DOT_TOL;
+                    if (scalar)
+                        CHECK(s == yv[r], "%s n=%ld row %d scalar: %.9g vs %.9g", ref->name, (long)n, r, yv[r], s);
+                    else
+                        CHECK(fabs((double)yv[r] - s) <= tol * scale, "%s n=%ld row %d: %.9g vs ref %.9g",
+                              ref->name, (long)n, r, yv[r], s);
+                }
+            }
+            quant_use_scalar(false);
         }
     }
     float yv[2] = { 0, 0 };
-    quant_gemv_rows(PI_TYPE_I32, x, 4 * N, N, x, yv, 0, 2);
+    quant_gemv_rows(PI_TYPE_I32, x, 4 * 32, 32, x, yv, 0, 2);
     CHECK(isnan(yv[0]) && isnan(yv[1]), "gemv on a type without kernels poisons, never crashes");
+    free(wf), free(x), free(wdq), free(xdq), free(w), free(xq);
 }
 
 int main(int argc, char **argv)
