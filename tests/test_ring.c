@@ -487,8 +487,8 @@ static void test_processes(uint32_t spin, long n)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
-        n_spin_msgs /= 50;
-        n_sleep_msgs /= 20;
+        n_spin_msgs /= 10;
+        n_sleep_msgs /= 4;
     }
     test_geometry();
     test_single(0);
