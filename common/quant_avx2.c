@@ -254,51 +254,124 @@ static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *v
 /* ---- multi-row GEMV: the activation prepared once per call ----------------------------------
  *
  * Per block the single-row dots above spend as much work on the two f16 scales (load, convert,
- * multiply, broadcast) as on the 32 products. Across the rows of one GEMV the activation's scales
- * are the same, so they are converted once per call; the weights' scales are converted four blocks
- * at a time; the four blocks' integer sums are reduced together (vphaddd, exact) and scaled by one
- * FMA. For q4_0 the nibbles stay unsigned: Σ (qx-8) qy = Σ qx qy - 8 Σ qy, and dy * 8 Σ qy is also
- * per activation, which saves the vpsignb pair and the offset. */
+ * multiply, broadcast) as on the 32 products. Across the rows of one GEMV the activation is the
+ * same, so what depends on it alone is prepared once per call:
+ *  - its block scales as f32;
+ *  - for q4_0, whose nibbles stay unsigned (Σ (qx-8) qy = Σ qx qy - 8 Σ qy), c = 8 dy Σ qy per block;
+ *  - for q4_0, its quants re-laid out per pair of blocks (b, b+1) as A = [y_b 0..15 | y_b+1 0..15],
+ *    B = [y_b 16..31 | y_b+1 16..31]: exactly the order in which one 32-byte load of two blocks'
+ *    packed nibbles unpacks (low nibbles, high nibbles), so no shuffles are needed per row.
+ * Weight scales are converted several blocks at a time, block sums are reduced together with
+ * horizontal adds (exact integers) and scaled with one FMA per group. */
 
-#define GEMV_GROUP 4            /* blocks per scale conversion / reduction */
-#define GEMV_MAX_BLOCKS 4096    /* rows up to 131072 elements; longer ones use the vec_dot loop */
+#define Q8_GROUP 4              /* q8_0 blocks per scale conversion / reduction */
+#define Q4_GROUP 8              /* q4_0 blocks per group: 4 pairs, one 8-lane scale vector */
+#define GEMV_MAX_BLOCKS 2048    /* rows up to 65536 elements; longer ones use the vec_dot loop */
 
 struct gemv_act {
-    float dy[GEMV_MAX_BLOCKS];  /* activation scale per block */
-    float cy[GEMV_MAX_BLOCKS];  /* q4_0: 8 * dy * Σ qy per block (the offset's share of the dot) */
+    float dy[GEMV_MAX_BLOCKS];  /* activation scale per block (q4_0: in group lane order) */
+    float cy[GEMV_MAX_BLOCKS];  /* q4_0: 8 * dy * Σ qy per block, same order */
+    _Alignas(32) int8_t qs[GEMV_MAX_BLOCKS * QK8_0]; /* q4_0: quants as A/B pairs (see above) */
 };
 
-static void gemv_act_prepare(struct gemv_act *a, const struct block_q8_0 *y, int64_t nb, bool sums)
+/* Lane order of a q4_0 group's sums after the reduction in q4_0_row: even blocks, then odd ones. */
+static const int q4_lane_block[Q4_GROUP] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+
+static int32_t q8_0_qsum(const struct block_q8_0 *y)
 {
-    for (int64_t b = 0; b < nb; b++) {
+    /* Σ qy: vpmaddubsw against ones, then pairs to int32, then across lanes */
+    __m256i q = _mm256_loadu_si256((const __m256i *)y->qs);
+    __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static void gemv_act_prepare_q8_0(struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b++)
         a->dy[b] = f16_to_f32(y[b].d);
-        if (sums) {
-            /* Σ qy: vpmaddubsw against ones, then pairs to int32 */
-            __m256i q = _mm256_loadu_si256((const __m256i *)y[b].qs);
-            __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-            __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-            a->cy[b] = (float)(Q4_0_OFFSET * _mm_cvtsi128_si32(s)) * a->dy[b];
+}
+
+static void gemv_act_prepare_q4_0(struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)
+{
+    const int64_t ng = nb / Q4_GROUP;
+    for (int64_t g = 0; g < ng; g++) {
+        const struct block_q8_0 *yg = y + g * Q4_GROUP;
+        for (int k = 0; k < Q4_GROUP; k++) {
+            const struct block_q8_0 *yb = &yg[q4_lane_block[k]];
+            a->dy[g * Q4_GROUP + k] = f16_to_f32(yb->d);
+            a->cy[g * Q4_GROUP + k] = (float)(Q4_0_OFFSET * q8_0_qsum(yb)) * f16_to_f32(yb->d);
         }
+        for (int pair = 0; pair < Q4_GROUP / 2; pair++) {
+            int8_t *dst = a->qs + (g * Q4_GROUP + 2 * pair) * QK8_0;
+            const struct block_q8_0 *b0 = &yg[2 * pair], *b1 = &yg[2 * pair + 1];
+            memcpy(dst, b0->qs, QK8_0 / 2);                    /* A: low halves */
+            memcpy(dst + QK8_0 / 2, b1->qs, QK8_0 / 2);
+            memcpy(dst + QK8_0, b0->qs + QK8_0 / 2, QK8_0 / 2); /* B: high halves */
+            memcpy(dst + QK8_0 + QK8_0 / 2, b1->qs + QK8_0 / 2, QK8_0 / 2);
+        }
+    }
+    for (int64_t b = ng * Q4_GROUP; b < nb; b++) { /* tail blocks: natural order, original quants */
+        a->dy[b] = f16_to_f32(y[b].d);
+        a->cy[b] = (float)(Q4_0_OFFSET * q8_0_qsum(&y[b])) * a->dy[b];
     }
 }
 
-/* 16 bytes of nibbles -> 32 unsigned bytes 0..15 in element order: both halves from one broadcast
- * load, the upper shifted by 4 */
-static inline __m256i q4_0_unpack_u(const uint8_t *qs)
-{
-    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    const __m256i shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(NIBBLE));
-}
-
-/* Σ qx qy of one q4_0 block (qx unsigned 0..15) as 8 int32 partial sums */
+/* Σ qx qy of one q4_0 block (qx unsigned 0..15) as 8 int32 partial sums: the tail path */
 static inline __m256i q4_0_isum_u(const struct block_q4_0 *x, const struct block_q8_0 *y)
 {
-    const __m256i p16 = _mm256_maddubs_epi16(q4_0_unpack_u(x->qs), _mm256_loadu_si256((const __m256i *)y->qs));
+    const __m128i packed = _mm_loadu_si128((const __m128i *)x->qs);
+    const __m256i qx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
+                                        _mm256_set1_epi8(NIBBLE));
+    const __m256i p16 = _mm256_maddubs_epi16(qx, _mm256_loadu_si256((const __m256i *)y->qs));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* blocks b, b+1 against their prepared A/B quants: int16 [block b partials | block b+1 partials],
+ * each at most 2 * 2 * 15 * 127 = 7620 */
+static inline __m256i q4_0_pair(const struct block_q4_0 *x, const int8_t *ab)
+{
+    const __m256i m = _mm256_set1_epi8(NIBBLE);
+    const __m256i packed = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x[0].qs)),
+        _mm_loadu_si128((const __m128i *)x[1].qs), 1);
+    const __m256i lo = _mm256_and_si256(packed, m);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m);
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)ab)),
+                            _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(ab + QK8_0))));
+}
+
+/* y = Σ_b dx dy (Σ qx qy) - Σ_b dx cy: one q4_0 row against a prepared q8_0 activation */
+static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
+                      int64_t nb)
+{
+    __m256 acc = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + Q4_GROUP <= nb; b += Q4_GROUP) {
+        for (int k = 0; k < Q4_GROUP * (int)sizeof *x; k += CACHE_LINE)
+            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
+        const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16(
+            (short)x[b].d, (short)x[b + 2].d, (short)x[b + 4].d, (short)x[b + 6].d,
+            (short)x[b + 1].d, (short)x[b + 3].d, (short)x[b + 5].d, (short)x[b + 7].d));
+        const __m256 s = _mm256_mul_ps(dx, _mm256_loadu_ps(a->dy + b));
+        corr = _mm256_fmadd_ps(dx, _mm256_loadu_ps(a->cy + b), corr);
+        const int8_t *q = a->qs + b * QK8_0;
+        const __m256i v01 = q4_0_pair(&x[b], q), v23 = q4_0_pair(&x[b + 2], q + 2 * QK8_0);
+        const __m256i v45 = q4_0_pair(&x[b + 4], q + 4 * QK8_0), v67 = q4_0_pair(&x[b + 6], q + 6 * QK8_0);
+        /* lanes [b0 b2 b4 b6 | b1 b3 b5 b7]; int16 partials peak at 4 * 7620 = 30480 < 2^15 */
+        const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(v01, v23), _mm256_hadd_epi16(v45, v67));
+        const __m256i sums = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sums), acc);
+    }
+    float sum = hsum_f32x8(acc) - hsum_f32x8(corr);
+    for (; b < nb; b++) {
+        const float dx = f16_to_f32(x[b].d);
+        const __m256i p = q4_0_isum_u(&x[b], &y[b]);
+        sum += dx * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dx * a->cy[b];
+    }
+    return sum;
 }
 
 /* Σ qx qy of one q8_0 block as 8 int32 partial sums (sign trick as in mul_sum_i8_pairs) */
@@ -316,48 +389,18 @@ static inline __m256 reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3)));
 }
 
-#define SCALES4(x, b) _mm_cvtph_ps(_mm_setr_epi16((short)(x)[(b)].d, (short)(x)[(b) + 1].d, \
-                                                   (short)(x)[(b) + 2].d, (short)(x)[(b) + 3].d, 0, 0, 0, 0))
-
-/* y = Σ_b dx dy (Σ qx qy) - Σ_b dx cy: one q4_0 row against a prepared q8_0 activation */
-static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
-                      int64_t nb)
-{
-    __m256 acc = _mm256_setzero_ps();
-    __m128 corr = _mm_setzero_ps();
-    int64_t b = 0;
-    for (; b + GEMV_GROUP <= nb; b += GEMV_GROUP) {
-        _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + CACHE_LINE, _MM_HINT_T0);
-        const __m128 dx = SCALES4(x, b);
-        const __m128 s = _mm_mul_ps(dx, _mm_loadu_ps(a->dy + b));
-        corr = _mm_fmadd_ps(dx, _mm_loadu_ps(a->cy + b), corr);
-        const __m256 sums = reduce4(q4_0_isum_u(&x[b], &y[b]), q4_0_isum_u(&x[b + 1], &y[b + 1]),
-                                    q4_0_isum_u(&x[b + 2], &y[b + 2]), q4_0_isum_u(&x[b + 3], &y[b + 3]));
-        acc = _mm256_fmadd_ps(_mm256_set_m128(s, s), sums, acc);
-    }
-    __m128 c = _mm_add_ps(corr, _mm_movehl_ps(corr, corr));
-    c = _mm_add_ss(c, _mm_movehdup_ps(c));
-    float sum = hsum_f32x8(acc) - _mm_cvtss_f32(c);
-    for (; b < nb; b++) {
-        const float dx = f16_to_f32(x[b].d);
-        const __m256i p = q4_0_isum_u(&x[b], &y[b]);
-        sum += dx * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dx * a->cy[b];
-    }
-    return sum;
-}
-
 /* y = Σ_b dx dy Σ qx qy: one q8_0 row against a prepared q8_0 activation */
 static float q8_0_row(const struct block_q8_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
                       int64_t nb)
 {
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
-    for (; b + GEMV_GROUP <= nb; b += GEMV_GROUP) {
-        _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + CACHE_LINE, _MM_HINT_T0);
-        _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + 2 * CACHE_LINE, _MM_HINT_T0);
-        const __m128 s = _mm_mul_ps(SCALES4(x, b), _mm_loadu_ps(a->dy + b));
+    for (; b + Q8_GROUP <= nb; b += Q8_GROUP) {
+        for (int k = 0; k < Q8_GROUP * (int)sizeof *x; k += CACHE_LINE)
+            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
+        const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x[b].d, (short)x[b + 1].d, (short)x[b + 2].d,
+                                                      (short)x[b + 3].d, 0, 0, 0, 0));
+        const __m128 s = _mm_mul_ps(dx, _mm_loadu_ps(a->dy + b));
         const __m256 sums = reduce4(q8_0_isum(&x[b], &y[b]), q8_0_isum(&x[b + 1], &y[b + 1]),
                                     q8_0_isum(&x[b + 2], &y[b + 2]), q8_0_isum(&x[b + 3], &y[b + 3]));
         acc = _mm256_fmadd_ps(_mm256_set_m128(s, s), sums, acc);
@@ -374,12 +417,16 @@ bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_
     const int64_t nb = n / QK8_0;
     if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
         return false;
-    struct gemv_act act; /* 32 KiB on the stack: worker threads have megabytes */
-    gemv_act_prepare(&act, x_vd, nb, type == PI_TYPE_Q4_0);
+    struct gemv_act act; /* 80 KiB on the stack: threads have megabytes, and no allocation per call */
     const uint8_t *w = W;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *row = w + (size_t)r * row_bytes;
-        y[r] = type == PI_TYPE_Q4_0 ? q4_0_row(row, x_vd, &act, nb) : q8_0_row(row, x_vd, &act, nb);
+    if (type == PI_TYPE_Q4_0) {
+        gemv_act_prepare_q4_0(&act, x_vd, nb);
+        for (int64_t r = r0; r < r1; r++)
+            y[r] = q4_0_row((const void *)(w + (size_t)r * row_bytes), x_vd, &act, nb);
+    } else {
+        gemv_act_prepare_q8_0(&act, x_vd, nb);
+        for (int64_t r = r0; r < r1; r++)
+            y[r] = q8_0_row((const void *)(w + (size_t)r * row_bytes), x_vd, &act, nb);
     }
     return true;
 }
