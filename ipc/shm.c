@@ -182,6 +182,11 @@ int shm_attach(struct shm_seg *seg, const char *instance, const char *segment, u
                      seg->name, (unsigned)(st.st_mode & 07777));
         goto fail;
     }
+    if (st.st_size == 0) {
+        /* shm_create between shm_open and posix_fallocate: like an unpublished magic, retry */
+        rc = pi_fail(EAGAIN, "shm: segment %s is empty (its creator is still allocating it)", seg->name);
+        goto fail;
+    }
     if (st.st_size < (off_t)sizeof(struct pi_seg_header)) {
         rc = pi_fail(PI_E_FORMAT, "shm: segment %s: field size: object has %lld bytes, less than the %zu-byte header",
                      seg->name, (long long)st.st_size, sizeof(struct pi_seg_header));

@@ -55,7 +55,8 @@ void shm_publish(struct shm_seg *seg);
 /* Attach to an existing segment of this user. Refuses (-EACCES) an object owned by another user
  * or with group/other permission bits; refuses (-PI_E_FORMAT, naming the field) a wrong magic,
  * version, size (must be >= the header and equal header.size), kind (unless `kind` is
- * PI_SEG_KIND_ANY), n_offsets or an offset beyond the size; -EAGAIN if not yet published;
+ * PI_SEG_KIND_ANY), n_offsets or an offset beyond the size; -EAGAIN if not yet published (magic 0
+ * or an empty object: the creator is still at work, retry);
  * -ENOENT if absent. flags: 0 or SHM_ATTACH_RDONLY. */
 int shm_attach(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, unsigned flags);
 
