@@ -1,23 +1,100 @@
-/* act.h — the "act" segment: per-layer activation exchange between gpud, predictord and cpud.
- * Created by the supervisor (sizes from the model), used by the data-plane stages. The layout and
- * the ring protocol are described in docs/ARCHITECTURE.md ("Data plane"). */
+/* act.h — the "act" segment: the per-layer exchange between gpud, predictord and cpud.
+ *
+ * Created by the supervisor (sizes from the model), attached by the data-plane stages. Contents
+ * (offsets in the segment header):
+ *   offsets[0]  struct act_hdr           geometry, and the key of the step gpud is waiting on
+ *   offsets[1]  h      float [n_batch][n_embd]   residual after attention (gpud writes)
+ *   offsets[2]  mask   uint8 [n_batch][n_ff]     predicted-active neurons (predictord writes)
+ *   offsets[3]  ycold  float [n_batch][n_embd]   cpud's FFN share (cpud writes)
+ *   offsets[4]  gpu_idx uint8 [n_layer][n_ff]    1 = neuron computed by gpud ("hot"), 0 = cpud
+ *   offsets[5..9] rings of struct act_item: ACT_RING_PRED_IN (gpud→predictord),
+ *               ACT_RING_PRED_GPU (predictord→gpud), ACT_RING_PRED_CPU (predictord→cpud),
+ *               ACT_RING_GPU_CPU (gpud→cpud, used while predictord is down),
+ *               ACT_RING_CPU_GPU (cpud→gpud)
+ * The protocol (who writes what, when, and the memory orders) is in docs/ARCHITECTURE.md. */
 #ifndef PI_IPC_ACT_H
 #define PI_IPC_ACT_H
 
+#include <assert.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring.h"
 #include "shm.h"
+
+enum act_ring {
+    ACT_RING_PRED_IN = 0,
+    ACT_RING_PRED_GPU = 1,
+    ACT_RING_PRED_CPU = 2,
+    ACT_RING_GPU_CPU = 3,
+    ACT_RING_CPU_GPU = 4,
+    ACT_RING_COUNT = 5,
+};
+
+#define ACT_OFF_HDR 0
+#define ACT_OFF_H 1
+#define ACT_OFF_MASK 2
+#define ACT_OFF_YCOLD 3
+#define ACT_OFF_GPU_IDX 4
+#define ACT_OFF_RING0 5
+#define ACT_RING_SLOTS 64
+
+/* One step of one layer: what every message on the rings carries. Work is idempotent and keyed:
+ * a result whose (epoch, seq) is not the step gpud waits on is stale and dropped. */
+struct act_item {
+    uint64_t epoch;  /* gpud session (pi_ctl.epoch) that issued the step */
+    uint64_t seq;    /* step number within the session, strictly increasing */
+    uint64_t req_id; /* request the step belongs to */
+    int32_t pos;     /* position of the first token */
+    int32_t n_tok;   /* tokens in the step (1 in decode, up to n_batch in prefill) */
+    int32_t layer;
+    uint32_t flags;  /* ACT_ITEM_* */
+};
+#define ACT_ITEM_ALL_ACTIVE 1u /* no predictor mask: every neuron of the share is active */
+static_assert(sizeof(struct act_item) == 40, "act_item is on the wire between stages");
+
+struct act_hdr {
+    int32_t n_layer, n_embd, n_ff, n_batch;
+    float gpu_ffn_share;
+    uint32_t reserved;
+    /* The step gpud currently waits on: gpud stores seq with release after writing h and the
+     * item's other fields; predictord and cpud load it with acquire before computing, to skip
+     * work that is already stale (an optimisation: correctness comes from the keys). */
+    _Atomic uint64_t cur_epoch;
+    _Atomic uint64_t cur_seq;
+    /* Keys of the buffers' contents: each writer stores the seq with release after writing the
+     * buffer; a reader acquires it and compares with the item's seq before use. */
+    _Atomic uint64_t mask_seq;
+    _Atomic uint64_t ycold_seq;
+    /* cpud waits on two input rings: producers bump this doorbell (release) after committing and
+     * FUTEX_WAKE it when cpud_sleeping is set (see cpud/cpud.c for the lost-wakeup argument). */
+    _Atomic uint32_t cpud_bell;
+    _Atomic uint32_t cpud_sleeping;
+};
 
 struct act_params {
     int32_t n_layer, n_embd, n_ff;
-    int32_t n_batch; /* most tokens per pipeline step (prefill chunk) */
+    int32_t n_batch;     /* most tokens per pipeline step (prefill chunk) */
+    float gpu_ffn_share; /* fraction of each layer's neurons gpud computes (rounded to blocks of 32) */
 };
 
 /* Bytes of the act segment for these parameters (0 if invalid). */
 size_t act_seg_bytes(const struct act_params *p);
-/* Lay out a freshly created act segment (seg from shm_create with act_seg_bytes); the caller then
- * calls shm_publish. */
+/* Lay out a freshly created act segment (seg from shm_create(kind PI_SEG_KIND_ACT,
+ * act_seg_bytes)): header, buffers, gpu_idx split, rings. The caller then calls shm_publish. */
 int act_seg_init(struct shm_seg *seg, const struct act_params *p);
+
+/* Process-local view of an attached act segment. */
+struct act_view {
+    struct act_hdr *hdr;
+    float *h, *ycold;
+    uint8_t *mask, *gpu_idx;
+    struct ring rings[ACT_RING_COUNT];
+};
+int act_view_attach(struct act_view *v, struct shm_seg *seg);
+
+/* Ring doorbell for cpud: call after committing to ACT_RING_PRED_CPU or ACT_RING_GPU_CPU. */
+void act_ring_cpud_bell(struct act_hdr *h);
 
 #endif
