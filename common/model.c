@@ -187,14 +187,28 @@ static int bind_layer(const struct gguf_file *f, const struct pi_hparams *hp, in
 
 int model_load(struct pi_model **out, const char *path)
 {
+    struct gguf_file *f = NULL;
+    int rc = gguf_open(&f, path);
+    return rc ? rc : model_from_gguf(out, f);
+}
+
+int model_load_image(struct pi_model **out, const void *image, size_t size)
+{
+    struct gguf_file *f = NULL;
+    int rc = gguf_open_mem(&f, image, size);
+    return rc ? rc : model_from_gguf(out, f);
+}
+
+int model_from_gguf(struct pi_model **out, struct gguf_file *f)
+{
     struct pi_model *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        gguf_close(f);
         return pi_fail(PI_E_NOMEM, "model: out of memory");
+    }
     const char *arch = NULL;
-    int rc = gguf_open(&m->gguf, path);
-    if (rc)
-        goto fail;
-    const struct gguf_file *f = m->gguf;
+    int rc;
+    m->gguf = f;
     if ((rc = load_hparams(f, &m->hp, &arch)))
         goto fail;
     if ((rc = tok_new_from_gguf(&m->tok, f)))

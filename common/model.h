@@ -7,6 +7,7 @@
 #define PI_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ops.h"
@@ -59,6 +60,10 @@ struct pi_model {
 /* Load a model and its tokenizer. Unknown architecture, missing tensor, wrong shape → error naming
  * it. */
 int model_load(struct pi_model **out, const char *path);
+/* The same from a file image in memory (the pipeline's shared weights segment); not copied. */
+int model_load_image(struct pi_model **out, const void *image, size_t size);
+/* The same from an open GGUF, whose ownership passes to the model (closed on failure too). */
+int model_from_gguf(struct pi_model **out, struct gguf_file *f);
 void model_free(struct pi_model *m);
 
 const char *model_arch_name(enum pi_arch a);
