@@ -199,14 +199,8 @@ int fwd_ffn(struct pi_ctx *c, int layer, int32_t B)
     if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_gate, c->xn, c->gate, B)) ||
         (rc = ops_matmul(c->pool, &c->scratch, &l->ffn_up, c->xn, c->up, B)))
         return rc;
-    for (int64_t i = 0; i < (int64_t)B * F; i++) {
-        const float g = c->gate[i], u = c->up[i];
-        switch (hp->act) {
-        case PI_ACT_SWIGLU: c->gate[i] = g / (1.0f + expf(-g)) * u; break;
-        case PI_ACT_REGLU: c->gate[i] = g > 0.0f ? g * u : 0.0f; break;
-        case PI_ACT_DRELU: c->gate[i] = (g > 0.0f && u > 0.0f) ? g * u : 0.0f; break;
-        }
-    }
+    for (int64_t i = 0; i < (int64_t)B * F; i++)
+        c->gate[i] = model_glu(hp->act, c->gate[i], c->up[i]);
     if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_down, c->gate, c->proj, B)))
         return rc;
     for (int64_t i = 0; i < (int64_t)B * E; i++)

@@ -6,6 +6,7 @@
 #ifndef PI_MODEL_H
 #define PI_MODEL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,17 @@ enum pi_act {
     PI_ACT_REGLU = 2,  /* relu(g) * u */
     PI_ACT_DRELU = 3,  /* relu(g) * relu(u) */
 };
+
+/* The gated activation act(g, u) of one FFN neuron. */
+static inline float model_glu(enum pi_act a, float g, float u)
+{
+    switch (a) {
+    case PI_ACT_SWIGLU: return g / (1.0f + expf(-g)) * u;
+    case PI_ACT_REGLU: return g > 0.0f ? g * u : 0.0f;
+    case PI_ACT_DRELU: return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
+    }
+    return 0.0f;
+}
 
 struct pi_hparams {
     enum pi_arch arch;

@@ -1,0 +1,47 @@
+/* ffn_split.h — the FFN over a subset of its neurons.
+ *
+ *   y (B, n_embd) = Σ_{i ∈ S} act_i · down[:, i],   act_i = act(gate_i · n, up_i · n)
+ *
+ * where n (B, n_embd) is the FFN input already normed (ffn_norm(h)). Summing the results for
+ * disjoint subsets that cover all neurons gives the dense FFN. gpud computes its hot subset and
+ * cpud the cold one with this; S is given as runs of consecutive neurons so that gate and up rows
+ * are read contiguously and down rows are read only over the runs. A run boundary that falls
+ * inside a quantization block of the down weights costs exactness against the dense path (the
+ * activation block is then quantized with zeros in it), so splits are made in whole blocks. */
+#ifndef PI_FFN_SPLIT_H
+#define PI_FFN_SPLIT_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "ops.h"
+
+struct pi_pool;
+
+struct ffn_runs {
+    int32_t n;          /* runs in use */
+    int32_t cap;
+    int32_t (*run)[2];  /* [start neuron, length] */
+    int64_t n_neurons;  /* Σ lengths */
+};
+
+/* Runs of neurons i with sel[i] == want and (mask == NULL or any of the n_mask mask rows has
+ * mask[row * n_ff + i] != 0). */
+int ffn_runs_build(struct ffn_runs *r, const uint8_t *sel, uint8_t want, const uint8_t *mask, int32_t n_mask,
+                   int64_t n_ff);
+void ffn_runs_fini(struct ffn_runs *r);
+
+struct ffn_scratch {
+    struct ops_scratch xq;  /* n in gate/up's vec_dot_type */
+    struct ops_scratch aq;  /* activations in down's vec_dot_type */
+    float *act;             /* (B, n_ff) */
+    int64_t act_cap;
+};
+void ffn_scratch_fini(struct ffn_scratch *s);
+
+/* y = the FFN of layer `layer` over the neurons in runs, for B tokens (y is overwritten).
+ * *bytes (if not NULL) receives the weight bytes read. */
+int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
+                int32_t B, const struct ffn_runs *runs, float *y, uint64_t *bytes);
+
+#endif

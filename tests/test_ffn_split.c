@@ -1,0 +1,109 @@
+/* test_ffn_split — the FFN computed as the sum of partial FFNs over disjoint neuron subsets (gpud's
+ * hot share + cpud's cold share) equals the dense FFN: within 1e-5 for splits in whole blocks at
+ * every type, and for arbitrary splits at float types; masks restrict the neurons computed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ffn_split.h"
+#include "model.h"
+#include "ops.h"
+#include "pi_err.h"
+#include "quant.h"
+#include "threadpool.h"
+#include "testutil.h"
+
+#define B 3
+
+static double rel(const float *a, const float *b, int64_t n)
+{
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mr = fmax(mr, fabs((double)b[i]));
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static void dense_ffn(struct pi_pool *pool, const struct pi_model *m, int layer, const float *xn, float *y)
+{
+    const struct pi_layer *l = &m->layers[layer];
+    const int64_t F = m->hp.n_ff;
+    float *g = malloc((size_t)B * F * sizeof *g), *u = malloc((size_t)B * F * sizeof *u);
+    struct ops_scratch s = { 0 };
+    ops_matmul(pool, &s, &l->ffn_gate, xn, g, B);
+    ops_matmul(pool, &s, &l->ffn_up, xn, u, B);
+    for (int64_t i = 0; i < B * F; i++)
+        g[i] = model_glu(m->hp.act, g[i], u[i]);
+    ops_matmul(pool, &s, &l->ffn_down, g, y, B);
+    ops_scratch_fini(&s);
+    free(g);
+    free(u);
+}
+
+static void check_file(const char *path, bool exact_any_split)
+{
+    struct pi_model *m = NULL;
+    int rc = model_load(&m, path);
+    REQUIRE(rc == 0, "load %s: %s", path, pi_errmsg());
+    struct pi_pool *pool = NULL;
+    CHECK_OK(pool_new(&pool, 2));
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    float *xn = malloc((size_t)B * E * sizeof *xn), *yd = malloc((size_t)B * E * sizeof *yd),
+          *y1 = malloc((size_t)B * E * sizeof *y1), *y2 = malloc((size_t)B * E * sizeof *y2);
+    uint8_t *sel = malloc((size_t)F), *mask = malloc((size_t)B * F);
+    srand(3);
+    for (int64_t i = 0; i < B * E; i++)
+        xn[i] = (float)rand() / RAND_MAX * 2 - 1;
+    struct ffn_runs r0 = { 0 }, r1 = { 0 };
+    struct ffn_scratch s = { 0 };
+    for (int layer = 0; layer < m->hp.n_layer; layer += 2) {
+        dense_ffn(pool, m, layer, xn, yd);
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0: first half in blocks; 1: alternating blocks of 32; 2: random neurons */
+            if (variant == 2 && !exact_any_split)
+                continue;
+            for (int64_t i = 0; i < F; i++)
+                sel[i] = variant == 0 ? i < F / 2 : variant == 1 ? (i / 32) % 2 : rand() % 2;
+            CHECK_OK(ffn_runs_build(&r0, sel, 1, NULL, 0, F));
+            CHECK_OK(ffn_runs_build(&r1, sel, 0, NULL, 0, F));
+            CHECK(r0.n_neurons + r1.n_neurons == F, "runs cover %lld + %lld of %lld neurons",
+                  (long long)r0.n_neurons, (long long)r1.n_neurons, (long long)F);
+            uint64_t b0, b1;
+            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, y2, &b1));
+            for (int64_t i = 0; i < B * E; i++)
+                y1[i] += y2[i];
+            double d = rel(y1, yd, B * E);
+            CHECK(d < 1e-5, "%s layer %d split %d: hot+cold differs from dense by %.3g", path, layer, variant, d);
+            CHECK(b0 > 0 && b1 > 0, "bytes read must be counted");
+        }
+        /* a mask that activates nothing computes nothing */
+        memset(sel, 1, (size_t)F);
+        memset(mask, 0, (size_t)B * F);
+        CHECK_OK(ffn_runs_build(&r0, sel, 1, mask, B, F));
+        CHECK(r0.n == 0, "an empty mask must give no runs");
+        CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, y1, NULL));
+        CHECK(y1[0] == 0.0f && y1[B * E - 1] == 0.0f, "no neurons → zero output");
+        /* mask rows are OR-ed across the batch */
+        mask[5] = 1;
+        mask[(B - 1) * F + 100] = 1;
+        CHECK_OK(ffn_runs_build(&r0, sel, 1, mask, B, F));
+        CHECK(r0.n == 2 && r0.run[0][0] == 5 && r0.run[1][0] == 100 && r0.n_neurons == 2, "mask union runs");
+    }
+    ffn_runs_fini(&r0);
+    ffn_runs_fini(&r1);
+    ffn_scratch_fini(&s);
+    free(xn), free(yd), free(y1), free(y2), free(sel), free(mask);
+    pool_free(pool);
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        SKIP("usage: test_ffn_split F16.gguf [QUANT.gguf...]");
+    for (int a = 1; a < argc; a++)
+        check_file(argv[a], a == 1);
+    return tu_finish("ffn_split");
+}
