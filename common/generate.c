@@ -1,4 +1,4 @@
-/* generate.c — the prefill + decode loop. */
+/* generate.c — the prefill + decode loop, over any evaluator (in-process context or pipeline). */
 #include "generate.h"
 
 #include <stdlib.h>
@@ -15,10 +15,23 @@ double pi_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+static int ctx_evaluator(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits)
+{
+    return ctx_eval(self, toks, n, pos, logits, false);
+}
+
 int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params *gp, const int32_t *prompt,
             int32_t n_prompt, gen_token_fn cb, void *user, struct gen_stats *st)
 {
-    const int32_t V = m->hp.n_vocab, n_ctx = ctx_n_ctx(c);
+    const struct gen_eval ev = { .fn = ctx_evaluator, .self = c, .n_ctx = ctx_n_ctx(c) };
+    return gen_run_eval(&ev, m, gp, prompt, n_prompt, 0, cb, user, st);
+}
+
+int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const struct gen_params *gp,
+                 const int32_t *tokens, int32_t n_prompt, int32_t n_done, gen_token_fn cb, void *user,
+                 struct gen_stats *st)
+{
+    const int32_t V = m->hp.n_vocab, n_ctx = ev->n_ctx;
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     if (n_prompt <= 0)
@@ -26,8 +39,14 @@ int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params 
     if (n_prompt >= n_ctx)
         return pi_fail(PI_E_RANGE, "generate: the prompt has %d tokens but the context holds %d (raise -c)",
                        n_prompt, n_ctx);
-    const int32_t max_new = gp->n_predict < 0 ? n_ctx - n_prompt : gp->n_predict;
-    int32_t *hist = malloc(((size_t)n_prompt + (size_t)max_new + 1) * sizeof *hist);
+    const int32_t n_known = n_prompt + n_done;
+    int32_t max_new = gp->n_predict < 0 ? n_ctx - n_prompt : gp->n_predict;
+    max_new -= n_done;
+    if (max_new <= 0 || n_known >= n_ctx) {
+        st->hit_context_end = n_known >= n_ctx;
+        return 0;
+    }
+    int32_t *hist = malloc(((size_t)n_known + (size_t)max_new + 1) * sizeof *hist);
     float *logits = malloc((size_t)V * sizeof *logits);
     struct samp_state *ss = NULL;
     int rc = samp_new(&ss, V);
@@ -37,11 +56,13 @@ int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params 
     }
     if (rc)
         goto out;
-    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
-    size_t n_hist = (size_t)n_prompt;
+    memcpy(hist, tokens, (size_t)n_known * sizeof *hist);
+    size_t n_hist = (size_t)n_known;
 
+    /* The prompt and any tokens generated before (a replay) in one prefill: the logits of a token
+     * do not depend on how its predecessors were batched, so a replay continues exactly. */
     double t0 = pi_now_ms();
-    if ((rc = ctx_eval(c, prompt, n_prompt, 0, logits, false)))
+    if ((rc = ev->fn(ev->self, tokens, n_known, 0, logits)))
         goto out;
     st->prefill_ms = pi_now_ms() - t0;
 
@@ -60,11 +81,11 @@ int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params 
             break;
         if (i + 1 == max_new)
             break;
-        if (pos >= n_ctx) { /* the new token has no KV slot left */
+        if (pos >= n_ctx) { /* the new token would have no KV slot to be evaluated in */
             st->hit_context_end = true;
             break;
         }
-        if ((rc = ctx_eval(c, &id, 1, pos, logits, false)))
+        if ((rc = ev->fn(ev->self, &id, 1, pos, logits)))
             break;
     }
     st->decode_ms = pi_now_ms() - t0;

@@ -29,6 +29,23 @@ typedef int (*gen_token_fn)(void *user, int32_t id, const float *logits, int32_t
 int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params *gp, const int32_t *prompt,
             int32_t n_prompt, gen_token_fn cb, void *user, struct gen_stats *st);
 
+/* Any evaluator: logits (n_vocab) of the last of n tokens at positions pos..pos+n-1, whose
+ * predecessors are already in its cache. */
+typedef int (*gen_eval_fn)(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits);
+struct gen_eval {
+    gen_eval_fn fn;
+    void *self;
+    int32_t n_ctx;
+};
+
+/* gen_run over any evaluator, continuing a generation: tokens holds the prompt (n_prompt) followed
+ * by n_done tokens generated before (a replay after a restart); they are prefilled together and
+ * the next token is sampled at position n_prompt + n_done, so the result equals an uninterrupted
+ * run. n_predict counts the n_done tokens too. */
+int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const struct gen_params *gp,
+                 const int32_t *tokens, int32_t n_prompt, int32_t n_done, gen_token_fn cb, void *user,
+                 struct gen_stats *st);
+
 double pi_now_ms(void); /* monotonic clock */
 
 #endif
