@@ -52,6 +52,7 @@ struct act_item {
     uint32_t flags;  /* ACT_ITEM_* */
 };
 #define ACT_ITEM_ALL_ACTIVE 1u /* no predictor mask: every neuron of the share is active */
+#define ACT_ITEM_TO_CPUD 2u    /* on PRED_GPU: predictord also handed the step to cpud */
 static_assert(sizeof(struct act_item) == 40, "act_item is on the wire between stages");
 
 struct act_hdr {

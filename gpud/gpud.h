@@ -1,0 +1,43 @@
+/* gpud.h — the executor stage: embeddings, attention and KV cache, its share of the FFN, the merge
+ * with cpud's share, the output layer and sampling; it owns the sequence state and runs the
+ * requests queued in the control segment (CPU backend here; the CUDA backend implements the same
+ * per-layer steps). */
+#ifndef PI_GPUD_H
+#define PI_GPUD_H
+
+#include <stdint.h>
+
+#include "act.h"
+#include "ffn_split.h"
+#include "forward.h"
+#include "model.h"
+#include "stage.h"
+
+struct gpud {
+    struct stage_rt rt;
+    struct pi_model *m;
+    struct pi_ctx *ctx;
+    struct shm_seg act_seg;
+    struct act_view act;
+    uint64_t epoch;      /* this session's epoch */
+    uint64_t seq;        /* last step issued */
+    uint64_t req_id;     /* request being run */
+    struct pi_pool *pool;
+    struct ffn_scratch ffn;
+    struct ffn_runs hot, cold;
+    float *xn;           /* (n_batch, n_embd) ffn_norm of h */
+    float *y_hot;        /* (n_batch, n_embd) */
+    float *y_cold;       /* (n_batch, n_embd) cold share when gpud computes it itself */
+};
+
+int gpud_init(struct gpud *g, int argc, char **argv);
+/* Serve requests until a stop is requested. */
+int gpud_run(struct gpud *g);
+void gpud_fini(struct gpud *g);
+
+/* The pipelined evaluator (gen_eval_fn): the same result as ctx_eval, with the FFN split between
+ * gpud, cpud (its share) and predictord (masks), falling back to computing everything here when
+ * a stage is down. */
+int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits);
+
+#endif

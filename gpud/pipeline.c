@@ -1,0 +1,165 @@
+/* pipeline.c — gpud's evaluator: the forward pass with each layer's FFN split between gpud (hot
+ * neurons), cpud (cold neurons) and predictord (which neurons are active).
+ *
+ * One step per layer (docs/ARCHITECTURE.md, "Data plane"):
+ *   gpud: x += attn(x); h = x → act.h; item(epoch, seq, ...) → PRED_IN
+ *   predictord: mask(h) → act.mask; item → PRED_GPU, and → PRED_CPU when cpud is up
+ *   cpud:  ycold = FFN over cold ∧ mask → act.ycold; item → CPU_GPU
+ *   gpud:  yhot = FFN over hot ∧ mask; x = h + yhot + ycold
+ * A stage that is down is routed around: without predictord every neuron is active and gpud hands
+ * the step to cpud itself (GPU_CPU); without cpud gpud computes the cold share too. Messages from
+ * another epoch or step are stale and dropped. */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+#include "gpud.h"
+#include "pi_err.h"
+
+/* How long gpud waits on a ring before checking that the stage it waits for is still alive. */
+#define GPUD_WAIT_SLICE_MS 20
+
+static bool stage_alive(const struct pi_ctl *ctl, enum pi_stage s)
+{
+    /* acquire: pairs with the stage's release store of READY (stage_set_ready) */
+    if (atomic_load_explicit(&ctl->stages[s].state, memory_order_acquire) != PI_STAGE_READY)
+        return false;
+    const int32_t pid = atomic_load_explicit(&ctl->stages[s].pid, memory_order_relaxed);
+    /* a stage killed a moment ago is still READY until the supervisor reaps it */
+    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+static uint64_t now_ns(void) { return stage_now_ns(); }
+
+/* Wait for the message of step g->seq on ring r, dropping stale ones. Returns true when it came,
+ * false when the stage that should send it is down. */
+static bool wait_step(struct gpud *g, enum act_ring which, enum pi_stage sender, struct act_item *out)
+{
+    struct ring *r = &g->act.rings[which];
+    for (;;) {
+        const void *msg;
+        uint32_t len;
+        if (ring_peek(r, &msg, &len) == 0) {
+            struct act_item it;
+            memcpy(&it, msg, sizeof it < len ? sizeof it : len);
+            ring_release(r);
+            if (len == sizeof it && it.epoch == g->epoch && it.seq == g->seq) {
+                *out = it;
+                return true;
+            }
+            atomic_fetch_add_explicit(&g->rt.me->stale_dropped, 1, memory_order_relaxed);
+            continue;
+        }
+        if (ring_wait_readable(r, GPUD_WAIT_SLICE_MS) == -ETIMEDOUT && !stage_alive(g->rt.ctl, sender))
+            return false;
+    }
+}
+
+static int push_item(struct ring *r, const struct act_item *it)
+{
+    return ring_push(r, it, sizeof *it, 0); /* never block: a full ring means the consumer is stuck */
+}
+
+static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
+{
+    const struct pi_model *m = g->m;
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    struct act_view *a = &g->act;
+    struct pi_ctl *ctl = g->rt.ctl;
+    float *x = fwd_x(g->ctx);
+    const uint64_t t_start = now_ns();
+    uint64_t wait_ns = 0, bytes = 0, bytes_cold = 0;
+    int rc;
+
+    struct act_item it = { .epoch = g->epoch, .seq = ++g->seq, .req_id = g->req_id, .pos = pos, .n_tok = B,
+                           .layer = layer };
+    memcpy(a->h, x, (size_t)B * E * sizeof *x);
+    /* release: h is written before any stage can see this step as current */
+    atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
+
+    bool pred = stage_alive(ctl, PI_STAGE_PREDICTORD) && push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
+    bool cpu_sent = false;
+    const bool cpu_up = stage_alive(ctl, PI_STAGE_CPUD);
+    if (!pred && cpu_up) {
+        struct act_item ci = it;
+        ci.flags = ACT_ITEM_ALL_ACTIVE;
+        cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
+        if (cpu_sent)
+            act_ring_cpud_bell(a->hdr);
+    }
+    for (int32_t b = 0; b < B; b++)
+        ops_rmsnorm(g->xn + b * E, x + b * E, m->layers[layer].ffn_norm.data, E, m->hp.norm_eps);
+
+    const uint8_t *mask = NULL; /* NULL: all active */
+    if (pred) {
+        struct act_item got;
+        uint64_t w0 = now_ns();
+        pred = wait_step(g, ACT_RING_PRED_GPU, PI_STAGE_PREDICTORD, &got);
+        wait_ns += now_ns() - w0;
+        if (pred) {
+            cpu_sent = (got.flags & ACT_ITEM_TO_CPUD) != 0;
+            /* acquire: pairs with predictord's release of mask_seq after writing the mask */
+            if (atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == g->seq)
+                mask = a->mask;
+        }
+        if (!cpu_sent && stage_alive(ctl, PI_STAGE_CPUD)) {
+            struct act_item ci = it;
+            ci.flags = mask ? 0 : ACT_ITEM_ALL_ACTIVE;
+            cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
+            if (cpu_sent)
+                act_ring_cpud_bell(a->hdr);
+        }
+    }
+
+    const uint8_t *sel = a->gpu_idx + (size_t)layer * F;
+    if ((rc = ffn_runs_build(&g->hot, sel, 1, mask, B, F)) ||
+        (rc = ffn_partial(g->pool, &g->ffn, m, layer, g->xn, B, &g->hot, g->y_hot, &bytes)))
+        return rc;
+
+    const float *ycold = NULL;
+    if (cpu_sent) {
+        struct act_item got;
+        uint64_t w0 = now_ns();
+        bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
+        wait_ns += now_ns() - w0;
+        /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
+        if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
+            ycold = a->ycold;
+    }
+    if (!ycold) { /* cpud is down: compute its share here, exact and slower */
+        if ((rc = ffn_runs_build(&g->cold, sel, 0, mask, B, F)) ||
+            (rc = ffn_partial(g->pool, &g->ffn, m, layer, g->xn, B, &g->cold, g->y_cold, &bytes_cold)))
+            return rc;
+        ycold = g->y_cold;
+        if (g->cold.n_neurons)
+            atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
+    }
+    for (int64_t i = 0; i < (int64_t)B * E; i++)
+        x[i] += g->y_hot[i] + ycold[i];
+    const uint64_t total = now_ns() - t_start;
+    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, bytes + bytes_cold);
+    return 0;
+}
+
+int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits)
+{
+    struct gpud *g = self;
+    const int32_t nb = g->act.hdr->n_batch;
+    if (pos < 0 || (int64_t)pos + n > ctx_n_ctx(g->ctx))
+        return pi_fail(PI_E_RANGE, "gpud: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1,
+                       ctx_n_ctx(g->ctx));
+    for (int32_t done = 0; done < n; done += nb) {
+        const int32_t B = n - done < nb ? n - done : nb;
+        int rc = fwd_embed(g->ctx, toks + done, B);
+        for (int il = 0; !rc && il < g->m->hp.n_layer; il++) {
+            rc = fwd_attn(g->ctx, il, B, pos + done);
+            if (!rc)
+                rc = ffn_step(g, il, B, pos + done);
+        }
+        if (!rc && done + B == n)
+            rc = fwd_output(g->ctx, B, logits, false);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
