@@ -183,7 +183,7 @@ static void set_method(const struct loader_progress *prog, char *buf, size_t cap
         snprintf(prog->method, prog->method_cap, "%s", buf);
 }
 
-enum loader_force { FORCE_NONE, FORCE_BUFFERED, FORCE_PREAD };
+enum loader_force { FORCE_NONE, FORCE_BUFFERED, FORCE_PREAD, FORCE_DIRECT_EINVAL };
 
 static int read_hooks(enum loader_force *force, uint64_t *fail_at)
 {
@@ -194,8 +194,11 @@ static int read_hooks(enum loader_force *force, uint64_t *fail_at)
             *force = FORCE_BUFFERED;
         else if (!strcmp(f, "pread"))
             *force = FORCE_PREAD;
+        else if (!strcmp(f, "direct_einval"))
+            *force = FORCE_DIRECT_EINVAL;
         else
-            return pi_fail(PI_E_INVAL, "%s='%s': expected 'buffered' or 'pread'", LOADER_ENV_FORCE, f);
+            return pi_fail(PI_E_INVAL, "%s='%s': expected 'buffered', 'pread' or 'direct_einval'", LOADER_ENV_FORCE,
+                           f);
     }
     const char *n = getenv(LOADER_ENV_FAIL_READ);
     *fail_at = n && *n ? strtoull(n, NULL, 10) : 0;
@@ -256,10 +259,16 @@ static int read_image(const struct loader_weights *w, const char *path, int fd, 
             set_method(prog, method, method_cap, "io_uring O_DIRECT%s", "");
             fprintf(stderr, "loaderd: reading '%s' with %s\n", path, method);
             o.direct = true;
-            rc = uring_read(&r, dfd, w->image, size, &o);
+            struct uring_read_opts od = o;
+            if (force == FORCE_DIRECT_EINVAL) {
+                od.fail_at_read = 1;
+                od.fail_errno = EINVAL;
+            }
+            rc = uring_read(&r, dfd, w->image, size, &od);
             if (rc != -EINVAL)
                 goto out;
             /* refused before any byte arrived (uring.h): read the whole file buffered instead */
+            fprintf(stderr, "loaderd: %s\n", pi_errmsg());
             o.direct = false;
             atomic_store_explicit(done, 0, memory_order_relaxed);
         }

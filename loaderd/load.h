@@ -24,7 +24,9 @@
 
 #define LOADER_SEG_WEIGHTS "weights"          /* segment name of the weights (ipc/pipeline_layout.h) */
 #define LOADER_NAME_MAX 63                    /* longest tensor name the directory holds (+ NUL) */
-#define LOADER_ENV_FORCE "PINFER_LOADER_FORCE"  /* test hook: "buffered" or "pread" */
+/* Test hook: "buffered" or "pread" force that method; "direct_einval" makes the first O_DIRECT read
+ * fail with EINVAL, as on a file system that refuses O_DIRECT only when reading. */
+#define LOADER_ENV_FORCE "PINFER_LOADER_FORCE"
 #define LOADER_ENV_FAIL_READ "PINFER_LOADER_FAIL_READ" /* test hook: the Nth read fails with EIO */
 #define LOADER_METHOD_CAP 64                  /* == sizeof(pi_ctl.load_method) */
 

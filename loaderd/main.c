@@ -5,11 +5,9 @@
 #include "pi_err.h"
 #include "stage.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <time.h>
 
-#define LOADERD_ATTACH_POLL_MS 10   /* retry period while the supervisor has not published weights */
 #define LOADERD_IDLE_MS STAGE_HEARTBEAT_MS /* how quickly an idle loaderd notices a stop */
 
 static void sleep_ms(long ms)
@@ -19,29 +17,6 @@ static void sleep_ms(long ms)
 }
 
 static bool load_cancel(void *arg) { return stage_should_stop(arg); }
-
-/* Attach the weights segment writable. Not stage_attach_weights: that waits for READY, which is
- * ours to set. The supervisor creates and publishes the segment before it spawns us, but wait a
- * little in case it is still publishing. */
-static int attach_weights(struct stage_rt *rt, struct loader_weights *w)
-{
-    uint64_t deadline = stage_now_ns() + (uint64_t)STAGE_ATTACH_TIMEOUT_MS * 1000000u;
-    int rc;
-    while ((rc = shm_attach(&rt->weights_seg, rt->instance, LOADER_SEG_WEIGHTS, PI_SEG_KIND_WEIGHTS, 0)) == -EAGAIN ||
-           rc == -ENOENT) {
-        if (stage_now_ns() > deadline || stage_should_stop(rt))
-            return rc;
-        sleep_ms(LOADERD_ATTACH_POLL_MS);
-    }
-    if (rc)
-        return rc;
-    if ((rc = loader_weights_view(&rt->weights_seg, w)) != 0)
-        return rc;
-    rt->winfo = w->info;
-    rt->image = w->image;
-    rt->image_size = w->info->file_size;
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -53,7 +28,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "loaderd: %s: %s\n", pi_strerror(rc), pi_errmsg());
         return 1;
     }
-    if ((rc = attach_weights(&rt, &w)) != 0)
+    /* writable: returns without waiting for READY, which is ours to set */
+    const char *what = "attach weights";
+    if ((rc = stage_attach_weights(&rt, true, STAGE_ATTACH_TIMEOUT_MS)) != 0 ||
+        (rc = loader_weights_view(&rt.weights_seg, &w)) != 0)
         goto fail;
     struct loader_progress prog = {
         .done_bytes = &rt.ctl->load_done_bytes,
@@ -64,19 +42,19 @@ int main(int argc, char **argv)
         .cancel = load_cancel,
         .cancel_arg = &rt,
     };
+    what = "load model";
     if ((rc = loader_load(&w, rt.ctl->model_path, &prog, &outcome)) != 0)
         goto fail;
+    rt.image = w.image;
+    rt.image_size = w.info->file_size;
     stage_set_ready(&rt);
     while (!stage_should_stop(&rt))
         sleep_ms(LOADERD_IDLE_MS);
-    shm_detach(&rt.weights_seg);
     stage_fini(&rt);
     return 0;
 
 fail:
-    fprintf(stderr, "loaderd: %s: %s\n", pi_strerror(rc), pi_errmsg());
-    stage_fail(&rt, rc, pi_errmsg());
-    shm_detach(&rt.weights_seg);
+    stage_fail(&rt, rc, what);
     stage_fini(&rt);
     return 1;
 }

@@ -83,7 +83,7 @@ static bool job_complete(struct uring_job *j, struct uring_slot *s, int res)
     const struct uring_read_opts *o = j->o;
     j->completions++;
     if (o->fail_at_read && j->completions == o->fail_at_read)
-        res = -EIO; /* injected fault (tests) */
+        res = -(o->fail_errno ? o->fail_errno : EIO); /* injected fault (tests) */
     if (j->err) {
         s->busy = false;
         return false;
@@ -205,7 +205,7 @@ int uring_pread_file(int fd, void *dst, uint64_t size, const struct uring_read_o
         ssize_t got = pread(fd, d + off, len, (off_t)off);
         if (o->fail_at_read && ++n == o->fail_at_read) {
             got = -1;
-            errno = EIO; /* injected fault (tests) */
+            errno = o->fail_errno ? o->fail_errno : EIO; /* injected fault (tests) */
         }
         if (got < 0 && errno == EINTR)
             continue;

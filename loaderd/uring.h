@@ -38,7 +38,8 @@ struct uring_read_opts {
     void *progress_arg;
     uring_cancel_fn cancel;    /* may be NULL */
     void *cancel_arg;
-    uint64_t fail_at_read;     /* test hook: the Nth completion (1-based) reports -EIO; 0 = never */
+    uint64_t fail_at_read;     /* test hook: the Nth completion (1-based) fails; 0 = never */
+    int fail_errno;            /* ... with this errno (0: EIO) */
 };
 
 struct uring_stats {
