@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataplane.h"
 #include "futex.h"
 #include "generate.h"
 #include "pi_err.h"
@@ -26,17 +27,9 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     if (rc)
         return rc;
     struct pi_ctl *ctl = g->rt.ctl;
-    if ((rc = stage_attach_weights(&g->rt, false, -1)))
-        return rc;
-    if ((rc = model_load_image(&g->m, g->rt.image, g->rt.image_size)))
-        return rc;
-    if ((rc = shm_attach(&g->act_seg, g->rt.instance, "act", PI_SEG_KIND_ACT, 0)) ||
-        (rc = act_view_attach(&g->act, &g->act_seg)))
+    if ((rc = dataplane_open(&g->rt, &g->m, &g->act_seg, &g->act)))
         return rc;
     const struct act_hdr *ah = g->act.hdr;
-    if (ah->n_layer != g->m->hp.n_layer || ah->n_embd != g->m->hp.n_embd || ah->n_ff != g->m->hp.n_ff)
-        return pi_fail(PI_E_FORMAT, "gpud: act segment is for %d layers x %d x %d, the model has %d x %d x %d",
-                       ah->n_layer, ah->n_embd, ah->n_ff, g->m->hp.n_layer, g->m->hp.n_embd, g->m->hp.n_ff);
     const int32_t nt = ctl->n_threads > 0 ? ctl->n_threads : 1;
     struct pi_ctx_params cp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
     if ((rc = ctx_new(&g->ctx, g->m, &cp)) || (rc = pool_new(&g->pool, nt)))

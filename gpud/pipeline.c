@@ -10,24 +10,14 @@
  * the step to cpud itself (GPU_CPU); without cpud gpud computes the cold share too. Messages from
  * another epoch or step are stale and dropped. */
 #include <errno.h>
-#include <signal.h>
 #include <string.h>
 
+#include "dataplane.h"
 #include "gpud.h"
 #include "pi_err.h"
 
 /* How long gpud waits on a ring before checking that the stage it waits for is still alive. */
 #define GPUD_WAIT_SLICE_MS 20
-
-static bool stage_alive(const struct pi_ctl *ctl, enum pi_stage s)
-{
-    /* acquire: pairs with the stage's release store of READY (stage_set_ready) */
-    if (atomic_load_explicit(&ctl->stages[s].state, memory_order_acquire) != PI_STAGE_READY)
-        return false;
-    const int32_t pid = atomic_load_explicit(&ctl->stages[s].pid, memory_order_relaxed);
-    /* a stage killed a moment ago is still READY until the supervisor reaps it */
-    return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-}
 
 static uint64_t now_ns(void) { return stage_now_ns(); }
 
@@ -50,7 +40,7 @@ static bool wait_step(struct gpud *g, enum act_ring which, enum pi_stage sender,
             atomic_fetch_add_explicit(&g->rt.me->stale_dropped, 1, memory_order_relaxed);
             continue;
         }
-        if (ring_wait_readable(r, GPUD_WAIT_SLICE_MS) == -ETIMEDOUT && !stage_alive(g->rt.ctl, sender))
+        if (ring_wait_readable(r, GPUD_WAIT_SLICE_MS) == -ETIMEDOUT && !dataplane_stage_alive(g->rt.ctl, sender))
             return false;
     }
 }
@@ -77,9 +67,9 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     /* release: h is written before any stage can see this step as current */
     atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
 
-    bool pred = stage_alive(ctl, PI_STAGE_PREDICTORD) && push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
+    bool pred = dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) && push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
     bool cpu_sent = false;
-    const bool cpu_up = stage_alive(ctl, PI_STAGE_CPUD);
+    const bool cpu_up = dataplane_stage_alive(ctl, PI_STAGE_CPUD);
     if (!pred && cpu_up) {
         struct act_item ci = it;
         ci.flags = ACT_ITEM_ALL_ACTIVE;
@@ -102,7 +92,7 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
             if (atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == g->seq)
                 mask = a->mask;
         }
-        if (!cpu_sent && stage_alive(ctl, PI_STAGE_CPUD)) {
+        if (!cpu_sent && dataplane_stage_alive(ctl, PI_STAGE_CPUD)) {
             struct act_item ci = it;
             ci.flags = mask ? 0 : ACT_ITEM_ALL_ACTIVE;
             cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;

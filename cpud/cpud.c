@@ -1,0 +1,149 @@
+/* cpud.c — wait for a step on either input ring (from predictord, or from gpud while predictord is
+ * down), compute the cold share, publish it.
+ *
+ * Waiting on two rings: cpud sleeps on the act header's doorbell, which both producers bump after
+ * committing (act_ring_cpud_bell). No wake-up is lost: cpud reads the bell, sets cpud_sleeping
+ * (seq_cst), re-checks both rings, then FUTEX_WAITs on the bell value it read; a producer commits,
+ * bumps the bell (seq_cst), then reads cpud_sleeping (seq_cst). In the single total order of these
+ * seq_cst operations either cpud's re-check comes after the commit (and sees the message) or the
+ * producer's read comes after the flag (and wakes; the bell differs from the value cpud read, so
+ * the wait returns at once even if the wake came first). */
+#include "cpud.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataplane.h"
+#include "futex.h"
+#include "pi_err.h"
+#include "threadpool.h"
+
+#define CPUD_SPIN_POLLS 4000   /* polls of both rings before sleeping (each yields the core) */
+#define CPUD_SLEEP_MS 100      /* bounded sleep, to notice a stop request */
+
+int cpud_init(struct cpud *c, int argc, char **argv)
+{
+    memset(c, 0, sizeof *c);
+    c->act_seg.fd = -1;
+    int rc = stage_init(&c->rt, PI_STAGE_CPUD, argc, argv);
+    if (rc || (rc = dataplane_open(&c->rt, &c->m, &c->act_seg, &c->act)))
+        return rc;
+    const int32_t nt = c->rt.ctl->n_threads > 0 ? c->rt.ctl->n_threads : 1;
+    if ((rc = pool_new(&c->pool, nt)))
+        return rc;
+    c->xn = malloc((size_t)c->act.hdr->n_batch * c->act.hdr->n_embd * sizeof(float));
+    if (!c->xn)
+        return pi_fail(PI_E_NOMEM, "cpud: out of memory");
+    stage_set_ready(&c->rt);
+    fprintf(stderr, "cpud: %d worker threads\n", nt);
+    return 0;
+}
+
+void cpud_fini(struct cpud *c)
+{
+    free(c->xn);
+    ffn_runs_fini(&c->cold);
+    ffn_scratch_fini(&c->ffn);
+    pool_free(c->pool);
+    model_free(c->m);
+    shm_detach(&c->act_seg);
+    stage_fini(&c->rt);
+}
+
+/* The step is still the one gpud waits on, and not one we already answered. */
+static bool current(struct cpud *c, const struct act_item *it)
+{
+    const struct act_hdr *h = c->act.hdr;
+    /* acquire: pairs with gpud's release of cur_seq after writing h */
+    const uint64_t seq = atomic_load_explicit(&h->cur_seq, memory_order_acquire);
+    const uint64_t epoch = atomic_load_explicit(&h->cur_epoch, memory_order_relaxed);
+    if (it->epoch != epoch || it->seq != seq)
+        return false;
+    return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
+}
+
+static int do_step(struct cpud *c, const struct act_item *it)
+{
+    const struct pi_model *m = c->m;
+    struct act_view *a = &c->act;
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    const uint64_t t0 = stage_now_ns();
+    if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
+        return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
+    const int32_t B = it->n_tok;
+    for (int32_t b = 0; b < B; b++)
+        ops_rmsnorm(c->xn + b * E, a->h + b * E, m->layers[it->layer].ffn_norm.data, E, m->hp.norm_eps);
+    const uint8_t *mask = NULL;
+    /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
+     * (computing every neuron instead is always exact) */
+    if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
+        mask = a->mask;
+    uint64_t bytes = 0;
+    int rc;
+    if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)) ||
+        (rc = ffn_partial(c->pool, &c->ffn, m, it->layer, c->xn, B, &c->cold, a->ycold, &bytes)))
+        return rc;
+    /* release: ycold is written before gpud can see it as this step's */
+    atomic_store_explicit(&a->hdr->ycold_seq, it->seq, memory_order_release);
+    int prc = ring_push(&a->rings[ACT_RING_CPU_GPU], it, sizeof *it, 1000);
+    if (prc)
+        fprintf(stderr, "cpud: result ring to gpud is full (%s); gpud will compute the step itself\n",
+                pi_strerror(prc));
+    c->last_epoch = it->epoch;
+    c->last_seq = it->seq;
+    stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
+    return 0;
+}
+
+/* Take one message from ring r if there is one: 1 handled, 0 empty. The input slot is released only
+ * after the result is published, so a cpud killed mid-step redoes it after its restart. */
+static int poll_ring(struct cpud *c, struct ring *r)
+{
+    const void *msg;
+    uint32_t len;
+    int rc = ring_peek(r, &msg, &len);
+    if (rc == -EAGAIN)
+        return 0;
+    if (rc == 0 && len == sizeof(struct act_item)) {
+        struct act_item it;
+        memcpy(&it, msg, sizeof it);
+        if (current(c, &it)) {
+            if ((rc = do_step(c, &it)))
+                stage_fail(&c->rt, rc, "step");
+        } else {
+            atomic_fetch_add_explicit(&c->rt.me->stale_dropped, 1, memory_order_relaxed);
+        }
+    }
+    ring_release(r);
+    return 1;
+}
+
+int cpud_run(struct cpud *c)
+{
+    struct act_hdr *h = c->act.hdr;
+    struct ring *pred = &c->act.rings[ACT_RING_PRED_CPU], *gpu = &c->act.rings[ACT_RING_GPU_CPU];
+    int idle = 0;
+    while (!stage_should_stop(&c->rt)) {
+        if (poll_ring(c, pred) + poll_ring(c, gpu)) {
+            idle = 0;
+            continue;
+        }
+        if (++idle < CPUD_SPIN_POLLS) {
+            sched_yield(); /* 2 cores: let the producer run */
+            continue;
+        }
+        const uint32_t bell = atomic_load_explicit(&h->cpud_bell, memory_order_seq_cst);
+        atomic_store_explicit(&h->cpud_sleeping, 1, memory_order_seq_cst);
+        if (ring_count(pred) == 0 && ring_count(gpu) == 0) {
+            const uint64_t w0 = stage_now_ns();
+            pi_futex_wait(&h->cpud_bell, bell, CPUD_SLEEP_MS);
+            atomic_fetch_add_explicit(&c->rt.me->wait_ns, stage_now_ns() - w0, memory_order_relaxed);
+        }
+        atomic_store_explicit(&h->cpud_sleeping, 0, memory_order_relaxed);
+        idle = 0;
+    }
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* cpud.h — the CPU worker stage: computes the FFN neurons assigned to the CPU (gpu_idx = 0) that
+ * are active for each step, with a pool of -t threads, and hands the partial result to gpud. */
+#ifndef PI_CPUD_H
+#define PI_CPUD_H
+
+#include "act.h"
+#include "ffn_split.h"
+#include "model.h"
+#include "stage.h"
+
+struct cpud {
+    struct stage_rt rt;
+    struct pi_model *m;
+    struct shm_seg act_seg;
+    struct act_view act;
+    struct pi_pool *pool;
+    struct ffn_scratch ffn;
+    struct ffn_runs cold;
+    float *xn;             /* (n_batch, n_embd) */
+    uint64_t last_epoch, last_seq; /* last step done: a duplicate of it (from the other ring) is skipped */
+};
+
+int cpud_init(struct cpud *c, int argc, char **argv);
+int cpud_run(struct cpud *c);
+void cpud_fini(struct cpud *c);
+
+#endif

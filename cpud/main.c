@@ -1,0 +1,21 @@
+/* cpud — the CPU worker stage (see cpud.h). main only builds the context and runs the loop. */
+#include <stdio.h>
+
+#include "cpud.h"
+#include "pi_err.h"
+
+int main(int argc, char **argv)
+{
+    struct cpud c;
+    int rc = cpud_init(&c, argc, argv);
+    if (!rc)
+        rc = cpud_run(&c);
+    if (rc) {
+        if (c.rt.me)
+            stage_fail(&c.rt, rc, "cpud");
+        else
+            fprintf(stderr, "cpud: %s: %s\n", pi_strerror(rc), pi_errmsg());
+    }
+    cpud_fini(&c);
+    return rc ? 1 : 0;
+}
