@@ -27,7 +27,16 @@ struct pi_ctx {
     float *scores;  /* (n_threads, n_ctx) attention weights per worker */
     float *k_cache; /* (n_layer, n_ctx, n_head_kv * head_dim) */
     float *v_cache; /* (n_layer, n_ctx, n_head_kv * head_dim) */
+    fwd_ffn_hook hook;
+    void *hook_user;
+    int32_t hook_pos; /* position of the batch being evaluated, for the hook */
 };
+
+void ctx_set_ffn_hook(struct pi_ctx *c, fwd_ffn_hook fn, void *user)
+{
+    c->hook = fn;
+    c->hook_user = user;
+}
 
 int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
 float *fwd_x(struct pi_ctx *c) { return c->x; }
@@ -201,6 +210,8 @@ int fwd_ffn(struct pi_ctx *c, int layer, int32_t B)
         return rc;
     for (int64_t i = 0; i < (int64_t)B * F; i++)
         c->gate[i] = model_glu(hp->act, c->gate[i], c->up[i]);
+    if (c->hook)
+        c->hook(c->hook_user, layer, B, c->hook_pos, c->x, c->gate);
     if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_down, c->gate, c->proj, B)))
         return rc;
     for (int64_t i = 0; i < (int64_t)B * E; i++)
@@ -229,6 +240,7 @@ int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, fl
     for (int32_t done = 0; done < n; done += c->n_batch) {
         const int32_t B = n - done < c->n_batch ? n - done : c->n_batch;
         const bool last = done + B == n;
+        c->hook_pos = pos + done;
         int rc = fwd_embed(c, tokens + done, B);
         for (int il = 0; !rc && il < hp->n_layer; il++) {
             rc = fwd_attn(c, il, B, pos + done);

@@ -19,6 +19,11 @@ struct pi_ctx_params {
     int32_t n_threads; /* >= 1 */
 };
 
+/* Called in every layer's FFN with its input h (B, n_embd) before ffn_norm and the activations
+ * act (B, n_ff) of all neurons (dense path): what `pictl calibrate` records. */
+typedef void (*fwd_ffn_hook)(void *user, int layer, int32_t B, int32_t pos, const float *h, const float *act);
+void ctx_set_ffn_hook(struct pi_ctx *c, fwd_ffn_hook fn, void *user);
+
 int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p);
 void ctx_free(struct pi_ctx *c);
 int32_t ctx_n_ctx(const struct pi_ctx *c);

@@ -52,12 +52,22 @@ struct pi_hparams {
     float rope_theta;
     float norm_eps;
     bool tied_output;  /* output = token_embd */
+    bool powerinfer;   /* a PWRI file: ffn_down_t, predictors */
+    float sparse_threshold; /* powerinfer.sparse_threshold (default 0) */
 };
 
 struct pi_layer {
     struct pi_tensor attn_norm, wq, wk, wv, wo;
     struct pi_tensor bq, bk, bv; /* data NULL when absent */
-    struct pi_tensor ffn_norm, ffn_gate, ffn_up, ffn_down;
+    struct pi_tensor ffn_norm, ffn_gate, ffn_up;
+    struct pi_tensor ffn_down;   /* [n_ff, n_embd]: row e = output e (absent in PowerInfer files) */
+    /* PowerInfer (PWRI) files: the down projection transposed, ne {n_embd, n_ff}: row i is neuron
+     * i's output column, so a sparse FFN reads only the rows of active neurons (AXPY). */
+    struct pi_tensor ffn_down_t;
+    /* The activation predictor: mask = fc2 · relu(fc1 · h) >= sparse_threshold, h the FFN input
+     * before ffn_norm. fc1 ne {n_embd, r}, fc2 ne {r, n_ff}. data NULL in dense files. */
+    struct pi_tensor fc1, fc2;
+    const float *act_freq;       /* pinfer calibration: per-neuron activation frequency (n_ff), or NULL */
 };
 
 struct pi_model {
