@@ -147,6 +147,16 @@ struct pi_trace {
     struct pi_trace_event ev[PI_TRACE_EVENTS];
 };
 
+/* Predictor audit (--audit-rate): for a sampled fraction of tokens predictord also computes every
+ * neuron's gate and counts the neurons that fired but were not predicted (false negatives).
+ * Relaxed atomic adds by predictord, relaxed loads by pictl status/profile. */
+struct pi_audit_row {
+    _Atomic uint64_t tokens;     /* audited token-layer evaluations */
+    _Atomic uint64_t fired;      /* neurons that were actually active */
+    _Atomic uint64_t predicted;  /* neurons predicted active */
+    _Atomic uint64_t missed;     /* fired but not predicted: recall = 1 - missed / fired */
+};
+
 struct pi_ctl {
     char instance[PI_INSTANCE_MAX];
     char model_path[PI_PATH_MAX];
@@ -169,6 +179,9 @@ struct pi_ctl {
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];
+    float audit_rate;                /* supervisor (--audit-rate): fraction of tokens audited */
+    uint32_t reserved2;
+    struct pi_audit_row audit[PI_MAX_LAYERS];
 };
 
 enum pi_weights_state {
