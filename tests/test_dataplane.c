@@ -190,6 +190,9 @@ static int run_request(const int32_t *prompt, int32_t n_prompt, int32_t n_gen, i
         }
         sleep_ms(1);
     }
+    if (kill_stage < 0)
+        printf("pipeline: prefill %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", r->prefill_ns / 1e6,
+               (int)atomic_load(&r->n_gen), r->decode_ns / 1e6, atomic_load(&r->n_gen) * 1e9 / (double)r->decode_ns);
     CHECK(killed, "the stage was never killed (state %u, n_gen %u)", st, atomic_load(&r->n_gen));
     CHECK(st == PI_REQ_DONE, "request ended in state %u: %s", st, r->errmsg);
     const int32_t n = (int32_t)atomic_load(&r->n_gen);
@@ -244,6 +247,8 @@ int main(int argc, char **argv)
     struct gen_stats st;
     CHECK_OK(gen_run(c, m, &gp, prompt, (int32_t)n_prompt, on_token, &ref, &st));
     REQUIRE(ref.n == N_GEN, "reference generated %d tokens", ref.n);
+    printf("in-process (1 thread): prefill %.1f ms, decode %d tokens in %.1f ms (%.1f tok/s)\n", st.prefill_ms, st.n_gen,
+           st.decode_ms, st.n_gen * 1e3 / st.decode_ms);
     ctx_free(c);
 
     setup(model);
