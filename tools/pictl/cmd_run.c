@@ -61,6 +61,11 @@ int cmd_run(int argc, char **argv)
     int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
     if (rc)
         return rc > 0 ? 0 : 2;
+    if (!o.inproc) {
+        int code = run_pipeline(&o);
+        run_opts_fini(&o);
+        return code;
+    }
 
     struct pi_model *m = NULL;
     struct pi_ctx *c = NULL;

@@ -16,6 +16,13 @@ static const struct subcommand commands[] = {
     { "run", cmd_run, "run -m MODEL -p PROMPT [-n N] [sampling flags]   generate a completion" },
     { "tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT                     print token ids" },
     { "perplexity", cmd_perplexity, "perplexity -m MODEL -f TEXTFILE [-c CTX]   perplexity of a text" },
+    { "start", cmd_start, "start -m MODEL [--name N] [-t T] [-c CTX]       start an instance (daemon)" },
+    { "generate", cmd_generate, "generate -p PROMPT [--name N] [-n N] [...]   a completion from an instance" },
+    { "status", cmd_status, "status [--name N] [--json]                    state of an instance" },
+    { "stop", cmd_stop, "stop [--name N]                               stop an instance" },
+    { "restart", cmd_restart, "restart STAGE [--name N]                      restart one stage" },
+    { "logs", cmd_logs, "logs STAGE [--name N] [-f]                    a stage's log" },
+    { "profile", cmd_profile, "profile [--name N] [--json] [--trace FILE]    per-stage, per-layer timings" },
     { "convert", convert_main, "convert HF_DIR -o OUT.gguf [--type T]         Hugging Face model -> GGUF" },
 };
 

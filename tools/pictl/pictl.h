@@ -3,11 +3,54 @@
 #ifndef PI_PICTL_H
 #define PI_PICTL_H
 
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct run_opts;
+
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
+/* The control plane (instance.h describes an instance, supervisor.h the daemon). */
+int cmd_start(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_restart(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+
 /* Print "pictl CMD: <what>: <pi_strerror>: <detail>" to stderr; returns exit code 1. */
 int pictl_error(const char *cmd, const char *what, int rc);
+
+struct start_opts {
+    const char *name, *model;
+    int32_t n_threads, n_ctx;
+    float gpu_ffn_share;
+    bool foreground;
+    bool quiet;      /* no summary line (pictl run) */
+    pid_t owner_pid; /* > 0: the instance stops when this process is gone */
+};
+/* Start an instance and wait until it serves (cmd_start.c). 0 or a negative code with a message;
+ * on failure nothing of the instance is left running. */
+int inst_start(const struct start_opts *o);
+/* Stop an instance and wait until its supervisor is gone (cmd_stop.c). */
+int inst_stop(const char *name);
+
+/* Send one generate request from run_opts (prompt, n_predict, sampling, --dump-logits) to a
+ * running instance, stream the completion to stdout like `pictl run --inproc`, print the [perf]
+ * line, write --json-stats, release the slot (cmd_generate.c). *interrupted (may be NULL) is polled:
+ * non-zero abandons the stream. Returns 0 or a negative code with a message. */
+int gen_client_run(const char *name, const struct run_opts *o, const volatile sig_atomic_t *interrupted);
+
+/* Take "--name X" / "--name=X" out of argv (for commands whose other flags another parser reads);
+ * returns the new argc (argv[argc] = NULL). */
+int pictl_take_name(int argc, char **argv, const char **name);
+
+/* pictl run without --inproc: an ephemeral instance "run<pid>" for one completion. */
+int run_pipeline(const struct run_opts *o);
 
 #endif

@@ -1,0 +1,292 @@
+/* pictl generate — one completion from a running instance, and the pipeline path of `pictl run`.
+ *
+ * The request goes to the supervisor over the control socket; the tokens come back through the
+ * ctl segment (attached read-only): gpud writes tokens[n_prompt + i], then stores n_gen with
+ * release and wakes the n_gen futex; we load n_gen with acquire and print the new pieces. Whatever
+ * stage restarts meanwhile, the slot keeps the tokens, so the stream just continues. */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "futex.h"
+#include "instance.h"
+#include "model.h"
+#include "pi_err.h"
+#include "pictl.h"
+#include "quant.h"
+#include "run_opts.h"
+#include "tokenizer.h"
+
+#define STREAM_WAIT_MS 200  /* futex wait slice: check the supervisor between slices */
+#define PIECE_MAX 256
+
+struct gen_result {
+    int32_t n_prompt, n_gen;
+    double prefill_ms, decode_ms;
+    bool hit_context_end;
+    json_t *ids;
+};
+
+static int write_stats(const char *path, const struct pi_model *m, int32_t n_threads, const struct gen_result *g)
+{
+    json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b}", "model", m->name, "n_prompt", g->n_prompt,
+                          "n_gen", g->n_gen, "prefill_ms", g->prefill_ms, "decode_ms", g->decode_ms, "decode_tok_s",
+                          g->decode_ms > 0 ? g->n_gen * 1e3 / g->decode_ms : 0.0, "threads", n_threads, "tokens",
+                          g->ids, "hit_context_end", g->hit_context_end);
+    if (!j)
+        return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
+    int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
+    json_decref(j);
+    return rc;
+}
+
+/* gpud appends rows to the file the request names: it must be absolute (gpud's cwd is not ours)
+ * and start empty. */
+static int prepare_logits_file(const char *path, char *abs, size_t cap)
+{
+    char cwd[PATH_MAX];
+    int n;
+    if (path[0] == '/')
+        n = snprintf(abs, cap, "%s", path);
+    else if (getcwd(cwd, sizeof cwd))
+        n = snprintf(abs, cap, "%s/%s", cwd, path);
+    else
+        return pi_fail(errno, "--dump-logits: cannot get the current directory: %s", strerror(errno));
+    if (n < 0 || (size_t)n >= cap)
+        return pi_fail(PI_E_RANGE, "--dump-logits: path '%s' is too long", path);
+    FILE *f = fopen(abs, "wb");
+    if (!f)
+        return pi_fail(errno, "cannot open --dump-logits file '%s': %s", abs, strerror(errno));
+    fclose(f);
+    return 0;
+}
+
+static json_t *build_request(const struct run_opts *o, const char *logits_abs)
+{
+    const struct samp_params *sp = &o->gen.samp;
+    json_t *seed = sp->seed <= (uint64_t)INT64_MAX ? json_integer((json_int_t)sp->seed) : NULL;
+    if (!seed) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)sp->seed);
+        seed = json_string(buf);
+    }
+    return json_pack("{s:s, s:s, s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:o, s:b, s:s, s:i}", "cmd", "generate", "prompt",
+                     o->prompt, "n_predict", o->gen.n_predict, "temp", (double)sp->temp, "top_k", sp->top_k, "top_p",
+                     (double)sp->top_p, "min_p", (double)sp->min_p, "repeat_penalty", (double)sp->repeat_penalty,
+                     "repeat_last_n", sp->repeat_last_n, "seed", seed, "ignore_eos", o->gen.ignore_eos,
+                     "dump_logits", logits_abs, "client_pid", (int)getpid());
+}
+
+/* Print tokens as they arrive until the request is DONE or FAILED. */
+static int stream(const struct pi_ctl *ctl, int slot, uint64_t id, const struct pi_model *m,
+                  const volatile sig_atomic_t *interrupted, struct gen_result *g)
+{
+    const struct pi_request *r = &ctl->reqs[slot];
+    const int32_t n_prompt = r->n_prompt;
+    const uint32_t cap = (uint32_t)(PI_REQ_MAX_TOKENS - n_prompt);
+    const pid_t sup = (pid_t)ctl->supervisor_pid;
+    uint32_t printed = 0;
+    for (;;) {
+        /* acquire on state first: once DONE/FAILED is seen, the n_gen loaded after it is final
+         * (gpud stores n_gen before it stores DONE, both with release) */
+        const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+        uint32_t n = atomic_load_explicit(&r->n_gen, memory_order_acquire);
+        if (r->id != id)
+            return pi_fail(PI_E_IO, "request %llu: its slot %d was taken over (released by someone else?)",
+                           (unsigned long long)id, slot);
+        if (n > cap)
+            n = cap;
+        for (; printed < n; printed++) {
+            const int32_t tok = r->tokens[n_prompt + (int32_t)printed];
+            char buf[PIECE_MAX];
+            int len = tok_piece(m->tok, tok, false, buf, sizeof buf);
+            if (len > 0)
+                fwrite(buf, 1, (size_t)len < sizeof buf ? (size_t)len : sizeof buf, stdout);
+            json_array_append_new(g->ids, json_integer(tok));
+        }
+        fflush(stdout);
+        if (st == PI_REQ_FAILED)
+            return pi_fail(PI_E_IO, "request %llu failed: %.*s", (unsigned long long)id, PI_MSG_MAX, r->errmsg);
+        if (st == PI_REQ_DONE) {
+            g->n_gen = (int32_t)n;
+            return 0;
+        }
+        if (interrupted && *interrupted)
+            return pi_fail(EINTR, "interrupted");
+        int w = pi_futex_wait((_Atomic uint32_t *)&r->n_gen, n, STREAM_WAIT_MS);
+        if (w == -ETIMEDOUT && !inst_pid_alive(sup))
+            return pi_fail(PI_E_IO, "instance '%s' died (supervisor pid %d is gone)", ctl->instance, (int)sup);
+    }
+}
+
+int gen_client_run(const char *name, const struct run_opts *o, const volatile sig_atomic_t *interrupted)
+{
+    struct shm_seg seg = { .fd = -1 };
+    const struct pi_ctl *ctl = NULL;
+    struct pi_model *m = NULL;
+    json_t *req = NULL, *reply = NULL;
+    struct gen_result g = { .ids = json_array() };
+    char logits_abs[PI_PATH_MAX] = "";
+    int rc = inst_attach_ctl(name, &seg, &ctl);
+    if (rc) {
+        if (rc == -ENOENT)
+            rc = pi_fail(ENOENT, "instance '%s' is not running", name);
+        goto out;
+    }
+    /* the tokenizer and the [perf] line's model description, from the instance's own file */
+    if ((rc = model_load(&m, ctl->model_path)))
+        goto out;
+    if (o->dump_logits && (rc = prepare_logits_file(o->dump_logits, logits_abs, sizeof logits_abs)))
+        goto out;
+    if (!(req = build_request(o, logits_abs))) {
+        rc = pi_fail(PI_E_NOMEM, "cannot build the request");
+        goto out;
+    }
+    if ((rc = inst_command(name, req, INST_REQ_TIMEOUT_MS, &reply)))
+        goto out;
+    const json_int_t id = json_integer_value(json_object_get(reply, "id"));
+    const json_int_t slot = json_integer_value(json_object_get(reply, "slot"));
+    if (id <= 0 || slot < 0 || slot >= PI_MAX_REQUESTS) {
+        rc = pi_fail(PI_E_FORMAT, "the supervisor's reply lacks a valid id/slot");
+        goto out;
+    }
+    rc = stream(ctl, (int)slot, (uint64_t)id, m, interrupted, &g);
+    fputc('\n', stdout);
+    fflush(stdout);
+    const struct pi_request *r = &ctl->reqs[slot];
+    g.n_prompt = r->n_prompt;
+    g.prefill_ms = r->prefill_ns / 1e6;
+    g.decode_ms = r->decode_ns / 1e6;
+    /* gen_run's rule: the context filled up when a token had no KV slot left */
+    g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
+    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", "release", "slot", slot, "id", id);
+    json_t *rel_reply = NULL;
+    if (rel && rc != -EINTR) {
+        int rrc = inst_command(name, rel, INST_REQ_TIMEOUT_MS, &rel_reply);
+        if (rrc && !rc)
+            rc = rrc;
+    }
+    json_decref(rel);
+    json_decref(rel_reply);
+    if (rc)
+        goto out;
+    fprintf(stderr,
+            "[perf] model %s (%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
+            "%.1f ms, %.2f tok/s%s\n",
+            m->name, quant_traits(m->layers[0].wq.type)->name, ctl->n_threads, g.n_prompt, g.prefill_ms,
+            g.prefill_ms > 0 ? g.n_prompt * 1e3 / g.prefill_ms : 0.0, g.n_gen, g.decode_ms,
+            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, g.hit_context_end ? " (stopped: context full)" : "");
+    if (o->json_stats)
+        rc = write_stats(o->json_stats, m, ctl->n_threads, &g);
+out:
+    json_decref(req);
+    json_decref(reply);
+    json_decref(g.ids);
+    model_free(m);
+    shm_detach(&seg);
+    return rc;
+}
+
+static void generate_usage(void)
+{
+    printf("usage: pictl generate -p PROMPT [options]   (a completion from a running instance)\n"
+           "  --name NAME              instance (default %s)\n"
+           "  -p, --prompt TEXT / -f, --file FILE\n"
+           "  -n N, --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N,\n"
+           "  --seed S, --ignore-eos, --dump-logits FILE, --json-stats FILE   as in 'pictl run --help'\n",
+           INST_DEFAULT_NAME);
+}
+
+int pictl_take_name(int argc, char **argv, const char **name)
+{
+    int out = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--name") && i + 1 < argc) {
+            *name = argv[++i];
+            continue;
+        }
+        if (i > 0 && !strncmp(argv[i], "--name=", 7)) {
+            *name = argv[i] + 7;
+            continue;
+        }
+        argv[out++] = argv[i];
+    }
+    argv[out] = NULL;
+    return out;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *name = INST_DEFAULT_NAME;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            generate_usage();
+            return 0;
+        }
+    argc = pictl_take_name(argc, argv, &name);
+    struct run_opts o;
+    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
+    if (rc)
+        return rc > 0 ? 0 : 2;
+    if ((rc = inst_check_name(name))) {
+        run_opts_fini(&o);
+        return pictl_error("generate", "--name", rc);
+    }
+    rc = gen_client_run(name, &o, NULL);
+    run_opts_fini(&o);
+    return rc ? pictl_error("generate", name, rc) : 0;
+}
+
+/* ---- pictl run (pipeline): start an ephemeral instance, generate, stop ---- */
+
+#define RUN_GPU_FFN_SHARE 0.5f
+#define RUN_KEEP_ENV "PINFER_KEEP_LOGS" /* set: keep the ephemeral instance's logs directory */
+
+static volatile sig_atomic_t run_interrupted;
+
+static void on_run_signal(int sig)
+{
+    (void)sig;
+    run_interrupted = 1;
+}
+
+int run_pipeline(const struct run_opts *o)
+{
+    char name[PI_INSTANCE_MAX];
+    snprintf(name, sizeof name, "run%d", (int)getpid());
+    /* SIGINT/SIGTERM: stop streaming and still stop the instance (no SA_RESTART: the futex wait
+     * returns EINTR at once) */
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_run_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                             .gpu_ffn_share = RUN_GPU_FFN_SHARE, .quiet = true, .owner_pid = getpid() };
+    int exit_code = 1;
+    int rc = inst_start(&so);
+    if (rc) {
+        pictl_error("run", o->model, rc);
+        goto out;
+    }
+    rc = gen_client_run(name, o, &run_interrupted);
+    if (rc)
+        pictl_error("run", "generate", rc);
+    else
+        exit_code = 0;
+    int src = inst_stop(name);
+    if (src) {
+        pictl_error("run", "stop the instance", src);
+        exit_code = 1;
+    }
+    if (!getenv(RUN_KEEP_ENV))
+        inst_remove_dir(name);
+out:
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return exit_code;
+}

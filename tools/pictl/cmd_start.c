@@ -1,0 +1,314 @@
+/* pictl start — validate the model, take the instance lock, clean up a dead instance's leftovers,
+ * fork the supervisor as a daemon and wait until it serves (or says why it could not). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "instance.h"
+#include "model.h"
+#include "pi_err.h"
+#include "pictl.h"
+#include "supervisor.h"
+
+#define START_TIMEOUT_MS 60000
+#define START_FAIL_WAIT_MS 15000    /* after an error line: the supervisor's cleanup */
+#define START_TICK_MS 100
+#define PROGRESS_AFTER_MS 1000      /* show the load bar only for loads slower than this */
+#define PROGRESS_WIDTH 30
+#define DEFAULT_CTX 2048
+#define DEFAULT_GPU_FFN_SHARE 0.5f
+#define READY_LINE_MAX (PI_MSG_MAX + 64)
+#define MIB (1024.0 * 1024.0)
+
+static void progress(const struct pi_ctl *ctl, bool *shown)
+{
+    unsigned long long done = atomic_load_explicit(&ctl->load_done_bytes, memory_order_relaxed);
+    unsigned long long total = atomic_load_explicit(&ctl->load_total_bytes, memory_order_relaxed);
+    if (!total)
+        return;
+    if (done > total)
+        done = total;
+    int fill = (int)(done * PROGRESS_WIDTH / total);
+    char bar[PROGRESS_WIDTH + 1];
+    for (int i = 0; i < PROGRESS_WIDTH; i++)
+        bar[i] = i < fill ? '#' : '-';
+    bar[PROGRESS_WIDTH] = '\0';
+    fprintf(stderr, "\rloading [%s] %3d%%  %.0f/%.0f MiB ", bar, (int)(done * 100 / total), done / MIB, total / MIB);
+    fflush(stderr);
+    *shown = true;
+}
+
+/* Parent side: read the supervisor's verdict, showing load progress meanwhile. */
+static int wait_ready(const struct start_opts *o, int fd, pid_t sup_pid)
+{
+    char line[READY_LINE_MAX];
+    size_t n = 0;
+    struct shm_seg seg = { .fd = -1 };
+    const struct pi_ctl *ctl = NULL;
+    const bool tty = isatty(STDERR_FILENO);
+    bool shown = false, failing = false;
+    const unsigned long long t0 = inst_now_ns();
+    unsigned long long deadline = t0 + (unsigned long long)START_TIMEOUT_MS * 1000000ull;
+    int rc = 0;
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        int pr = poll(&p, 1, START_TICK_MS);
+        if (pr > 0) {
+            ssize_t r = read(fd, line + n, sizeof line - 1 - n);
+            if (r > 0) {
+                n += (size_t)r;
+                line[n] = '\0';
+                if (!strncmp(line, "ok\n", 3))
+                    break;
+                failing = failing || strchr(line, '\n') || n == sizeof line - 1;
+                if (failing)
+                    deadline = inst_now_ns() + (unsigned long long)START_FAIL_WAIT_MS * 1000000ull;
+                continue;
+            }
+            if (r < 0 && errno == EINTR)
+                continue;
+            /* EOF: the supervisor exited (after its cleanup, if it sent an error) */
+            line[n] = '\0';
+            char *nl = strchr(line, '\n');
+            if (nl)
+                *nl = '\0';
+            rc = !strncmp(line, "error: ", 7) ? pi_fail(PI_E_IO, "%s", line + 7)
+                                               : pi_fail(PI_E_IO, "the supervisor exited during the start (see "
+                                                                  "'pictl logs supervisor --name %s')", o->name);
+            goto out;
+        }
+        if (!ctl && inst_attach_ctl(o->name, &seg, &ctl) != 0)
+            ctl = NULL;
+        const unsigned long long now = inst_now_ns();
+        if (ctl && tty && !failing && now - t0 > PROGRESS_AFTER_MS * 1000000ull &&
+            atomic_load_explicit(&ctl->state, memory_order_relaxed) == PI_INST_LOADING)
+            progress(ctl, &shown);
+        if (now > deadline) {
+            if (failing) {
+                char *nl = strchr(line, '\n');
+                if (nl)
+                    *nl = '\0';
+                rc = pi_fail(PI_E_IO, "%s (and the supervisor did not exit)", line + (strncmp(line, "error: ", 7) ? 0 : 7));
+            } else {
+                kill(sup_pid, SIGTERM);
+                rc = pi_fail(ETIMEDOUT, "instance '%s' did not start within %d s (stopping it; see 'pictl logs "
+                             "supervisor --name %s')", o->name, START_TIMEOUT_MS / 1000, o->name);
+            }
+            goto out;
+        }
+    }
+    if (shown)
+        fprintf(stderr, "\r%*s\r", PROGRESS_WIDTH + 40, "");
+    if (!o->quiet) {
+        if (!ctl && inst_attach_ctl(o->name, &seg, &ctl) != 0)
+            ctl = NULL;
+        if (ctl) {
+            double ms = atomic_load_explicit(&ctl->load_ns, memory_order_relaxed) / 1e6;
+            double mib = atomic_load_explicit(&ctl->load_total_bytes, memory_order_relaxed) / MIB;
+            printf("pinfer instance '%s' serving %s (supervisor pid %d): loaded %.1f MiB in %.1f ms (%.2f GiB/s, %s)\n",
+                   o->name, ctl->model_path, (int)sup_pid, mib, ms, ms > 0 ? mib / 1024.0 / (ms / 1e3) : 0.0,
+                   ctl->load_method[0] ? ctl->load_method : "?");
+        } else {
+            printf("pinfer instance '%s' serving (supervisor pid %d)\n", o->name, (int)sup_pid);
+        }
+        fflush(stdout);
+    }
+out:
+    if (shown && rc)
+        fputc('\n', stderr);
+    shm_detach(&seg);
+    return rc;
+}
+
+/* Daemon side (grandchild): detach from the terminal and run the supervisor. Never returns. */
+static void run_daemon(struct sup_config *cfg)
+{
+    char log_path[INST_PATH_MAX];
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int log_fd = -1;
+    if (inst_log_path(cfg->name, INST_SUPERVISOR_LOG, log_path, sizeof log_path) == 0)
+        log_fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (null_fd >= 0)
+        dup2(null_fd, STDIN_FILENO);
+    dup2(log_fd >= 0 ? log_fd : null_fd, STDOUT_FILENO);
+    dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO);
+    if (chdir("/") != 0) {
+        /* keep the cwd: harmless, only a mount it pins */
+    }
+    int code = supervisor_run(cfg);
+    fflush(NULL);
+    _exit(code);
+}
+
+int inst_start(const struct start_opts *o)
+{
+    struct pi_model *m = NULL;
+    int lock_fd = -1, pipefd[2] = { -1, -1 };
+    int rc = inst_check_name(o->name);
+    if (rc)
+        return rc;
+    if (o->n_ctx < 8 || o->n_ctx >= PI_REQ_MAX_TOKENS)
+        return pi_fail(PI_E_RANGE, "context %d out of range: a pipeline instance holds 8 to %d tokens", o->n_ctx,
+                       PI_REQ_MAX_TOKENS - 1);
+    if (!(o->gpu_ffn_share >= 0.0f && o->gpu_ffn_share <= 1.0f))
+        return pi_fail(PI_E_RANGE, "--gpu-ffn-share %g is not in [0, 1]", (double)o->gpu_ffn_share);
+    /* fail fast, with the reader's message, before anything exists */
+    if ((rc = model_load(&m, o->model)))
+        return rc;
+    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                              .gpu_ffn_share = o->gpu_ffn_share, .owner_pid = o->owner_pid, .ready_fd = -1 };
+    snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
+    char abs_path[PATH_MAX];
+    if (!realpath(o->model, abs_path)) {
+        rc = pi_fail(errno, "cannot resolve '%s': %s", o->model, strerror(errno));
+        goto out;
+    }
+    if (strlen(abs_path) >= sizeof cfg.model_path) {
+        rc = pi_fail(PI_E_RANGE, "model path '%s' is longer than %d bytes", abs_path, PI_PATH_MAX - 1);
+        goto out;
+    }
+    snprintf(cfg.model_path, sizeof cfg.model_path, "%s", abs_path);
+    if ((rc = inst_lock(o->name, &lock_fd)))
+        goto out;
+    cfg.lock_fd = lock_fd;
+    /* we hold the lock: no supervisor of this name runs, whatever is left is a dead one's */
+    if ((rc = inst_cleanup(o->name)) < 0)
+        goto out;
+    rc = 0;
+    if (o->foreground) {
+        rc = supervisor_run(&cfg) ? pi_fail(PI_E_IO, "the instance failed (see the log above)") : 0;
+        goto out;
+    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        rc = pi_fail(errno, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        rc = pi_fail(errno, "fork: %s", strerror(errno));
+        goto out;
+    }
+    if (child == 0) {
+        /* double fork: the daemon is not our child (no zombie for the caller) nor a session leader
+         * (it can never reacquire a controlling terminal) */
+        close(pipefd[0]);
+        setsid();
+        pid_t gc = fork();
+        if (gc == 0) {
+            cfg.ready_fd = pipefd[1];
+            run_daemon(&cfg);
+        }
+        _exit(gc < 0 ? 1 : 0);
+    }
+    close(pipefd[1]);
+    pipefd[1] = -1;
+    int status;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    /* the daemon keeps the lock through its inherited descriptor; ours can go */
+    close(lock_fd);
+    lock_fd = -1;
+    pid_t sup_pid = 0;
+    for (int i = 0; i < 50 && !(sup_pid = inst_read_pid(o->name)); i++)
+        usleep(1000); /* the daemon writes its pid first thing; only a timeout kill needs it */
+    rc = wait_ready(o, pipefd[0], sup_pid);
+out:
+    if (pipefd[0] >= 0)
+        close(pipefd[0]);
+    if (pipefd[1] >= 0)
+        close(pipefd[1]);
+    if (lock_fd >= 0) {
+        char path[INST_PATH_MAX];
+        if (rc && inst_path(o->name, INST_PID_FILE, path, sizeof path) == 0)
+            unlink(path); /* nothing started: leave no pid file */
+        close(lock_fd);
+    }
+    model_free(m);
+    return rc;
+}
+
+enum { OPT_NAME = 1000, OPT_GPU_SHARE, OPT_FOREGROUND };
+
+static const struct option start_long[] = {
+    { "model", required_argument, NULL, 'm' },
+    { "name", required_argument, NULL, OPT_NAME },
+    { "threads", required_argument, NULL, 't' },
+    { "ctx-size", required_argument, NULL, 'c' },
+    { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
+    { "foreground", no_argument, NULL, OPT_FOREGROUND },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+static void start_usage(void)
+{
+    printf("usage: pictl start -m MODEL [options]\n"
+           "  -m, --model FILE         GGUF model\n"
+           "  --name NAME              instance name, [A-Za-z0-9_]{1,31} (default %s)\n"
+           "  -t, --threads N          cpud worker threads (default: online cores)\n"
+           "  -c, --ctx-size N         context length (default %d, at most %d)\n"
+           "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f)\n"
+           "  --foreground             run the supervisor in this process (logs to stderr)\n",
+           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)DEFAULT_GPU_FFN_SHARE);
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "pictl start: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+int cmd_start(int argc, char **argv)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
+                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = DEFAULT_GPU_FFN_SHARE };
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:t:c:h", start_long, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case OPT_NAME: o.name = optarg; break;
+        case 't': if (parse_int("-t", optarg, 1, 1024, &o.n_threads)) return 2; break;
+        case 'c': if (parse_int("-c", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx)) return 2; break;
+        case OPT_GPU_SHARE:
+            o.gpu_ffn_share = strtof(optarg, &end);
+            if (*end || end == optarg || !(o.gpu_ffn_share >= 0.0f && o.gpu_ffn_share <= 1.0f)) {
+                fprintf(stderr, "pictl start: --gpu-ffn-share expects a number in [0, 1], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_FOREGROUND: o.foreground = true; break;
+        case 'h': start_usage(); return 0;
+        default: fprintf(stderr, "pictl start: see --help\n"); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "pictl start: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o.model) {
+        fprintf(stderr, "pictl start: -m MODEL is required\n");
+        return 2;
+    }
+    int rc = inst_start(&o);
+    if (rc)
+        return pictl_error("start", o.name, rc);
+    return 0;
+}

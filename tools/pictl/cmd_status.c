@@ -1,0 +1,247 @@
+/* pictl status — an instance's state, read straight from its ctl segment (read-only), so it works
+ * while the supervisor is busy or even dead. Plain text in Redis INFO style ("# Section",
+ * "key:value", one line per stage "gpud:pid=...,state=ready,..."), or --json. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "instance.h"
+#include "pi_err.h"
+#include "pictl.h"
+#include "stage.h"
+
+#define NS_PER_MS 1e6
+#define MIB (1024.0 * 1024.0)
+
+static long long rss_bytes(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long long size, resident;
+    int n = fscanf(f, "%lld %lld", &size, &resident);
+    fclose(f);
+    return n == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
+static const char *exit_text(int status, char *buf, size_t cap)
+{
+    if (status == 0)
+        snprintf(buf, cap, "0");
+    else if ((status & 0x7f) == 0)
+        snprintf(buf, cap, "exit %d", (status >> 8) & 0xff);
+    else
+        snprintf(buf, cap, "signal %d", status & 0x7f);
+    return buf;
+}
+
+/* Strings from shared memory may be unterminated or hold invalid UTF-8 (a JSON dump would fail):
+ * bound them, and replace an invalid one. */
+static json_t *str_field(const char *s, size_t cap)
+{
+    json_t *v = json_stringn(s, strnlen(s, cap));
+    return v ? v : json_string("(invalid UTF-8)");
+}
+
+static json_t *stage_json(const struct pi_stage_info *in, unsigned long long now)
+{
+    const pid_t pid = atomic_load_explicit(&in->pid, memory_order_relaxed);
+    const unsigned long long started = atomic_load_explicit(&in->started_ns, memory_order_relaxed);
+    const unsigned long long hb = atomic_load_explicit(&in->heartbeat_ns, memory_order_relaxed);
+    const unsigned long long died = atomic_load_explicit(&in->died_ns, memory_order_relaxed);
+    char ex[32];
+    json_t *j = json_object();
+    json_object_set_new(j, "pid", json_integer(pid));
+    json_object_set_new(j, "state", json_string(inst_stage_state_name(atomic_load_explicit(&in->state, memory_order_relaxed))));
+    json_object_set_new(j, "restarts", json_integer(atomic_load_explicit(&in->restarts, memory_order_relaxed)));
+    json_object_set_new(j, "uptime_s", json_real(pid > 0 && started && now > started ? (now - started) / 1e9 : 0.0));
+    long long rss = pid > 0 ? rss_bytes(pid) : -1;
+    json_object_set_new(j, "rss_mib", json_real(rss >= 0 ? rss / MIB : 0.0));
+    json_object_set_new(j, "items", json_integer((json_int_t)atomic_load_explicit(&in->items, memory_order_relaxed)));
+    json_object_set_new(j, "compute_ms", json_real(atomic_load_explicit(&in->compute_ns, memory_order_relaxed) / NS_PER_MS));
+    json_object_set_new(j, "wait_ms", json_real(atomic_load_explicit(&in->wait_ns, memory_order_relaxed) / NS_PER_MS));
+    json_object_set_new(j, "mib_read", json_real(atomic_load_explicit(&in->bytes, memory_order_relaxed) / MIB));
+    json_object_set_new(j, "heartbeat_age_ms", json_real(pid > 0 && hb && now > hb ? (now - hb) / NS_PER_MS : -1.0));
+    json_object_set_new(j, "fallbacks", json_integer((json_int_t)atomic_load_explicit(&in->fallbacks, memory_order_relaxed)));
+    json_object_set_new(j, "stale_dropped",
+                        json_integer((json_int_t)atomic_load_explicit(&in->stale_dropped, memory_order_relaxed)));
+    json_object_set_new(j, "last_exit", json_string(died ? exit_text(atomic_load_explicit(&in->last_exit, memory_order_relaxed), ex, sizeof ex) : ""));
+    json_object_set_new(j, "died_ago_s", json_real(died && now > died ? (now - died) / 1e9 : -1.0));
+    json_object_set_new(j, "last_error", str_field(in->last_error, sizeof in->last_error));
+    return j;
+}
+
+json_t *inst_status_json(const struct pi_ctl *ctl)
+{
+    const unsigned long long now = inst_now_ns();
+    const pid_t sup = (pid_t)ctl->supervisor_pid;
+    json_t *j = json_object();
+    json_object_set_new(j, "instance", str_field(ctl->instance, sizeof ctl->instance));
+    json_object_set_new(j, "state", json_string(inst_state_name(atomic_load_explicit(&ctl->state, memory_order_relaxed))));
+    json_object_set_new(j, "model", str_field(ctl->model_path, sizeof ctl->model_path));
+    json_object_set_new(j, "supervisor_pid", json_integer(sup));
+    json_object_set_new(j, "supervisor_alive", json_boolean(inst_pid_alive(sup)));
+    json_object_set_new(j, "epoch", json_integer((json_int_t)atomic_load_explicit(&ctl->epoch, memory_order_relaxed)));
+    json_object_set_new(j, "threads", json_integer(ctl->n_threads));
+    json_object_set_new(j, "ctx", json_integer(ctl->n_ctx));
+    json_object_set_new(j, "n_layer", json_integer(ctl->n_layer));
+    json_object_set_new(j, "n_embd", json_integer(ctl->n_embd));
+    json_object_set_new(j, "n_ff", json_integer(ctl->n_ff));
+    json_object_set_new(j, "n_vocab", json_integer(ctl->n_vocab));
+    json_object_set_new(j, "gpu_ffn_share", json_real(ctl->gpu_ffn_share));
+    json_object_set_new(j, "error", str_field(ctl->error, sizeof ctl->error));
+
+    const double load_ms = atomic_load_explicit(&ctl->load_ns, memory_order_relaxed) / NS_PER_MS;
+    const unsigned long long total = atomic_load_explicit(&ctl->load_total_bytes, memory_order_relaxed);
+    json_t *load = json_object();
+    json_object_set_new(load, "method", str_field(ctl->load_method, sizeof ctl->load_method));
+    json_object_set_new(load, "done_bytes",
+                        json_integer((json_int_t)atomic_load_explicit(&ctl->load_done_bytes, memory_order_relaxed)));
+    json_object_set_new(load, "total_bytes", json_integer((json_int_t)total));
+    json_object_set_new(load, "ms", json_real(load_ms));
+    json_object_set_new(load, "gib_per_s", json_real(load_ms > 0 ? total / (1024.0 * MIB) / (load_ms / 1e3) : 0.0));
+    json_object_set_new(j, "load", load);
+
+    json_t *stages = json_object();
+    for (int i = 0; i < PI_STAGE_COUNT; i++)
+        json_object_set_new(stages, stage_name((enum pi_stage)i), stage_json(&ctl->stages[i], now));
+    json_object_set_new(j, "stages", stages);
+
+    json_t *reqs = json_array();
+    for (int i = 0; i < PI_MAX_REQUESTS; i++) {
+        const struct pi_request *r = &ctl->reqs[i];
+        const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+        if (st == PI_REQ_FREE)
+            continue;
+        json_array_append_new(reqs, json_pack("{s:i, s:I, s:s, s:i, s:i, s:i}", "slot", i, "id", (json_int_t)r->id,
+                                              "state", inst_req_state_name(st), "n_prompt", r->n_prompt, "n_gen",
+                                              (int)atomic_load_explicit(&r->n_gen, memory_order_relaxed), "replays",
+                                              (int)r->replays));
+    }
+    json_object_set_new(j, "requests", reqs);
+    return j;
+}
+
+/* "key=value" of a scalar JSON value. */
+static void print_scalar(FILE *out, json_t *v)
+{
+    if (json_is_string(v))
+        fputs(json_string_value(v), out);
+    else if (json_is_integer(v))
+        fprintf(out, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        fprintf(out, "%.2f", json_real_value(v));
+    else if (json_is_boolean(v))
+        fputs(json_is_true(v) ? "yes" : "no", out);
+}
+
+static void print_section(FILE *out, const char *title, json_t *obj)
+{
+    const char *k;
+    json_t *v;
+    fprintf(out, "# %s\n", title);
+    json_object_foreach(obj, k, v) {
+        if (json_is_object(v) || json_is_array(v))
+            continue;
+        fprintf(out, "%s:", k);
+        print_scalar(out, v);
+        fputc('\n', out);
+    }
+}
+
+static void print_text(FILE *out, json_t *st)
+{
+    print_section(out, "Instance", st);
+    fputc('\n', out);
+    print_section(out, "Load", json_object_get(st, "load"));
+    fprintf(out, "\n# Stages\n");
+    const char *name;
+    json_t *stage;
+    json_object_foreach(json_object_get(st, "stages"), name, stage) {
+        fprintf(out, "%s:", name);
+        const char *k;
+        json_t *v;
+        bool first = true;
+        json_object_foreach(stage, k, v) {
+            if (!strcmp(k, "last_error"))
+                continue;
+            fprintf(out, "%s%s=", first ? "" : ",", k);
+            print_scalar(out, v);
+            first = false;
+        }
+        fputc('\n', out);
+        const char *err = json_string_value(json_object_get(stage, "last_error"));
+        if (err && err[0])
+            fprintf(out, "%s_last_error:%s\n", name, err);
+    }
+    json_t *reqs = json_object_get(st, "requests");
+    fprintf(out, "\n# Requests\nin_flight:%zu\n", json_array_size(reqs));
+    size_t i;
+    json_t *r;
+    json_array_foreach(reqs, i, r) {
+        fprintf(out, "slot%lld:id=%lld,state=%s,n_prompt=%lld,n_gen=%lld,replays=%lld\n",
+                (long long)json_integer_value(json_object_get(r, "slot")),
+                (long long)json_integer_value(json_object_get(r, "id")),
+                json_string_value(json_object_get(r, "state")),
+                (long long)json_integer_value(json_object_get(r, "n_prompt")),
+                (long long)json_integer_value(json_object_get(r, "n_gen")),
+                (long long)json_integer_value(json_object_get(r, "replays")));
+    }
+}
+
+int cmd_status(int argc, char **argv)
+{
+    static const struct option opts[] = { { "name", required_argument, NULL, 'N' }, { "json", no_argument, NULL, 'j' },
+                                           { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+    const char *name = INST_DEFAULT_NAME;
+    bool as_json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'N')
+            name = optarg;
+        else if (c == 'j')
+            as_json = true;
+        else if (c == 'h') {
+            printf("usage: pictl status [--name NAME] [--json]   state of an instance (default %s)\n",
+                   INST_DEFAULT_NAME);
+            return 0;
+        } else
+            return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "pictl status: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    int rc = inst_check_name(name);
+    if (rc)
+        return pictl_error("status", "--name", rc);
+    struct shm_seg seg;
+    const struct pi_ctl *ctl;
+    if ((rc = inst_attach_ctl(name, &seg, &ctl))) {
+        if (rc == -ENOENT) {
+            fprintf(stderr, "pictl status: instance '%s' is not running\n", name);
+            return 1;
+        }
+        return pictl_error("status", name, rc);
+    }
+    json_t *st = inst_status_json(ctl);
+    shm_detach(&seg);
+    if (!st)
+        return pictl_error("status", name, -PI_E_NOMEM);
+    if (as_json) {
+        char *text = json_dumps(st, JSON_INDENT(1));
+        if (text)
+            puts(text);
+        free(text);
+    } else {
+        print_text(stdout, st);
+    }
+    json_decref(st);
+    return 0;
+}

@@ -1,0 +1,314 @@
+/* sup_cmd.c — the supervisor's JSON commands (list in supervisor.h). Any bytes may arrive: every
+ * field is checked for presence, type and range, and a bad one gets an error reply naming it. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "pi_err.h"
+#include "pictl.h"
+#include "sampling.h"
+#include "stage.h"
+#include "sup_internal.h"
+#include "tokenizer.h"
+#include "futex.h"
+
+#define DEFAULT_N_PREDICT 128
+#define ERR_MAX 512
+
+json_t *sup_reply_error(const char *fmt, ...)
+{
+    char buf[ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    json_t *r = json_pack("{s:b, s:s}", "ok", 0, "error", buf);
+    return r ? r : json_pack("{s:b}", "ok", 0);
+}
+
+static json_t *reply_ok(void) { return json_pack("{s:b}", "ok", 1); }
+
+/* Each getter: 0 absent (out untouched), 1 present and valid, -1 invalid (err names the field). */
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        snprintf(err, ERR_MAX, "field '%s' must be an integer in [%lld, %lld]", key, lo, hi);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 1;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, float *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !(d >= lo && d <= hi)) {
+        snprintf(err, ERR_MAX, "field '%s' must be a number in [%g, %g]", key, lo, hi);
+        return -1;
+    }
+    *out = (float)d;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, char *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v)) {
+        snprintf(err, ERR_MAX, "field '%s' must be true or false", key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* A seed is a u64: JSON integers stop at 2^63-1, so a decimal string is accepted too. */
+static int get_seed(json_t *o, uint64_t *out, char *err)
+{
+    json_t *v = json_object_get(o, "seed");
+    if (!v)
+        return 0;
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return 1;
+    }
+    const char *str = json_string_value(v);
+    if (str && str[0] >= '0' && str[0] <= '9') {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(str, &end, 10);
+        if (!errno && !*end) {
+            *out = x;
+            return 1;
+        }
+    }
+    snprintf(err, ERR_MAX, "field 'seed' must be a non-negative integer (or its decimal string)");
+    return -1;
+}
+
+/* Refuse keys we do not know: a typo ("temperature") must not be silently ignored. */
+static int check_keys(json_t *o, const char *const *known, char *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        bool ok = false;
+        for (const char *const *k = known; *k; k++)
+            ok |= !strcmp(key, *k);
+        if (!ok) {
+            snprintf(err, ERR_MAX, "unknown field '%.64s'", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static json_t *sup_cmd_status(struct sup *s) { return json_pack("{s:b, s:o}", "ok", 1, "status", inst_status_json(s->ctl)); }
+
+static json_t *sup_cmd_restart(struct sup *s, json_t *req, char *err)
+{
+    static const char *const known[] = { "cmd", "stage", NULL };
+    if (check_keys(req, known, err))
+        return sup_reply_error("%s", err);
+    const char *name = json_string_value(json_object_get(req, "stage"));
+    if (!name)
+        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud or gpud) is required");
+    int id = stage_from_name(name);
+    if (id < 0)
+        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud)", name);
+    pid_t old = s->st[id].pid;
+    if (sup_restart_stage(s, (enum pi_stage)id))
+        return sup_reply_error("%s", pi_errmsg());
+    return json_pack("{s:b, s:s, s:i}", "ok", 1, "stage", name, "old_pid", (int)old);
+}
+
+static int find_free_slot(const struct sup *s)
+{
+    for (int i = 0; i < PI_MAX_REQUESTS; i++)
+        /* relaxed: only this process moves a slot out of FREE, and it was this process that
+         * stored FREE (release) — nothing else to synchronise with */
+        if (atomic_load_explicit(&s->ctl->reqs[i].state, memory_order_relaxed) == PI_REQ_FREE)
+            return i;
+    return -1;
+}
+
+static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
+{
+    static const char *const known[] = { "cmd", "prompt", "n_predict", "temp", "top_k", "top_p", "min_p",
+                                         "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "dump_logits",
+                                         "client_pid", NULL };
+    if (check_keys(req, known, err))
+        return sup_reply_error("%s", err);
+    const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
+    if (state != PI_INST_SERVING)
+        return sup_reply_error("the instance is %s, not serving%s%s", inst_state_name(state),
+                               s->ctl->error[0] ? ": " : "", s->ctl->error);
+    json_t *jp = json_object_get(req, "prompt");
+    if (!json_is_string(jp))
+        return sup_reply_error("field 'prompt' (a string) is required");
+
+    struct samp_params sp;
+    samp_defaults(&sp);
+    long long n_predict = DEFAULT_N_PREDICT, top_k = sp.top_k, last_n = sp.repeat_last_n, client = 0;
+    bool ignore_eos = false;
+    uint64_t seed = (uint64_t)inst_now_ns();
+    if (get_int(req, "n_predict", -1, 1LL << 30, &n_predict, err) < 0 ||
+        get_num(req, "temp", 0, 100, &sp.temp, err) < 0 || get_int(req, "top_k", 0, 1LL << 30, &top_k, err) < 0 ||
+        get_num(req, "top_p", 0, 1, &sp.top_p, err) < 0 || get_num(req, "min_p", 0, 1, &sp.min_p, err) < 0 ||
+        get_num(req, "repeat_penalty", 0.01, 100, &sp.repeat_penalty, err) < 0 ||
+        get_int(req, "repeat_last_n", 0, 1LL << 24, &last_n, err) < 0 || get_seed(req, &seed, err) < 0 ||
+        get_bool(req, "ignore_eos", &ignore_eos, err) < 0 || get_int(req, "client_pid", 0, INT32_MAX, &client, err) < 0)
+        return sup_reply_error("%s", err);
+    json_t *jd = json_object_get(req, "dump_logits");
+    const char *dump = jd ? json_string_value(jd) : "";
+    if (!dump || (dump[0] && (dump[0] != '/' || strlen(dump) >= PI_PATH_MAX)))
+        return sup_reply_error("field 'dump_logits' must be an absolute path shorter than %d bytes", PI_PATH_MAX);
+
+    const struct pi_tokenizer *tok = s->cfg->model->tok;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = tok_encode(tok, json_string_value(jp), json_string_length(jp), tok_add_bos(tok), true, &ids, &n_ids);
+    if (rc)
+        return sup_reply_error("cannot tokenize the prompt: %s: %s", pi_strerror(rc), pi_errmsg());
+    json_t *reply = NULL;
+    const int32_t n_ctx = s->ctl->n_ctx;
+    if (n_ids == 0) {
+        reply = sup_reply_error("the prompt is empty (no tokens)");
+        goto out;
+    }
+    if (n_ids >= (size_t)n_ctx) {
+        reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (raise -c)", n_ids, n_ctx);
+        goto out;
+    }
+    if (n_ids > PI_REQ_MAX_TOKENS) {
+        reply = sup_reply_error("the prompt has %zu tokens but a request holds at most %d", n_ids, PI_REQ_MAX_TOKENS);
+        goto out;
+    }
+    int slot = find_free_slot(s);
+    if (slot < 0) {
+        reply = sup_reply_error("busy: all %d request slots are in use", PI_MAX_REQUESTS);
+        goto out;
+    }
+    struct pi_request *r = &s->ctl->reqs[slot];
+    r->id = ++s->req_counter;
+    r->temp = sp.temp;
+    r->top_p = sp.top_p;
+    r->min_p = sp.min_p;
+    r->repeat_penalty = sp.repeat_penalty;
+    r->top_k = (int32_t)top_k;
+    r->repeat_last_n = (int32_t)last_n;
+    r->seed = seed;
+    r->n_predict = (int32_t)n_predict;
+    r->flags = ignore_eos ? PI_REQ_IGNORE_EOS : 0;
+    r->n_prompt = (int32_t)n_ids;
+    r->error = 0;
+    r->prefill_ns = r->decode_ns = 0;
+    r->replays = 0;
+    r->errmsg[0] = '\0';
+    snprintf(r->logits_path, sizeof r->logits_path, "%s", dump);
+    memcpy(r->tokens, ids, n_ids * sizeof *ids);
+    atomic_store_explicit(&r->n_gen, 0, memory_order_relaxed);
+    s->req_owner[slot] = (pid_t)client;
+    /* release: gpud acquires QUEUED and then reads every field written above */
+    atomic_store_explicit(&r->state, PI_REQ_QUEUED, memory_order_release);
+    /* release: a gpud that sees the new req_seq (acquire) also sees the QUEUED slot */
+    atomic_fetch_add_explicit(&s->ctl->req_seq, 1, memory_order_release);
+    pi_futex_wake_all(&s->ctl->req_seq);
+    reply = json_pack("{s:b, s:I, s:i, s:i}", "ok", 1, "id", (json_int_t)r->id, "slot", slot, "n_prompt", (int)n_ids);
+out:
+    free(ids);
+    return reply;
+}
+
+static json_t *sup_cmd_release(struct sup *s, json_t *req, char *err)
+{
+    static const char *const known[] = { "cmd", "slot", "id", NULL };
+    long long slot = -1, id = -1;
+    if (check_keys(req, known, err) || get_int(req, "slot", 0, PI_MAX_REQUESTS - 1, &slot, err) <= 0 ||
+        get_int(req, "id", 1, INT64_MAX, &id, err) <= 0)
+        return sup_reply_error("%s", err[0] ? err : "fields 'slot' and 'id' (integers) are required");
+    struct pi_request *r = &s->ctl->reqs[slot];
+    const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+    if (st == PI_REQ_FREE || r->id != (uint64_t)id)
+        return sup_reply_error("slot %lld does not hold request %lld", slot, id);
+    if (st != PI_REQ_DONE && st != PI_REQ_FAILED)
+        return sup_reply_error("request %lld is still %s", id, inst_req_state_name(st));
+    /* release: pairs with our own relaxed FREE check in find_free_slot; orders nothing else */
+    atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
+    s->req_owner[slot] = 0;
+    return reply_ok();
+}
+
+json_t *sup_handle(struct sup *s, const char *msg, size_t len)
+{
+    char err[ERR_MAX] = "";
+    json_error_t jerr;
+    json_t *req = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!req)
+        return sup_reply_error("invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    json_t *reply;
+    const char *cmd = json_string_value(json_object_get(req, "cmd"));
+    if (!json_is_object(req))
+        reply = sup_reply_error("a command must be a JSON object");
+    else if (!cmd)
+        reply = sup_reply_error("field 'cmd' (a string) is required");
+    else if (!strcmp(cmd, "status"))
+        reply = sup_cmd_status(s);
+    else if (!strcmp(cmd, "generate"))
+        reply = sup_cmd_generate(s, req, err);
+    else if (!strcmp(cmd, "release"))
+        reply = sup_cmd_release(s, req, err);
+    else if (!strcmp(cmd, "restart"))
+        reply = sup_cmd_restart(s, req, err);
+    else if (!strcmp(cmd, "stop")) {
+        sup_log("stop requested");
+        s->stop = true;
+        s->stop_reply = true;
+        reply = NULL;
+    } else
+        reply = sup_reply_error("unknown command '%.64s' (status, generate, release, restart, stop)", cmd);
+    json_decref(req);
+    if (!reply && !s->stop_reply)
+        reply = sup_reply_error("out of memory building the reply");
+    return reply;
+}
+
+void sup_sweep_requests(struct sup *s)
+{
+    for (int i = 0; i < PI_MAX_REQUESTS; i++) {
+        struct pi_request *r = &s->ctl->reqs[i];
+        const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+        if ((st == PI_REQ_DONE || st == PI_REQ_FAILED) && s->req_owner[i] > 0 && !inst_pid_alive(s->req_owner[i])) {
+            sup_log("freeing slot %d (request %llu): its client %d is gone", i, (unsigned long long)r->id,
+                    (int)s->req_owner[i]);
+            atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
+            s->req_owner[i] = 0;
+        }
+    }
+}
+
+void sup_fail_requests(struct sup *s, const char *why)
+{
+    for (int i = 0; i < PI_MAX_REQUESTS; i++) {
+        struct pi_request *r = &s->ctl->reqs[i];
+        const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+        if (st != PI_REQ_QUEUED && st != PI_REQ_RUNNING)
+            continue;
+        snprintf(r->errmsg, sizeof r->errmsg, "%s", why);
+        r->error = -PI_E_IO;
+        /* release: a client that acquires FAILED sees errmsg */
+        atomic_store_explicit(&r->state, PI_REQ_FAILED, memory_order_release);
+        /* wake clients sleeping on n_gen: they re-check the state */
+        pi_futex_wake_all(&r->n_gen);
+    }
+}

@@ -1,0 +1,61 @@
+/* sup_internal.h — the supervisor's process-local state, shared by supervisor.c (lifecycle of the
+ * stages) and sup_cmd.c (the JSON commands). Nothing here lives in shared memory. */
+#ifndef PI_PICTL_SUP_INTERNAL_H
+#define PI_PICTL_SUP_INTERNAL_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "instance.h"
+#include "supervisor.h"
+
+#define SUP_GIVEUP_DEATHS 10 /* deaths within SUP_GIVEUP_WINDOW_MS that make us give up a stage */
+
+struct sup_stage {
+    char exe[PATH_MAX];
+    pid_t pid;                 /* 0 when not running */
+    bool spawned_once;
+    bool restart_requested;    /* a restart command: respawn at once when it exits */
+    bool gave_up;
+    unsigned backoff_n;        /* deaths in a row without SUP_BACKOFF_RESET_MS of uptime */
+    uint64_t next_spawn_ns;    /* scheduled respawn (0: none) */
+    uint64_t kill_at_ns;       /* SIGTERM sent: SIGKILL at this time (0: none) */
+    uint64_t deaths[SUP_GIVEUP_DEATHS]; /* ring of recent death times */
+    unsigned n_deaths;
+};
+
+struct sup {
+    const struct sup_config *cfg;
+    char dir[INST_PATH_MAX];
+    struct shm_seg ctl_seg, weights_seg, act_seg;
+    struct pi_ctl *ctl;
+    struct pi_weights_info *winfo;
+    int sock;                  /* nanomsg REP */
+    int ready_fd;              /* the starting client's pipe until SERVING or failure, then -1 */
+    struct sup_stage st[PI_STAGE_COUNT];
+    bool data_stages_spawned;  /* predictord/cpud/gpud started (after the weights are READY) */
+    bool served;               /* reached SERVING once */
+    bool stop;                 /* leave the main loop and clean up */
+    bool stop_reply;           /* the stop came from a command: reply after the cleanup */
+    int exit_code;
+    uint64_t req_counter;
+    pid_t req_owner[PI_MAX_REQUESTS];
+};
+
+/* sup_cmd.c: handle one message (any bytes); returns the reply. A stop command sets s->stop and
+ * s->stop_reply and returns NULL: the reply is sent after the cleanup. */
+json_t *sup_handle(struct sup *s, const char *msg, size_t len);
+json_t *sup_reply_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Free DONE/FAILED slots whose client has exited. */
+void sup_sweep_requests(struct sup *s);
+/* Fail every QUEUED/RUNNING request (gpud gone for good, or stopping): only when no gpud runs. */
+void sup_fail_requests(struct sup *s, const char *why);
+
+/* supervisor.c, used by the restart command. Returns 0 or a negative code with a message. */
+int sup_restart_stage(struct sup *s, enum pi_stage id);
+void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

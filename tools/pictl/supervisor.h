@@ -1,0 +1,56 @@
+/* supervisor.h — the daemon that owns one instance: creates its shared-memory segments, starts the
+ * stages, restarts the ones that die or hang, and answers commands on ipc://<dir>/ctl.ipc.
+ *
+ * Start:   ctl segment (struct pi_ctl) → weights segment (sized from the file, filled by loaderd)
+ *          → act segment → loaderd; when the weights are READY: predictord, cpud, gpud; when gpud
+ *          and the optional stages are READY: SERVING. A failure before SERVING (the loader's
+ *          message, a stage that keeps dying) stops everything, removes the segments and exits 1.
+ * Serving: a stage that dies is restarted (first at once, then after 100 ms doubling to 5 s; the
+ *          delay resets after 30 s of uptime); 10 deaths within a minute → the stage is FAILED
+ *          (ctl.error says why). predictord and cpud are optional (gpud falls back), loaderd is
+ *          optional once the weights are READY, gpud is required: giving up on it fails the
+ *          instance and the requests in flight. A READY stage without a heartbeat for
+ *          STAGE_HUNG_MS is killed (and restarted as a death).
+ * Stop:    {"cmd":"stop"}, SIGTERM/SIGINT/SIGHUP, or the death of an owner process (ephemeral
+ *          instances of `pictl run`): SIGTERM to every stage, SIGKILL after 5 s, requests in flight
+ *          marked FAILED, segments, socket and pid file removed (logs stay).
+ *
+ * Commands (one JSON object per message; every reply is {"ok":true,...} or {"ok":false,"error":E}):
+ *   {"cmd":"status"}                          → {"ok":true,"status":{...}} (as `pictl status --json`)
+ *   {"cmd":"stop"}                            → reply after the cleanup, then the supervisor exits 0
+ *   {"cmd":"restart","stage":"cpud"}          → SIGTERM and respawn (counts as a restart)
+ *   {"cmd":"generate","prompt":S, "n_predict":N, "temp":T, "top_k":K, "top_p":P, "min_p":M,
+ *    "repeat_penalty":R, "repeat_last_n":L, "seed":S (integer or decimal string), "ignore_eos":B,
+ *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
+ *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
+ *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
+ * A slot whose client_pid has exited is freed by the supervisor once it is DONE/FAILED. */
+#ifndef PI_PICTL_SUPERVISOR_H
+#define PI_PICTL_SUPERVISOR_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pipeline_layout.h"
+
+struct pi_model;
+
+#define SUP_N_BATCH 32 /* most tokens per pipeline step (act segment buffers) */
+
+struct sup_config {
+    char name[PI_INSTANCE_MAX];
+    char model_path[PI_PATH_MAX];   /* absolute */
+    const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
+    int32_t n_threads, n_ctx;
+    float gpu_ffn_share;
+    pid_t owner_pid;   /* > 0: stop when this process is gone (ephemeral instance) */
+    int lock_fd;       /* supervisor.pid, opened and flock'ed by the caller; the supervisor keeps
+                          the lock for its lifetime and writes its pid there */
+    int ready_fd;      /* -1, or a pipe: one line "ok" or "error: MESSAGE" once SERVING or failed */
+};
+
+/* Run the supervisor in this process until the instance stops. Returns the exit code (0 after a
+ * stop, 1 after a failed start). Stdio redirection and detaching are the caller's job. */
+int supervisor_run(const struct sup_config *cfg);
+
+#endif
