@@ -43,13 +43,13 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void report(const char *name, unsigned qd, uint64_t bytes, double *t, int n)
+static void report(const char *name, unsigned qd, uint32_t chunk, uint64_t bytes, double *t, int n)
 {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     double med = t[n / 2], p90 = t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
     printf("{\"bench\":\"load\",\"case\":\"%s\",\"qd\":%u,\"chunk_mib\":%llu,\"bytes\":%llu,\"n\":%d,"
            "\"median_s\":%.4f,\"p90_s\":%.4f,\"median_gbps\":%.3f,\"unit\":\"GB/s\"}\n",
-           name, qd, (unsigned long long)(URING_CHUNK / MIB), (unsigned long long)bytes, n, med, p90,
+           name, qd, (unsigned long long)(chunk / MIB), (unsigned long long)bytes, n, med, p90,
            (double)bytes / med * 1e-9);
     fflush(stdout);
 }
@@ -77,7 +77,7 @@ static int make_file(const char *path, uint64_t mib)
 }
 
 /* Read the file once with the given method into dst; returns seconds or a negative value. */
-static double time_read(const char *path, const char *method, unsigned qd, void *dst, uint64_t size)
+static double time_read(const char *path, const char *method, unsigned qd, uint32_t chunk, void *dst, uint64_t size)
 {
     bool direct = !strcmp(method, "uring_direct");
     int fd = open(path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
@@ -92,6 +92,7 @@ static double time_read(const char *path, const char *method, unsigned qd, void 
     if (!strcmp(method, "pread")) {
         rc = uring_pread_file(fd, dst, size, &o);
     } else if ((rc = uring_init(&r, qd)) == 0) {
+        r.chunk = chunk;
         rc = uring_read(&r, fd, dst, size, &o);
         uring_fini(&r);
     }
@@ -166,20 +167,22 @@ int main(int argc, char **argv)
     }
     memset(dst, 0, uring_dst_bytes(size)); /* fault the pages in: time the reads, not page faults */
 
-    static const struct { const char *method; unsigned qd; } cases[] = {
-        {"uring_direct", 1}, {"uring_direct", 8}, {"uring_direct", 16}, {"uring_direct", URING_QD},
-        {"uring_buffered", URING_QD}, {"pread", 1},
+    static const struct { const char *method; unsigned qd; uint32_t chunk; } cases[] = {
+        {"uring_direct", 1, URING_CHUNK}, {"uring_direct", 8, URING_CHUNK}, {"uring_direct", 16, URING_CHUNK},
+        {"uring_direct", URING_QD, URING_CHUNK}, {"uring_direct", URING_QD, 1 << 20},
+        {"uring_direct", 16, 16 << 20}, {"uring_buffered", URING_QD, URING_CHUNK},
+        {"pread", 1, URING_PREAD_CHUNK},
     };
     double t[MAX_REPS];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int n = 0;
         for (int i = 0; i < reps; i++) {
-            double dt = time_read(path, cases[c].method, cases[c].qd, dst, size);
+            double dt = time_read(path, cases[c].method, cases[c].qd, cases[c].chunk, dst, size);
             if (dt >= 0)
                 t[n++] = dt;
         }
         if (n)
-            report(cases[c].method, cases[c].qd, size, t, n);
+            report(cases[c].method, cases[c].qd, cases[c].chunk, size, t, n);
     }
     char method[LOADER_METHOD_CAP] = "";
     for (int prefault = 0; prefault < 2; prefault++) {
@@ -190,7 +193,7 @@ int main(int argc, char **argv)
                 t[n++] = dt;
         }
         if (n)
-            report(prefault ? "loader_load_shm_prefaulted" : "loader_load_shm", URING_QD, size, t, n);
+            report(prefault ? "loader_load_shm_prefaulted" : "loader_load_shm", URING_QD, URING_CHUNK, size, t, n);
     }
     fprintf(stderr, "bench_load: loader_load used %s\n", method);
     free(dst);

@@ -26,6 +26,7 @@ int uring_init(struct uring_reader *r, unsigned qd)
 {
     memset(r, 0, sizeof *r);
     r->qd = qd ? qd : URING_QD;
+    r->chunk = URING_CHUNK;
     int rc = io_uring_queue_init(r->qd, &r->ring, 0);
     if (rc < 0)
         return pi_fail(-rc, "io_uring: setup refused: %s", strerror(-rc));
@@ -133,6 +134,8 @@ int uring_read(struct uring_reader *r, int fd, void *dst, uint64_t size, const s
         o = &no_opts;
     if (!r->ready)
         return pi_fail(PI_E_INVAL, "io_uring: reader not initialised");
+    if (r->chunk == 0 || r->chunk % URING_ALIGN)
+        return pi_fail(PI_E_INVAL, "io_uring: read size %u is not a multiple of %u", r->chunk, URING_ALIGN);
     if (o->direct && ((uintptr_t)dst % URING_ALIGN) != 0)
         return pi_fail(EINVAL, "io_uring: O_DIRECT destination %p is not %u-byte aligned", dst, URING_ALIGN);
 
@@ -150,7 +153,7 @@ int uring_read(struct uring_reader *r, int fd, void *dst, uint64_t size, const s
                 continue;
             s->busy = true;
             s->done = next;
-            s->end = size - next > URING_CHUNK ? next + URING_CHUNK : size;
+            s->end = size - next > r->chunk ? next + r->chunk : size;
             next = s->end;
             slot_queue(r, fd, dst, s, o->direct);
             inflight++;

@@ -51,6 +51,7 @@ struct uring_reader {
     struct io_uring ring;
     bool ready;
     unsigned qd;
+    uint32_t chunk;          /* bytes per read: URING_CHUNK after init; a multiple of URING_ALIGN */
     struct uring_stats stats;
 };
 
