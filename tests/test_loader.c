@@ -2,12 +2,15 @@
  * method (io_uring O_DIRECT, buffered, pread, O_DIRECT refused), the tensor directory against
  * gguf_open, re-attach without reading, and every failure (missing, truncated, corrupt, read
  * error, long names, cancel) ending FAILED with a message naming the file.
- * argv[1]: a real model GGUF (the tiny reference model converted to f16). */
+ * argv[1]: a real model GGUF (the tiny reference model converted to f16); argv[2] (optional): the
+ * loaderd executable, run as a daemon against a ctl segment made here (start, restart = re-attach,
+ * failure). */
 #include "gguf.h"
 #include "load.h"
 #include "pi_err.h"
 #include "quant.h"
 #include "shm.h"
+#include "stage.h"
 #include "testutil.h"
 #include "uring.h"
 
@@ -17,12 +20,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TMP_TEMPLATE "/tmp/pinfer-test-loader-XXXXXX"
 #define ODD_TENSOR_ELEMS 1000   /* a small file whose size is not a multiple of 4096 */
 #define LONG_NAME_LEN 70        /* longer than LOADER_NAME_MAX */
+#define DAEMON_WAIT_MS 10000    /* a daemon start or exit should take far less */
+#define POLL_MS 5
 
 static char inst[SHM_PART_MAX + 1];
 static char tmpdir[sizeof TMP_TEMPLATE];
@@ -403,6 +411,116 @@ static void test_uring_standalone(const char *model)
     free(want);
 }
 
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t spawn_loaderd(const char *exe)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(exe, exe, "--instance", inst, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Wait until the stage is READY (true) or the process exited (false, *status set). */
+static bool wait_ready(struct pi_ctl *ctl, pid_t pid, int *status)
+{
+    for (int waited = 0; waited < DAEMON_WAIT_MS; waited += POLL_MS) {
+        if (atomic_load_explicit(&ctl->stages[PI_STAGE_LOADERD].state, memory_order_acquire) == PI_STAGE_READY)
+            return true;
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return false;
+        sleep_ms(POLL_MS);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return false;
+}
+
+static int stop_loaderd(pid_t pid)
+{
+    int status = -1;
+    kill(pid, SIGTERM);
+    for (int waited = 0; waited < DAEMON_WAIT_MS; waited += POLL_MS) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return status;
+        sleep_ms(POLL_MS);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* The daemon as the supervisor runs it: ctl + weights segments, start, READY, stop; restart
+ * re-attaches without reading; a missing model exits non-zero with the reason recorded. */
+static void test_daemon(const char *exe, const char *model)
+{
+    struct shm_seg ctl_seg;
+    const uint64_t ctl_off = PI_CACHE_LINE * 2; /* right after the 128-byte header */
+    REQUIRE(shm_create(&ctl_seg, inst, "ctl", PI_SEG_KIND_CTL, ctl_off + sizeof(struct pi_ctl)) == 0, "ctl: %s",
+            pi_errmsg());
+    ctl_seg.hdr->offsets[0] = ctl_off;
+    ctl_seg.hdr->n_offsets = 1;
+    struct pi_ctl *ctl = (struct pi_ctl *)((char *)ctl_seg.base + ctl_off);
+    snprintf(ctl->model_path, sizeof ctl->model_path, "%s", model);
+    shm_publish(&ctl_seg);
+    struct wseg s;
+    REQUIRE(wseg_create(&s, model) == 0, "segment: %s", pi_errmsg());
+    size_t n;
+    void *want = slurp(model, &n);
+    REQUIRE(want, "read %s", model);
+
+    int status = 0;
+    pid_t pid = spawn_loaderd(exe);
+    REQUIRE(pid > 0, "fork");
+    CHECK(wait_ready(ctl, pid, &status), "loaderd did not become ready (status 0x%x)", status);
+    CHECK(atomic_load_explicit(&s.w.info->state, memory_order_acquire) == PI_WEIGHTS_READY, "weights state %u",
+          atomic_load(&s.w.info->state));
+    CHECK(memcmp(s.w.image, want, n) == 0, "daemon image differs from the file");
+    CHECK(atomic_load(&ctl->load_done_bytes) == n && atomic_load(&ctl->load_total_bytes) == n, "ctl progress");
+    CHECK(ctl->load_method[0] != '\0', "ctl load_method empty");
+    uint64_t hb = atomic_load(&ctl->stages[PI_STAGE_LOADERD].heartbeat_ns);
+    sleep_ms(STAGE_HEARTBEAT_MS * 3);
+    CHECK(atomic_load(&ctl->stages[PI_STAGE_LOADERD].heartbeat_ns) > hb, "heartbeat not advancing while idle");
+    status = stop_loaderd(pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "loaderd stop status 0x%x", status);
+    fprintf(stderr, "  daemon loaded with '%s'\n", ctl->load_method);
+
+    /* restart: the segment holds this file already, nothing is read */
+    atomic_store(&ctl->stages[PI_STAGE_LOADERD].state, PI_STAGE_STARTING);
+    atomic_store(&ctl->load_done_bytes, 777);
+    pid = spawn_loaderd(exe);
+    REQUIRE(pid > 0, "fork");
+    CHECK(wait_ready(ctl, pid, &status), "restarted loaderd did not become ready (status 0x%x)", status);
+    CHECK(atomic_load(&ctl->load_done_bytes) == 777, "restarted loaderd read the file again");
+    status = stop_loaderd(pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "loaderd stop status 0x%x", status);
+
+    /* a model that is gone: exits 1, weights FAILED, last_error says why */
+    char missing[256];
+    tmp_path(missing, sizeof missing, "gone.gguf");
+    snprintf(ctl->model_path, sizeof ctl->model_path, "%s", missing);
+    atomic_store(&s.w.info->state, PI_WEIGHTS_EMPTY);
+    atomic_store(&ctl->stages[PI_STAGE_LOADERD].state, PI_STAGE_STARTING);
+    pid = spawn_loaderd(exe);
+    REQUIRE(pid > 0, "fork");
+    CHECK(!wait_ready(ctl, pid, &status), "loaderd ready on a missing model");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "failed loaderd status 0x%x", status);
+    CHECK(atomic_load(&s.w.info->state) == PI_WEIGHTS_FAILED, "weights state %u", atomic_load(&s.w.info->state));
+    CHECK(strstr(ctl->stages[PI_STAGE_LOADERD].last_error, "gone.gguf") != NULL, "last_error '%s'",
+          ctl->stages[PI_STAGE_LOADERD].last_error);
+
+    free(want);
+    wseg_destroy(&s);
+    shm_detach(&ctl_seg);
+    shm_remove(ctl_seg.name);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -421,6 +539,8 @@ int main(int argc, char **argv)
     test_failures(model);
     test_cancel(model);
     test_uring_standalone(model);
+    if (argc > 2)
+        test_daemon(argv[2], model);
 
     CHECK(shm_remove_instance(inst) == 0, "segments left behind");
     rmdir(tmpdir);
