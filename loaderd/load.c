@@ -353,6 +353,9 @@ int loader_load(const struct loader_weights *w, const char *path, const struct l
         *outcome = LOADER_REATTACHED;
         return 0;
     }
+    if (atomic_load_explicit(&wi->state, memory_order_relaxed) == PI_WEIGHTS_READY)
+        fprintf(stderr, "loaderd: warning: '%s' changed since it was loaded (inode, device, mtime or size); "
+                "reloading over the image running stages use\n", path);
     uint64_t size = (uint64_t)st.st_size;
     /* Relaxed: stages only act on READY/FAILED; LOADING is informational. */
     atomic_store_explicit(&wi->state, PI_WEIGHTS_LOADING, memory_order_relaxed);
