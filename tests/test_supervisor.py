@@ -284,6 +284,24 @@ def restarts():
         cleanup(name)
 
 
+@test
+def supervisor_killed():
+    name = f"{tag}_k"
+    try:
+        start(name)
+        st = status(name)
+        os.kill(st["supervisor_pid"], signal.SIGKILL)
+        check(wait_for(lambda: stage_pids(name) == [], 5), f"stages outlive their supervisor: {stage_pids(name)}")
+        check(status(name) is not None and not status(name)["supervisor_alive"], "status shows a dead supervisor")
+        # the next start cleans up the dead instance's leftovers and serves again
+        start(name)
+        check(status(name)["state"] == "serving", "serving again after the supervisor was killed")
+        check(run("stop", "--name", name).returncode == 0, "stop")
+        no_leftovers(name, "after a killed supervisor")
+    finally:
+        cleanup(name)
+
+
 # ---- raw nanomsg REQ over the ipc transport (SP header, then 0x01 + u64 size + request id + body) ----
 SP_REQ, SP_REP = 48, 49
 

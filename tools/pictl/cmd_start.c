@@ -1,5 +1,6 @@
 /* pictl start — validate the model, take the instance lock, clean up a dead instance's leftovers,
  * fork the supervisor as a daemon and wait until it serves (or says why it could not). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -26,6 +27,7 @@
 #define DEFAULT_GPU_FFN_SHARE 0.5f
 #define READY_LINE_MAX (PI_MSG_MAX + 64)
 #define MIB (1024.0 * 1024.0)
+#define DAEMON_FD_MAX 1024          /* inherited descriptors closed at most (more is absurd) */
 
 static void progress(const struct pi_ctl *ctl, bool *shown)
 {
@@ -127,6 +129,26 @@ out:
     return rc;
 }
 
+/* A daemon holding its caller's pipes open would keep the caller waiting for EOF forever: close
+ * every descriptor but stdio, the lock and the ready pipe (the model's mapping needs no fd). */
+static void close_inherited(int keep1, int keep2)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int self = dirfd(d);
+    struct dirent *e;
+    int fds[DAEMON_FD_MAX], n = 0;
+    while ((e = readdir(d)) != NULL && n < DAEMON_FD_MAX) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] != '.' && fd > STDERR_FILENO && fd != self && fd != keep1 && fd != keep2)
+            fds[n++] = fd;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
 /* Daemon side (grandchild): detach from the terminal and run the supervisor. Never returns. */
 static void run_daemon(struct sup_config *cfg)
 {
@@ -139,6 +161,7 @@ static void run_daemon(struct sup_config *cfg)
         dup2(null_fd, STDIN_FILENO);
     dup2(log_fd >= 0 ? log_fd : null_fd, STDOUT_FILENO);
     dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO);
+    close_inherited(cfg->lock_fd, cfg->ready_fd);
     if (chdir("/") != 0) {
         /* keep the cwd: harmless, only a mount it pins */
     }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,6 +34,7 @@
 #define SUP_SWEEP_MS 500              /* owner and orphaned-slot checks */
 #define SUP_CTL_ALIGN 4096            /* struct pi_ctl starts on its own page */
 #define SUP_REPLY_FLUSH_MS 50         /* let nanomsg's worker send the stop reply before close */
+#define SUP_CHILD_FD_SCAN 4096       /* descriptors closed one by one where close_range is missing */
 #define MS 1000000ull                 /* ns per ms */
 
 /* Start order of the data-plane stages once the weights are READY. */
@@ -235,6 +237,7 @@ static void spawn(struct sup *s, enum pi_stage id)
         (void)w;
     }
     char *argv[] = { st->exe, "--instance", (char *)s->cfg->name, NULL };
+    const pid_t self = getpid();
     /* STARTING before the child exists: the stage's own store of READY must come after ours */
     atomic_store_explicit(&in->state, PI_STAGE_STARTING, memory_order_relaxed);
     atomic_store_explicit(&in->started_ns, now_ns(), memory_order_relaxed);
@@ -247,6 +250,15 @@ static void spawn(struct sup *s, enum pi_stage id)
             dup2(log_fd, STDOUT_FILENO);
             dup2(log_fd, STDERR_FILENO);
         }
+        /* the stage must not outlive its supervisor: its segments' owner is gone, and nobody
+         * would restart or stop it (SIGTERM: it stops like on `pictl stop`) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != self)
+            _exit(1); /* the supervisor died before prctl took effect */
+        /* descriptors the stage has no business holding (nanomsg's, inherited ones) */
+        if (close_range(STDERR_FILENO + 1, ~0u, 0) != 0)
+            for (int fd = STDERR_FILENO + 1; fd < SUP_CHILD_FD_SCAN; fd++)
+                close(fd);
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;
