@@ -53,6 +53,8 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     ops_scratch_fini(&s->xq);
     ops_scratch_fini(&s->aq);
     free(s->act);
+    free(s->live);
+    free(s->part);
     memset(s, 0, sizeof *s);
 }
 
@@ -133,6 +135,105 @@ static void down_worker(void *arg, int ith, int nth)
     }
 }
 
+/* ---- down_t path (PowerInfer layers) ---- */
+
+/* Cache lines of the next live neuron's down_t row to prefetch while the current one is added: the
+ * rows are scattered, so the hardware prefetcher only catches on a few lines into each. */
+#define ROW_PREFETCH_LINES 4
+#define CACHE_LINE 64
+
+struct axpy_job {
+    const struct pi_tensor *dt; /* down_t, ne {n_embd, n_ff} */
+    pi_axpy_fn axpy;
+    const float *act;           /* (B, n_ff) */
+    const int32_t *live;        /* n_live neuron ids */
+    int64_t n_live, F, E;
+    float *y;                   /* (B, n_embd): thread 0's accumulator and the result */
+    float *part;                /* (n_part, B, n_embd): threads 1..n_part */
+    int n_part;
+    int32_t B;
+};
+
+/* acc[t] (n_embd) = Σ over this thread's share of live neurons i of act[t, i] · down_t[i] */
+static void axpy_worker(void *arg, int ith, int nth)
+{
+    const struct axpy_job *j = arg;
+    const size_t BE = (size_t)j->B * (size_t)j->E;
+    float *acc = ith == 0 ? j->y : j->part + (size_t)(ith - 1) * BE;
+    memset(acc, 0, BE * sizeof *acc);
+    const int64_t lo = j->n_live * ith / nth, hi = j->n_live * (ith + 1) / nth;
+    const char *base = j->dt->data;
+    const size_t rb = j->dt->row_bytes;
+    for (int64_t k = lo; k < hi; k++) {
+        const int32_t i = j->live[k];
+        if (k + 1 < hi)
+            for (int c = 0; c < ROW_PREFETCH_LINES; c++)
+                __builtin_prefetch(base + (size_t)j->live[k + 1] * rb + (size_t)c * CACHE_LINE, 0, 3);
+        const char *row = base + (size_t)i * rb;
+        for (int32_t t = 0; t < j->B; t++) {
+            const float a = j->act[(size_t)t * j->F + i];
+            if (a != 0.0f)
+                j->axpy(j->E, acc + (size_t)t * j->E, a, row);
+        }
+    }
+}
+
+/* y += Σ_p part[p], over this thread's slice of the (B, n_embd) elements, partials in thread order */
+static void reduce_worker(void *arg, int ith, int nth)
+{
+    const struct axpy_job *j = arg;
+    const size_t BE = (size_t)j->B * (size_t)j->E, lo = BE * (size_t)ith / (size_t)nth,
+                 hi = BE * (size_t)(ith + 1) / (size_t)nth;
+    for (int p = 0; p < j->n_part; p++) {
+        const float *src = j->part + (size_t)p * BE;
+        for (size_t e = lo; e < hi; e++)
+            j->y[e] += src[e];
+    }
+}
+
+/* y = Σ over live neurons of the runs of act_i · down_t[i]; *rows = down_t rows read */
+static int down_t_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_layer *l, const float *act,
+                          int64_t F, int64_t E, int32_t B, const struct ffn_runs *runs, float *y, int64_t *rows)
+{
+    const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
+    if (!tt || !tt->axpy)
+        return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel", l->ffn_down_t.name,
+                       l->ffn_down_t.type);
+    if (s->live_cap < runs->n_neurons) {
+        int32_t *p = realloc(s->live, (size_t)runs->n_neurons * sizeof *p);
+        if (!p)
+            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron ids", (long long)runs->n_neurons);
+        s->live = p;
+        s->live_cap = runs->n_neurons;
+    }
+    /* live = neurons of the runs whose activation is nonzero for some token (ReLU zeros skip) */
+    int64_t n_live = 0;
+    for (int32_t k = 0; k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; i < (int64_t)runs->run[k][0] + runs->run[k][1]; i++) {
+            bool on = false;
+            for (int32_t t = 0; !on && t < B; t++)
+                on = act[(size_t)t * F + i] != 0.0f;
+            if (on)
+                s->live[n_live++] = (int32_t)i;
+        }
+    const int nth = pool_size(pool);
+    const int64_t need = (int64_t)(nth - 1) * B * E;
+    if (s->part_cap < need) {
+        float *p = realloc(s->part, (size_t)need * sizeof *p);
+        if (!p)
+            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %d partial sums", nth - 1);
+        s->part = p;
+        s->part_cap = need;
+    }
+    struct axpy_job j = { .dt = &l->ffn_down_t, .axpy = tt->axpy, .act = act, .live = s->live, .n_live = n_live,
+                          .F = F, .E = E, .y = y, .part = s->part, .n_part = nth - 1, .B = B };
+    pool_run(pool, axpy_worker, &j);
+    if (nth > 1)
+        pool_run(pool, reduce_worker, &j);
+    *rows = n_live;
+    return 0;
+}
+
 /* Widen runs to whole blocks of blk neurons, merging runs that then touch: a block is read once,
  * and its neurons outside S have act 0, so they add nothing. */
 static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, int32_t (*out)[2])
@@ -176,7 +277,9 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
-    const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type), *dt = quant_traits(l->ffn_down.type);
+    /* the down projection: ffn_down_t when present (AXPY path), else ffn_down */
+    const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type),
+                                *dt = quant_traits(l->ffn_down_t.data ? l->ffn_down_t.type : l->ffn_down.type);
     if (l->ffn_up.type != l->ffn_gate.type)
         return pi_fail(PI_E_UNSUPPORTED, "ffn: layer %d has gate %s and up %s: mixed types are not supported", layer,
                        gt->name, quant_traits(l->ffn_up.type)->name);
@@ -194,6 +297,15 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     }
     pool_run(pool, gate_up_worker, &j);
 
+    if (l->ffn_down_t.data) {
+        int64_t rows = 0;
+        if ((rc = down_t_partial(pool, s, l, j.act, F, E, B, runs, y, &rows)))
+            return rc;
+        if (bytes)
+            *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +
+                     (uint64_t)rows * l->ffn_down_t.row_bytes;
+        return 0;
+    }
     if (dt->vec_dot_type == PI_TYPE_F32) {
         j.aq = (const char *)j.act;
         j.aq_stride = (size_t)F * sizeof(float);

@@ -7,7 +7,17 @@
  * cpud the cold one with this; S is given as runs of consecutive neurons so that gate and up rows
  * are read contiguously and down rows are read only over the runs. A run boundary that falls
  * inside a quantization block of the down weights costs exactness against the dense path (the
- * activation block is then quantized with zeros in it), so splits are made in whole blocks. */
+ * activation block is then quantized with zeros in it), so splits are made in whole blocks.
+ *
+ * PowerInfer layers (ffn_down_t present, whether or not ffn_down is too) use the transposed down
+ * projection instead, whatever the subset:
+ *
+ *   y (B, n_embd) = Σ_{i ∈ S, act_i != 0} act_i · down_t[i]     (AXPY over rows of active neurons)
+ *
+ * Neurons whose activation is exactly 0 for every token of the batch (ReLU zeros: most of them)
+ * cost no down_t read at all; the activations stay f32 (no quantization), so any split is exact up
+ * to the order of the sums. Threads take equal shares of the live neurons, accumulate into their
+ * own (B, n_embd) partial sums, and a second pass adds them (thread 0's partial is y itself). */
 #ifndef PI_FFN_SPLIT_H
 #define PI_FFN_SPLIT_H
 
@@ -36,11 +46,18 @@ struct ffn_scratch {
     struct ops_scratch aq;  /* activations in down's vec_dot_type */
     float *act;             /* (B, n_ff) */
     int64_t act_cap;
+    /* down_t path */
+    int32_t *live;          /* neurons with a nonzero activation for some token */
+    int64_t live_cap;
+    float *part;            /* (n_threads - 1, B, n_embd) partial sums of threads 1.. */
+    int64_t part_cap;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 
 /* y = the FFN of layer `layer` over the neurons in runs, for B tokens (y is overwritten).
- * *bytes (if not NULL) receives the weight bytes read. */
+ * *bytes (if not NULL) receives the weight bytes read: gate and up rows of the neurons in runs, plus
+ * the down rows read (down_t: only those of live neurons; ffn_down: the widened runs).
+ * After the call s->act (B, n_ff) holds the activations of the neurons in runs (0 elsewhere). */
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
                 int32_t B, const struct ffn_runs *runs, float *y, uint64_t *bytes);
 

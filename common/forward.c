@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ffn_split.h"
 #include "ops.h"
 #include "pi_err.h"
+#include "predictor.h"
 #include "threadpool.h"
 
 #define DEFAULT_BATCH 64
@@ -30,6 +32,17 @@ struct pi_ctx {
     fwd_ffn_hook hook;
     void *hook_user;
     int32_t hook_pos; /* position of the batch being evaluated, for the hook */
+    /* FFN over a subset of neurons: PowerInfer layers (down_t) and the sparse mode */
+    bool sparse;              /* predictors in use */
+    struct ffn_scratch ffn;
+    struct ffn_runs runs_all; /* one run: every neuron */
+    struct ffn_runs runs;     /* sparse: the union of the batch's predicted masks */
+    struct ops_scratch pred;  /* predictor intermediates */
+    uint8_t *sel;             /* (n_ff) all ones: the selector for ffn_runs_build */
+    uint8_t *mask;            /* (n_batch, n_ff) predicted activity, sparse mode */
+    struct ffn_stats {
+        uint64_t neurons, tokens, bytes, predicted;
+    } *stats;                 /* (n_layer) */
 };
 
 void ctx_set_ffn_hook(struct pi_ctx *c, fwd_ffn_hook fn, void *user)
@@ -39,6 +52,29 @@ void ctx_set_ffn_hook(struct pi_ctx *c, fwd_ffn_hook fn, void *user)
 }
 
 int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
+bool ctx_is_sparse(const struct pi_ctx *c) { return c->sparse; }
+
+void ctx_sparse_stats(const struct pi_ctx *c, int layer, uint64_t *neurons, uint64_t *tokens, uint64_t *bytes)
+{
+    const bool ok = layer >= 0 && layer < c->m->hp.n_layer;
+    const struct ffn_stats *st = ok ? &c->stats[layer] : NULL;
+    if (neurons)
+        *neurons = st ? st->neurons : 0;
+    if (tokens)
+        *tokens = st ? st->tokens : 0;
+    if (bytes)
+        *bytes = st ? st->bytes : 0;
+}
+
+uint64_t ctx_sparse_predicted(const struct pi_ctx *c, int layer)
+{
+    return layer >= 0 && layer < c->m->hp.n_layer ? c->stats[layer].predicted : 0;
+}
+
+void ctx_sparse_stats_reset(struct pi_ctx *c)
+{
+    memset(c->stats, 0, (size_t)c->m->hp.n_layer * sizeof *c->stats);
+}
 float *fwd_x(struct pi_ctx *c) { return c->x; }
 
 int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p)
@@ -69,12 +105,19 @@ int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_p
     c->scores = malloc((size_t)nt * (size_t)c->n_ctx * sizeof(float));
     c->k_cache = calloc(kv_elems, sizeof(float));
     c->v_cache = calloc(kv_elems, sizeof(float));
+    c->sparse = p->sparse && pred_available(m);
+    c->sel = malloc(F);
+    c->mask = c->sparse ? malloc(B * F) : NULL;
+    c->stats = calloc((size_t)hp->n_layer, sizeof *c->stats);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->scores ||
-        !c->k_cache || !c->v_cache) {
+        !c->k_cache || !c->v_cache || !c->sel || (c->sparse && !c->mask) || !c->stats) {
         rc = pi_fail(PI_E_NOMEM, "ctx: cannot allocate buffers for n_ctx %d (KV cache %.1f MiB)", c->n_ctx,
                      2.0 * (double)kv_elems * sizeof(float) / (1 << 20));
         goto fail;
     }
+    memset(c->sel, 1, F);
+    if ((rc = ffn_runs_build(&c->runs_all, c->sel, 1, NULL, 0, (int64_t)F)))
+        goto fail;
     *out = c;
     return 0;
 fail:
@@ -100,6 +143,13 @@ void ctx_free(struct pi_ctx *c)
     free(c->scores);
     free(c->k_cache);
     free(c->v_cache);
+    ffn_scratch_fini(&c->ffn);
+    ffn_runs_fini(&c->runs_all);
+    ffn_runs_fini(&c->runs);
+    ops_scratch_fini(&c->pred);
+    free(c->sel);
+    free(c->mask);
+    free(c->stats);
     free(c);
 }
 
@@ -197,23 +247,53 @@ int fwd_attn(struct pi_ctx *c, int layer, int32_t B, int32_t pos)
     return 0;
 }
 
+static uint64_t tensor_bytes(const struct pi_tensor *t)
+{
+    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne[1] : 0;
+}
+
 int fwd_ffn(struct pi_ctx *c, int layer, int32_t B)
 {
     const struct pi_hparams *hp = &c->m->hp;
     const struct pi_layer *l = &c->m->layers[layer];
     const int64_t E = hp->n_embd, F = hp->n_ff;
+    struct ffn_stats *st = &c->stats[layer];
+    uint64_t bytes = 0;
     int rc;
+    if (c->sparse) {
+        /* the predictor reads the FFN input before ffn_norm */
+        int64_t on = 0;
+        if ((rc = pred_eval(c->pool, &c->pred, l, c->x, B, hp->sparse_threshold, c->mask, &on)) ||
+            (rc = ffn_runs_build(&c->runs, c->sel, 1, c->mask, B, F)))
+            return rc;
+        st->predicted += (uint64_t)on;
+    }
     for (int32_t b = 0; b < B; b++)
         ops_rmsnorm(c->xn + b * E, c->x + b * E, l->ffn_norm.data, E, hp->norm_eps);
-    if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_gate, c->xn, c->gate, B)) ||
-        (rc = ops_matmul(c->pool, &c->scratch, &l->ffn_up, c->xn, c->up, B)))
-        return rc;
-    for (int64_t i = 0; i < (int64_t)B * F; i++)
-        c->gate[i] = model_glu(hp->act, c->gate[i], c->up[i]);
-    if (c->hook)
-        c->hook(c->hook_user, layer, B, c->hook_pos, c->x, c->gate);
-    if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_down, c->gate, c->proj, B)))
-        return rc;
+    if (!c->sparse && l->ffn_down.data) {
+        /* dense: three GEMMs */
+        if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_gate, c->xn, c->gate, B)) ||
+            (rc = ops_matmul(c->pool, &c->scratch, &l->ffn_up, c->xn, c->up, B)))
+            return rc;
+        for (int64_t i = 0; i < (int64_t)B * F; i++)
+            c->gate[i] = model_glu(hp->act, c->gate[i], c->up[i]);
+        if (c->hook)
+            c->hook(c->hook_user, layer, B, c->hook_pos, c->x, c->gate);
+        if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_down, c->gate, c->proj, B)))
+            return rc;
+        bytes = tensor_bytes(&l->ffn_gate) + tensor_bytes(&l->ffn_up) + tensor_bytes(&l->ffn_down);
+        st->neurons += (uint64_t)F;
+    } else {
+        /* sparse, or a PowerInfer layer without ffn_down: the neurons of runs through down_t */
+        const struct ffn_runs *runs = c->sparse ? &c->runs : &c->runs_all;
+        if ((rc = ffn_partial(c->pool, &c->ffn, c->m, layer, c->xn, B, runs, c->proj, &bytes)))
+            return rc;
+        if (!c->sparse && c->hook)
+            c->hook(c->hook_user, layer, B, c->hook_pos, c->x, c->ffn.act);
+        st->neurons += (uint64_t)runs->n_neurons;
+    }
+    st->tokens += (uint64_t)B;
+    st->bytes += bytes;
     for (int64_t i = 0; i < (int64_t)B * E; i++)
         c->x[i] += c->proj[i];
     return 0;

@@ -10,6 +10,10 @@
 #include "quant.h"
 #include "tokenizer.h"
 
+/* PowerInfer: the predictor's activation threshold on its raw logits (active iff logit >= it). */
+#define PWRI_KEY_THRESHOLD "powerinfer.sparse_threshold"
+#define PWRI_DEFAULT_THRESHOLD 0.0f
+
 const char *model_arch_name(enum pi_arch a)
 {
     switch (a) {
@@ -151,12 +155,45 @@ static int load_hparams(const struct gguf_file *f, struct pi_hparams *hp, const 
         (rc = get_float(f, arch, "rope.freq_base", &hp->rope_theta, 10000.0f)) ||
         (rc = get_float(f, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, 1e-6f)))
         return rc;
+    hp->powerinfer = gguf_is_powerinfer(f);
+    if ((rc = gguf_get_f32(f, PWRI_KEY_THRESHOLD, &hp->sparse_threshold)) == -PI_E_NOTFOUND)
+        hp->sparse_threshold = PWRI_DEFAULT_THRESHOLD;
+    else if (rc)
+        return rc;
     if (hp->n_head % hp->n_head_kv)
         return pi_fail(PI_E_RANGE, "model: head_count %d is not a multiple of head_count_kv %d", hp->n_head,
                        hp->n_head_kv);
     if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
         return pi_fail(PI_E_RANGE, "model: rope.dimension_count %d must be even and <= head dim %d",
                        hp->rope_dim, hp->head_dim);
+    return 0;
+}
+
+/* A PowerInfer predictor matrix: present (PWRI files always carry both), shape {ne0, ne1}, ne1 = 0
+ * meaning "any rank" (fc1's rank r is read from the file; fc2 must then match it). */
+static int bind_predictor(const struct gguf_file *f, struct pi_tensor *t, const char *name, int64_t ne0,
+                          int64_t ne1)
+{
+    const struct gguf_tensor *g = gguf_find_tensor(f, name);
+    if (!g)
+        return pi_fail(PI_E_NOTFOUND, "model: PowerInfer file lacks predictor tensor '%s'", name);
+    return bind(f, t, name, ne0, ne1 ? ne1 : g->ne[1], true);
+}
+
+/* PowerInfer layer tensors: ffn_down_t (needed when ffn_down is absent; both may be present), the
+ * predictor fc1 {n_embd, r} and fc2 {r, n_ff}. */
+static int bind_powerinfer(const struct gguf_file *f, const struct pi_hparams *hp, int il, struct pi_layer *l)
+{
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    char n[96];
+    int rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+    if ((rc = bind(f, &l->ffn_down_t, NAME("ffn_down_t.weight"), E, F, l->ffn_down.data == NULL)))
+        return rc;
+    if ((rc = bind_predictor(f, &l->fc1, NAME("fc1.weight"), E, 0)) ||
+        (rc = bind_predictor(f, &l->fc2, NAME("fc2.weight"), l->fc1.ne[1], F)))
+        return rc;
+#undef NAME
     return 0;
 }
 
@@ -179,8 +216,15 @@ static int bind_layer(const struct gguf_file *f, const struct pi_hparams *hp, in
         (rc = bind_f32(f, &l->ffn_norm, NAME("ffn_norm.weight"), E, true)) ||
         (rc = bind(f, &l->ffn_gate, NAME("ffn_gate.weight"), E, F, true)) ||
         (rc = bind(f, &l->ffn_up, NAME("ffn_up.weight"), E, F, true)) ||
-        (rc = bind(f, &l->ffn_down, NAME("ffn_down.weight"), F, E, true)))
+        (rc = bind(f, &l->ffn_down, NAME("ffn_down.weight"), F, E, !hp->powerinfer)))
         return rc;
+    if (hp->powerinfer && (rc = bind_powerinfer(f, hp, il, l)))
+        return rc;
+    /* calibration statistic, in any file (pictl calibrate writes it) */
+    struct pi_tensor freq;
+    if ((rc = bind_f32(f, &freq, NAME("act_freq"), F, false)))
+        return rc;
+    l->act_freq = freq.data;
 #undef NAME
     return 0;
 }
@@ -272,7 +316,8 @@ uint64_t model_weight_bytes(const struct pi_model *m)
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct pi_layer *l = &m->layers[il];
         const struct pi_tensor *ts[] = { &l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq, &l->bk,
-                                         &l->bv, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down };
+                                         &l->bv, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
+                                         &l->ffn_down_t, &l->fc1, &l->fc2 };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             b += tensor_bytes(ts[i]);
     }

@@ -311,20 +311,72 @@ static void q4_0_vec_dot_ref(int64_t n, float *s, const void *vx, const void *vy
     *s = sumf;
 }
 
+/* ---- AXPY (y += a * x), the sparse FFN's down_t rows: one fmaf per element (see quant.h) ------ */
+
+/* y[i] += a * x[i] */
+static void f32_axpy_ref(int64_t n, float *y, float a, const void *vx)
+{
+    const float *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fmaf(a, x[i], y[i]);
+}
+
+/* y[i] += a * f16(x[i]) */
+static void f16_axpy_ref(int64_t n, float *y, float a, const void *vx)
+{
+    const pi_f16 *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fmaf(a, pi_f16_to_f32(x[i]), y[i]);
+}
+
+/* y[i] += a * bf16(x[i]) */
+static void bf16_axpy_ref(int64_t n, float *y, float a, const void *vx)
+{
+    const pi_bf16 *x = vx;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fmaf(a, pi_bf16_to_f32(x[i]), y[i]);
+}
+
+/* y[j] += (a * d) * q[j] per block */
+static void q8_0_axpy_ref(int64_t n, float *y, float a, const void *vx)
+{
+    const struct block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const float s = a * pi_f16_to_f32(x[i].d);
+        float *yb = y + i * QK8_0;
+        for (int j = 0; j < QK8_0; j++)
+            yb[j] = fmaf(s, (float)x[i].qs[j], yb[j]);
+    }
+}
+
+/* y[j] += (a * d) * (nibble - 8) per block; element j low nibble of byte j, j+16 its high nibble */
+static void q4_0_axpy_ref(int64_t n, float *y, float a, const void *vx)
+{
+    const struct block_q4_0 *x = vx;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        const float s = a * pi_f16_to_f32(x[i].d);
+        float *yb = y + i * QK4_0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            yb[j] = fmaf(s, (float)((x[i].qs[j] & NIBBLE) - Q4_0_OFFSET), yb[j]);
+            yb[j + QK4_0 / 2] = fmaf(s, (float)((x[i].qs[j] >> 4) - Q4_0_OFFSET), yb[j + QK4_0 / 2]);
+        }
+    }
+}
+
 /* ---- traits tables --------------------------------------------------------------------------- */
 
 static const struct pi_type_traits traits_ref[PI_TYPE_COUNT] = {
     [PI_TYPE_F32] = { "f32", 1, sizeof(float), true, PI_TYPE_F32,
-                      f32_to_float_ref, f32_from_float_ref, f32_vec_dot_ref },
+                      f32_to_float_ref, f32_from_float_ref, f32_vec_dot_ref, f32_axpy_ref },
     [PI_TYPE_F16] = { "f16", 1, sizeof(pi_f16), true, PI_TYPE_F32,
-                      f16_to_float_ref, f16_from_float_ref, f16_vec_dot_ref },
+                      f16_to_float_ref, f16_from_float_ref, f16_vec_dot_ref, f16_axpy_ref },
     [PI_TYPE_BF16] = { "bf16", 1, sizeof(pi_bf16), true, PI_TYPE_F32,
-                       bf16_to_float_ref, bf16_from_float_ref, bf16_vec_dot_ref },
+                       bf16_to_float_ref, bf16_from_float_ref, bf16_vec_dot_ref, bf16_axpy_ref },
     [PI_TYPE_Q8_0] = { "q8_0", QK8_0, sizeof(struct block_q8_0), true, PI_TYPE_Q8_0,
-                       q8_0_to_float_ref, q8_0_from_float_ref, q8_0_vec_dot_ref },
+                       q8_0_to_float_ref, q8_0_from_float_ref, q8_0_vec_dot_ref, q8_0_axpy_ref },
     [PI_TYPE_Q4_0] = { "q4_0", QK4_0, sizeof(struct block_q4_0), true, PI_TYPE_Q8_0,
-                       q4_0_to_float_ref, q4_0_from_float_ref, q4_0_vec_dot_ref },
-    [PI_TYPE_I32] = { "i32", 1, sizeof(int32_t), false, PI_TYPE_I32, NULL, NULL, NULL },
+                       q4_0_to_float_ref, q4_0_from_float_ref, q4_0_vec_dot_ref, q4_0_axpy_ref },
+    [PI_TYPE_I32] = { "i32", 1, sizeof(int32_t), false, PI_TYPE_I32, NULL, NULL, NULL, NULL },
 };
 
 /* The kernels in use: a copy of traits_ref with the AVX2 kernels patched in by quant_init(). Written

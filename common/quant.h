@@ -50,6 +50,10 @@ typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pi_from_float_fn)(const float *src, void *dst, int64_t n);
 /* *s = dot(x[0..n), y[0..n)); x in this type, y in vec_dot_type. */
 typedef void (*pi_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* y[0..n) += a * dequant(x[0..n)), x a row of this type: the sparse FFN's down_t rows (AXPY). For
+ * quantized types the block scale is folded first (s = a * d, y += s * q), each update one fused
+ * multiply-add, so the scalar and AVX2 kernels agree bit for bit. */
+typedef void (*pi_axpy_fn)(int64_t n, float *y, float a, const void *x);
 
 struct pi_type_traits {
     const char *name;       /* "f32", "f16", "bf16", "q8_0", "q4_0", "i32" */
@@ -60,6 +64,7 @@ struct pi_type_traits {
     pi_to_float_fn to_float;
     pi_from_float_fn from_float;
     pi_vec_dot_fn vec_dot;
+    pi_axpy_fn axpy;        /* NULL for I32 */
 };
 
 /* Pick the fastest kernels this CPU supports. Idempotent and thread-safe; called by quant_traits. */

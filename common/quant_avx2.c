@@ -9,6 +9,7 @@
 #include "quant.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define F32_PER_VEC 8     /* floats in a __m256 */
@@ -253,6 +254,59 @@ static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *v
     *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
 }
 
+/* ---- AXPY: y += a * x, the sparse FFN's down_t rows ------------------------------------------
+ * No software prefetch here: the rows of active neurons are scattered, and a prefetch past the end
+ * of a row would fetch lines of a neuron that is most likely inactive. Every update is one FMA, as
+ * in the scalar reference, so both produce the same bits. */
+
+/* y[i] += a * x[i], x of type T */
+#define AXPY_F(T)                                                                                  \
+    static void T##_axpy_avx2(int64_t n, float *y, float a, const void *x)                         \
+    {                                                                                              \
+        const __m256 va = _mm256_set1_ps(a);                                                       \
+        int64_t i = 0;                                                                             \
+        for (; i + F32_PER_ITER <= n; i += F32_PER_ITER)                                           \
+            for (int k = 0; k < F32_PER_ITER; k += F32_PER_VEC)                                    \
+                _mm256_storeu_ps(y + i + k,                                                        \
+                                 _mm256_fmadd_ps(va, load8_##T(x, i + k), _mm256_loadu_ps(y + i + k))); \
+        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_##T(x, i), _mm256_loadu_ps(y + i))); \
+        for (; i < n; i++)                                                                         \
+            y[i] = fmaf(a, elem_##T(x, i), y[i]);                                                  \
+    }
+
+AXPY_F(f32)
+AXPY_F(f16)
+AXPY_F(bf16)
+
+/* y[0..32) += s * q[0..32), q 32 int8 in element order */
+static inline void axpy_block_i8(float *y, __m256 s, __m256i q)
+{
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i part[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
+    for (int k = 0; k < 4; k++) {
+        const __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
+        _mm256_storeu_ps(y + k * F32_PER_VEC, _mm256_fmadd_ps(s, qf, _mm256_loadu_ps(y + k * F32_PER_VEC)));
+    }
+}
+
+/* y[j] += (a * d) * q[j] per block */
+static void q8_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
+{
+    const struct block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        axpy_block_i8(y + i * QK8_0, _mm256_set1_ps(a * f16_to_f32(x[i].d)),
+                      _mm256_loadu_si256((const __m256i *)x[i].qs));
+}
+
+/* y[j] += (a * d) * (nibble - 8) per block */
+static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
+{
+    const struct block_q4_0 *x = vx;
+    for (int64_t i = 0; i < n / QK4_0; i++)
+        axpy_block_i8(y + i * QK4_0, _mm256_set1_ps(a * f16_to_f32(x[i].d)), q4_0_unpack(x[i].qs));
+}
+
 /* ---- multi-row GEMV: the activation prepared once per call ----------------------------------
  *
  * Per block the single-row dots above spend as much work on the two f16 scales (load, convert,
@@ -447,4 +501,9 @@ void quant_avx2_install(struct pi_type_traits *traits, size_t count)
     traits[PI_TYPE_Q8_0].from_float = q8_0_from_float_avx2;
     traits[PI_TYPE_Q8_0].vec_dot = q8_0_vec_dot_avx2;
     traits[PI_TYPE_Q4_0].vec_dot = q4_0_vec_dot_avx2;
+    traits[PI_TYPE_F32].axpy = f32_axpy_avx2;
+    traits[PI_TYPE_F16].axpy = f16_axpy_avx2;
+    traits[PI_TYPE_BF16].axpy = bf16_axpy_avx2;
+    traits[PI_TYPE_Q8_0].axpy = q8_0_axpy_avx2;
+    traits[PI_TYPE_Q4_0].axpy = q4_0_axpy_avx2;
 }
