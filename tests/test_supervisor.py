@@ -293,6 +293,10 @@ def supervisor_killed():
         os.kill(st["supervisor_pid"], signal.SIGKILL)
         check(wait_for(lambda: stage_pids(name) == [], 5), f"stages outlive their supervisor: {stage_pids(name)}")
         check(status(name) is not None and not status(name)["supervisor_alive"], "status shows a dead supervisor")
+        t0 = time.time()
+        g = run("generate", "--name", name, "-p", "x", "-n", "2")
+        check(g.returncode != 0 and b"dead" in g.stderr and time.time() - t0 < 3,
+              f"generate to a dead instance: {g.returncode} {g.stderr[-200:]!r}")
         # the next start cleans up the dead instance's leftovers and serves again
         start(name)
         check(status(name)["state"] == "serving", "serving again after the supervisor was killed")

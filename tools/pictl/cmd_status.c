@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "instance.h"
@@ -31,12 +32,12 @@ static long long rss_bytes(pid_t pid)
 
 static const char *exit_text(int status, char *buf, size_t cap)
 {
-    if (status == 0)
-        snprintf(buf, cap, "0");
-    else if ((status & 0x7f) == 0)
-        snprintf(buf, cap, "exit %d", (status >> 8) & 0xff);
+    if (WIFEXITED(status))
+        snprintf(buf, cap, "exit %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, cap, "signal %d", WTERMSIG(status));
     else
-        snprintf(buf, cap, "signal %d", status & 0x7f);
+        snprintf(buf, cap, "status 0x%x", (unsigned)status);
     return buf;
 }
 

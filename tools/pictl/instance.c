@@ -309,6 +309,11 @@ int inst_request(const char *name, json_t *req, int timeout_ms, json_t **reply)
     *reply = NULL;
     if (access(sock_path, F_OK) != 0)
         return pi_fail(ENOENT, "instance '%s' is not running (no %s)", name, sock_path);
+    /* a dead supervisor's socket file would only make us wait for the timeout */
+    pid_t pid = inst_read_pid(name);
+    if (pid > 0 && !inst_pid_alive(pid))
+        return pi_fail(ESRCH, "instance '%s' is dead (supervisor pid %d is gone; 'pictl stop --name %s' cleans up)",
+                       name, (int)pid, name);
     snprintf(url, sizeof url, "ipc://%s", sock_path);
     char *text = json_dumps(req, JSON_COMPACT);
     if (!text)

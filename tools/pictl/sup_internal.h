@@ -20,6 +20,7 @@ struct sup_stage {
     bool spawned_once;
     bool restart_requested;    /* a restart command: respawn at once when it exits */
     bool gave_up;
+    bool hung_killed;          /* SIGKILLed for a stale heartbeat, not reaped yet */
     unsigned backoff_n;        /* deaths in a row without SUP_BACKOFF_RESET_MS of uptime */
     uint64_t next_spawn_ns;    /* scheduled respawn (0: none) */
     uint64_t kill_at_ns;       /* SIGTERM sent: SIGKILL at this time (0: none) */

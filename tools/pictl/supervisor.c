@@ -218,6 +218,7 @@ static void spawn(struct sup *s, enum pi_stage id)
     char log_path[INST_PATH_MAX];
     st->next_spawn_ns = 0;
     st->kill_at_ns = 0;
+    st->hung_killed = false;
     if (st->spawned_once)
         atomic_fetch_add_explicit(&in->restarts, 1, memory_order_relaxed);
     st->spawned_once = true;
@@ -430,14 +431,16 @@ static void check_stages(struct sup *s)
             kill(st->pid, SIGKILL);
             st->kill_at_ns = 0;
         }
-        if (st->pid > 0 && atomic_load_explicit(&in->state, memory_order_relaxed) == PI_STAGE_READY) {
-            uint64_t hb = atomic_load_explicit(&in->heartbeat_ns, memory_order_relaxed);
-            if (hb && now > hb && now - hb > STAGE_HUNG_MS * MS) {
+        /* hung: it had a heartbeat since this spawn (so it is not merely slow to start), and that
+         * heartbeat is older than STAGE_HUNG_MS; the death is handled (and restarted) when reaped */
+        if (st->pid > 0 && !st->hung_killed) {
+            const uint64_t hb = atomic_load_explicit(&in->heartbeat_ns, memory_order_relaxed);
+            const uint64_t started = atomic_load_explicit(&in->started_ns, memory_order_relaxed);
+            if (hb >= started && now > hb && now - hb > STAGE_HUNG_MS * MS) {
                 sup_log("%s pid %d: no heartbeat for %llu ms: SIGKILL", stage_name((enum pi_stage)i), (int)st->pid,
                         (unsigned long long)((now - hb) / MS));
                 kill(st->pid, SIGKILL);
-                /* the death is handled (and restarted) when it is reaped */
-                atomic_store_explicit(&in->state, PI_STAGE_STARTING, memory_order_relaxed);
+                st->hung_killed = true;
             }
         }
     }
