@@ -71,6 +71,9 @@ int stage_init(struct stage_rt *rt, enum pi_stage stage, int argc, char **argv)
     }
     if (!inst)
         return pi_fail(PI_E_INVAL, "%s: --instance NAME is required", rt->name);
+    if (strlen(inst) >= sizeof rt->instance)
+        return pi_fail(PI_E_INVAL, "%s: instance name '%s' is longer than %zu characters", rt->name, inst,
+                       sizeof rt->instance - 1);
     snprintf(rt->instance, sizeof rt->instance, "%s", inst);
 
     struct sigaction sa;

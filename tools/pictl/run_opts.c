@@ -74,7 +74,7 @@ static void usage(enum run_opts_cmd cmd)
            "  --ignore-eos             do not stop at end-of-generation tokens\n"
            "  --dump-logits FILE       raw little-endian float32, one n_vocab row per generated token\n"
            "  --json-stats FILE        timings and generated ids as JSON\n"
-           "  --inproc                 run in this process (the only path in this version)\n",
+           "  --inproc                 run in this process instead of an ephemeral pipeline instance\n",
            DEFAULT_N_PREDICT);
 }
 
