@@ -1,0 +1,57 @@
+/* gpuidx.h — PowerInfer's GPU neuron index file, MODEL_FILE.generated.gpuidx, read and written
+ * exactly as PowerInfer does (powerinfer-py export_split.py, llama.cpp llama_gpu_split_loader):
+ *
+ *   magic "PWRI", u32 version 3, then a GGUF v3 body with exactly three keys, in this order:
+ *     general.architecture           string "generic.gpu_index"
+ *     generic.gpu_index.block_count  u32    n_layer
+ *     split.vram_capacity            u64    the VRAM budget (bytes) the split was made for
+ *   and 2 × n_layer tensors, in this order, all I32 and one-dimensional:
+ *     blk.N.gpu_idx     [n_ff]   1 = neuron on the GPU, 0 = on the CPU
+ *     blk.N.gpu_bucket  [k]      the k neurons with gpu_idx 1, ascending
+ *
+ * A layer with no GPU neuron: PowerInfer writes a bucket of 0 elements, which the GGUF reader and
+ * writer here do not allow (a dimension must be >= 1). PowerInfer ignores the bucket of a layer
+ * whose gpu_idx sums to 0 (or to n_ff), so we write a 1-element placeholder bucket {0} there, and
+ * the reader accepts a bucket of 0 or 1 element for such a layer. Files stay loadable by PowerInfer.
+ *
+ * PowerInfer reuses an index whenever the budget is at least its vram_capacity; we regenerate it
+ * unless the budget is equal (a larger budget deserves more neurons on the GPU). */
+#ifndef PI_GPUIDX_H
+#define PI_GPUIDX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+#define GPUIDX_SUFFIX ".generated.gpuidx"
+#define GPUIDX_ARCH "generic.gpu_index"
+#define GPUIDX_KEY_BLOCKS "generic.gpu_index.block_count"
+#define GPUIDX_KEY_CAPACITY "split.vram_capacity"
+#define GPUIDX_VERSION 3
+
+/* Write gpu_idx (n_layer × n_ff, nonzero = GPU) to path (atomically: PATH.tmp, fsync, rename). */
+int gpuidx_write(const char *path, int32_t n_layer, int64_t n_ff, const uint8_t *gpu_idx, uint64_t vram_capacity);
+
+/* Read and validate a file against the model's shape: magic, version, architecture, block count
+ * (-PI_E_RANGE if it is not n_layer), tensor names, order, types and shapes (-PI_E_RANGE if a
+ * gpu_idx is not n_ff long), values 0/1, buckets ascending and equal to the set of ones
+ * (-PI_E_FORMAT). gpu_idx (n_layer × n_ff) receives 0/1; *vram_capacity (may be NULL) the budget. */
+int gpuidx_read(const char *path, int32_t n_layer, int64_t n_ff, uint8_t *gpu_idx, uint64_t *vram_capacity);
+
+/* PowerInfer's name for a model's index: MODEL_PATH + ".generated.gpuidx", or in dir (if not NULL)
+ * under the model file's base name. -PI_E_RANGE if it does not fit in cap. */
+int gpuidx_path(const char *model_path, const char *dir, char *out, size_t cap);
+
+/* The GPU split for a model, a context length and a budget: the existing index next to the model
+ * (or, failing that, in fallback_dir) when it is valid for this model and was made for exactly this
+ * budget; otherwise (or with reset: --reset-gpu-index) solved by split_solve and written next to the
+ * model — or into fallback_dir (may be NULL) when the model's directory is not writable. gpu_idx
+ * (n_layer × n_ff) receives the split, path_out (cap bytes) the file used, *generated (may be NULL)
+ * whether it was (re)made. */
+int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m, int32_t n_ctx,
+                        uint64_t budget, bool reset, uint8_t *gpu_idx, char *path_out, size_t cap,
+                        bool *generated);
+
+#endif
