@@ -90,8 +90,9 @@ struct synth_stats {
     double dense_bytes, sparse_bytes;
 };
 /* Evaluate n_tokens random non-control tokens (one sequence, batches of prefill) through the dense
- * model `model_path`, counting act != 0 per neuron. `pred_path` (may be NULL) is a --pwri file of the
- * same seed and shape whose fc1/fc2 are run on each layer's FFN input. */
+ * forward pass of `model_path`, counting act != 0 per neuron. The predictor (pred_eval on each
+ * layer's FFN input) is `pred_path`'s, a --pwri file of the same seed and shape, or when that is
+ * NULL the model's own if it is a PowerInfer file. */
 int synth_measure(const char *model_path, const char *pred_path, int32_t n_tokens, uint64_t seed, int n_threads,
                   struct synth_stats *out);
 void synth_stats_fini(struct synth_stats *s);

@@ -11,6 +11,7 @@
 #include "model.h"
 #include "ops.h"
 #include "pi_err.h"
+#include "predictor.h"
 #include "quant.h"
 #include "synth_internal.h"
 #include "threadpool.h"
@@ -18,25 +19,21 @@
 #define SM_BATCH 32         /* tokens per prefill batch */
 #define SM_TOKEN_STREAM 0x746f6b656e73ull /* "tokens": PRNG stream of the random prompt */
 
-struct sm_pred {
-    struct pi_tensor fc1, fc2; /* per layer */
-};
-
 struct sm_ctx {
-    int32_t L, F, E, rank;
+    int32_t L, F, E;
     uint32_t *counts;     /* (L, F) activations per neuron */
     uint64_t *active;     /* (L) activations */
-    struct sm_pred *pred; /* (L) or NULL */
+    struct pi_layer *twin;       /* (L) predictors of a --pwri twin file (only fc1/fc2 set), or NULL */
+    const struct pi_layer *pred; /* (L) the layers whose fc1/fc2 predict, or NULL */
     float thr;
     struct pi_pool *pool;
     struct ops_scratch scratch;
-    float *mid;           /* (SM_BATCH, rank) relu(fc1 · h) */
-    float *logit;         /* (SM_BATCH, F) */
+    uint8_t *mask;               /* (SM_BATCH, F) */
     uint64_t hit, n_act, n_pred;
     int err;
 };
 
-/* mask = fc2 · relu(fc1 · h) >= thr, compared with act != 0. */
+/* Counts act != 0 per neuron; with predictors, mask = fc2 · relu(fc1 · h) >= thr against it. */
 static void sm_hook(void *user, int layer, int32_t B, int32_t pos, const float *h, const float *act)
 {
     struct sm_ctx *s = user;
@@ -50,16 +47,13 @@ static void sm_hook(void *user, int layer, int32_t B, int32_t pos, const float *
             }
     if (!s->pred || s->err)
         return;
-    const struct sm_pred *p = &s->pred[layer];
-    int rc = ops_matmul(s->pool, &s->scratch, &p->fc1, h, s->mid, B);
-    for (int64_t k = 0; !rc && k < (int64_t)B * s->rank; k++)
-        s->mid[k] = s->mid[k] > 0.0f ? s->mid[k] : 0.0f;
-    if (rc || (rc = ops_matmul(s->pool, &s->scratch, &p->fc2, s->mid, s->logit, B))) {
+    int rc = pred_eval(s->pool, &s->scratch, &s->pred[layer], h, B, s->thr, s->mask, NULL);
+    if (rc) {
         s->err = rc;
         return;
     }
     for (int64_t k = 0; k < (int64_t)B * F; k++) {
-        bool pr = s->logit[k] >= s->thr, ac = act[k] != 0.0f;
+        bool pr = s->mask[k], ac = act[k] != 0.0f;
         s->n_pred += pr;
         s->n_act += ac;
         s->hit += pr && ac;
@@ -85,7 +79,7 @@ static uint64_t sm_bytes(const struct pi_tensor *t)
 }
 
 /* The predictors of `pf`, a --pwri twin of the dense model (same seed, same gate weights). */
-static int sm_pred_open(struct sm_ctx *s, const struct pi_model *m, const struct gguf_file *pf, uint64_t *pred_bytes)
+static int sm_twin_open(struct sm_ctx *s, const struct pi_model *m, const struct gguf_file *pf)
 {
     uint64_t seed_m, seed_p;
     if (gguf_get_u64(m->gguf, "pinfer.synth.seed", &seed_m) || gguf_get_u64(pf, "pinfer.synth.seed", &seed_p) ||
@@ -98,24 +92,22 @@ static int sm_pred_open(struct sm_ctx *s, const struct pi_model *m, const struct
     const struct gguf_tensor *fc1 = gguf_find_tensor(pf, "blk.0.fc1.weight");
     if (!fc1)
         return pi_fail(PI_E_NOTFOUND, "synth measure: predictor tensor 'blk.0.fc1.weight' is missing");
-    s->rank = (int32_t)fc1->ne[1];
+    const int64_t rank = fc1->ne[1];
     int rc = gguf_get_f32(pf, "powerinfer.sparse_threshold", &s->thr);
     if (rc == -PI_E_NOTFOUND)
         s->thr = 0.0f;
     else if (rc)
         return rc;
-    if (!(s->pred = calloc((size_t)s->L, sizeof *s->pred)))
+    if (!(s->twin = calloc((size_t)s->L, sizeof *s->twin)))
         return pi_fail(PI_E_NOMEM, "synth measure: out of memory");
-    *pred_bytes = 0;
     for (int32_t l = 0; l < s->L; l++) {
         char n1[64], n2[64];
         snprintf(n1, sizeof n1, "blk.%d.fc1.weight", l);
         snprintf(n2, sizeof n2, "blk.%d.fc2.weight", l);
-        if ((rc = sm_bind(pf, &s->pred[l].fc1, n1, s->E, s->rank)) ||
-            (rc = sm_bind(pf, &s->pred[l].fc2, n2, s->rank, s->F)))
+        if ((rc = sm_bind(pf, &s->twin[l].fc1, n1, s->E, rank)) || (rc = sm_bind(pf, &s->twin[l].fc2, n2, rank, s->F)))
             return rc;
-        *pred_bytes += sm_bytes(&s->pred[l].fc1) + sm_bytes(&s->pred[l].fc2);
     }
+    s->pred = s->twin;
     return 0;
 }
 
@@ -129,9 +121,8 @@ static void sm_fini(struct sm_ctx *s)
 {
     free(s->counts);
     free(s->active);
-    free(s->pred);
-    free(s->mid);
-    free(s->logit);
+    free(s->twin);
+    free(s->mask);
     ops_scratch_fini(&s->scratch);
     pool_free(s->pool);
 }
@@ -144,7 +135,6 @@ int synth_measure(const char *model_path, const char *pred_path, int32_t n_token
     struct pi_ctx *c = NULL;
     struct sm_ctx s = { 0 };
     int32_t *tokens = NULL;
-    uint64_t pred_bytes = 0;
     int rc;
     memset(out, 0, sizeof *out);
     if (n_tokens < 1)
@@ -167,11 +157,15 @@ int synth_measure(const char *model_path, const char *pred_path, int32_t n_token
         goto out;
     }
     if (pred_path) {
-        if ((rc = gguf_open(&pf, pred_path)) || (rc = sm_pred_open(&s, m, pf, &pred_bytes)))
+        if ((rc = gguf_open(&pf, pred_path)) || (rc = sm_twin_open(&s, m, pf)))
             goto out;
-        s.mid = malloc((size_t)SM_BATCH * (size_t)s.rank * sizeof *s.mid);
-        s.logit = malloc((size_t)SM_BATCH * (size_t)s.F * sizeof *s.logit);
-        if (!s.mid || !s.logit) {
+    } else if (pred_available(m)) {
+        s.pred = m->layers; /* a PowerInfer file: its own predictors */
+        s.thr = hp->sparse_threshold;
+    }
+    if (s.pred) {
+        s.mask = malloc((size_t)SM_BATCH * (size_t)s.F);
+        if (!s.mask) {
             rc = pi_fail(PI_E_NOMEM, "synth measure: out of memory");
             goto out;
         }
@@ -198,7 +192,7 @@ int synth_measure(const char *model_path, const char *pred_path, int32_t n_token
         goto out;
     }
     const int32_t n_hot = (int32_t)(SYNTH_HOT_FRAC * s.F);
-    uint64_t ffn_bytes = 0;
+    uint64_t ffn_bytes = 0, all_pred_bytes = 0, own_pred_bytes = 0;
     for (int32_t l = 0; l < s.L; l++) {
         uint32_t *cnt = s.counts + (size_t)l * s.F;
         out->active_frac[l] = (double)s.active[l] / ((double)n_tokens * s.F);
@@ -208,15 +202,20 @@ int synth_measure(const char *model_path, const char *pred_path, int32_t n_token
             hot += cnt[i];
         out->hot_share[l] = s.active[l] ? (double)hot / (double)s.active[l] : 0.0;
         const struct pi_layer *ly = &m->layers[l];
-        ffn_bytes += sm_bytes(&ly->ffn_gate) + sm_bytes(&ly->ffn_up) + sm_bytes(&ly->ffn_down);
+        ffn_bytes += sm_bytes(&ly->ffn_gate) + sm_bytes(&ly->ffn_up) + sm_bytes(&ly->ffn_down) +
+                     sm_bytes(&ly->ffn_down_t);
+        own_pred_bytes += sm_bytes(&ly->fc1) + sm_bytes(&ly->fc2);
+        if (s.pred)
+            all_pred_bytes += pred_bytes(&s.pred[l]);
     }
-    out->dense_bytes = (double)model_weight_bytes(m);
+    /* A dense step reads no predictor, even where the file has one. */
+    out->dense_bytes = (double)(model_weight_bytes(m) - own_pred_bytes);
     out->recall = out->predicted_frac = -1.0;
     out->sparse_bytes = -1.0;
     if (s.pred) {
         out->recall = s.n_act ? (double)s.hit / (double)s.n_act : 1.0;
         out->predicted_frac = (double)s.n_pred / ((double)n_tokens * s.L * s.F);
-        out->sparse_bytes = out->dense_bytes - (double)ffn_bytes + (double)pred_bytes +
+        out->sparse_bytes = out->dense_bytes - (double)ffn_bytes + (double)all_pred_bytes +
                             out->predicted_frac * (double)ffn_bytes;
     }
 out:
