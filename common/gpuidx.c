@@ -207,7 +207,8 @@ static bool try_load(const char *path, const struct pi_model *m, uint64_t budget
     return gpuidx_read(path, m->hp.n_layer, m->hp.n_ff, gpu_idx, &cap) == 0 && cap == budget;
 }
 
-static bool dir_not_writable(int rc) { return rc == -EACCES || rc == -EROFS || rc == -EPERM; }
+/* a system error (-errno, below the PI_E_* range): the directory is read-only, full, or in the way */
+static bool write_failed_here(int rc) { return rc < 0 && -rc < PI_E_FORMAT; }
 
 int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m, int32_t n_ctx,
                         uint64_t budget, bool reset, uint8_t *gpu_idx, char *path_out, size_t cap,
@@ -231,7 +232,7 @@ int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const 
     if ((rc = split_solve(m, n_ctx, budget, gpu_idx, NULL)))
         return rc;
     rc = gpuidx_write(path_out, m->hp.n_layer, m->hp.n_ff, gpu_idx, budget);
-    if (rc && dir_not_writable(rc) && fallback_dir) {
+    if (write_failed_here(rc) && fallback_dir) {
         if (strlen(alt) >= cap)
             return pi_fail(PI_E_RANGE, "gpuidx: path '%s' is longer than %zu bytes", alt, cap);
         strcpy(path_out, alt);

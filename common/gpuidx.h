@@ -47,7 +47,8 @@ int gpuidx_path(const char *model_path, const char *dir, char *out, size_t cap);
 /* The GPU split for a model, a context length and a budget: the existing index next to the model
  * (or, failing that, in fallback_dir) when it is valid for this model and was made for exactly this
  * budget; otherwise (or with reset: --reset-gpu-index) solved by split_solve and written next to the
- * model — or into fallback_dir (may be NULL) when the model's directory is not writable. gpu_idx
+ * model — or into fallback_dir (may be NULL) when that fails with a system error (a read-only
+ * directory...). gpu_idx
  * (n_layer × n_ff) receives the split, path_out (cap bytes) the file used, *generated (may be NULL)
  * whether it was (re)made. */
 int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m, int32_t n_ctx,
