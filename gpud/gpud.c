@@ -13,6 +13,7 @@
 #include "futex.h"
 #include "generate.h"
 #include "pi_err.h"
+#include "predictor.h"
 #include "threadpool.h"
 
 /* A request that killed gpud this many times is failed instead of replayed again. */
@@ -34,6 +35,7 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     struct pi_ctx_params cp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
     if ((rc = ctx_new(&g->ctx, g->m, &cp)) || (rc = pool_new(&g->pool, nt)))
         return rc;
+    g->use_predictor = pred_available(g->m);
     const size_t be = (size_t)ah->n_batch * ah->n_embd * sizeof(float);
     g->xn = malloc(be);
     g->y_hot = malloc(be);

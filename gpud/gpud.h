@@ -22,6 +22,7 @@ struct gpud {
     uint64_t epoch;      /* this session's epoch */
     uint64_t seq;        /* last step issued */
     uint64_t req_id;     /* request being run */
+    bool use_predictor;  /* the model has predictors: route steps through predictord */
     struct pi_pool *pool;
     struct ffn_scratch ffn;
     struct ffn_runs hot, cold;

@@ -67,7 +67,10 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     /* release: h is written before any stage can see this step as current */
     atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
 
-    bool pred = dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) && push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
+    /* Without predictors every mask is all-active: the two hops through predictord would only add
+     * latency, so gpud hands the step to cpud directly. */
+    bool pred = g->use_predictor && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
+                push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
     bool cpu_sent = false;
     const bool cpu_up = dataplane_stage_alive(ctl, PI_STAGE_CPUD);
     if (!pred && cpu_up) {
