@@ -266,7 +266,9 @@ int run_pipeline(const struct run_opts *o)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                             .gpu_ffn_share = RUN_GPU_FFN_SHARE, .quiet = true, .owner_pid = getpid() };
+                             .gpu_ffn_share = RUN_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
+                             .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
+                             .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;
     int rc = inst_start(&so);
     if (rc) {

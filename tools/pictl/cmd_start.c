@@ -186,7 +186,10 @@ int inst_start(const struct start_opts *o)
     if ((rc = model_load(&m, o->model)))
         return rc;
     struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                              .gpu_ffn_share = o->gpu_ffn_share, .owner_pid = o->owner_pid, .ready_fd = -1 };
+                              .gpu_ffn_share = o->gpu_ffn_share,
+                              .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
+                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
+                              .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1 };
     snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
     char abs_path[PATH_MAX];
     if (!realpath(o->model, abs_path)) {
@@ -258,7 +261,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_GPU_SHARE, OPT_FOREGROUND };
+enum { OPT_NAME = 1000, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT };
 
 static const struct option start_long[] = {
     { "model", required_argument, NULL, 'm' },
@@ -267,6 +270,10 @@ static const struct option start_long[] = {
     { "ctx-size", required_argument, NULL, 'c' },
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
+    { "vram-budget", required_argument, NULL, OPT_VRAM },
+    { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
+    { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
+    { "audit-rate", required_argument, NULL, OPT_AUDIT },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -279,6 +286,11 @@ static void start_usage(void)
            "  -t, --threads N          cpud worker threads (default: online cores)\n"
            "  -c, --ctx-size N         context length (default %d, at most %d)\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f)\n"
+           "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
+           "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
+           "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
+           "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
+           "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
            "  --foreground             run the supervisor in this process (logs to stderr)\n",
            INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)DEFAULT_GPU_FFN_SHARE);
 }
@@ -300,7 +312,7 @@ int cmd_start(int argc, char **argv)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
-                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = DEFAULT_GPU_FFN_SHARE };
+                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0 };
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:c:h", start_long, NULL)) != -1) {
@@ -318,6 +330,22 @@ int cmd_start(int argc, char **argv)
             }
             break;
         case OPT_FOREGROUND: o.foreground = true; break;
+        case OPT_VRAM:
+            o.vram_budget_gib = strtod(optarg, &end);
+            if (*end || end == optarg || !(o.vram_budget_gib >= 0.0 && o.vram_budget_gib < 1e6)) {
+                fprintf(stderr, "pictl start: --vram-budget expects GiB >= 0, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_RESET_IDX: o.reset_gpu_index = true; break;
+        case OPT_DISABLE_IDX: o.disable_gpu_index = true; break;
+        case OPT_AUDIT:
+            o.audit_rate = strtof(optarg, &end);
+            if (*end || end == optarg || !(o.audit_rate >= 0.0f && o.audit_rate <= 1.0f)) {
+                fprintf(stderr, "pictl start: --audit-rate expects a number in [0, 1], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': start_usage(); return 0;
         default: fprintf(stderr, "pictl start: see --help\n"); return 2;
         }

@@ -31,6 +31,10 @@ struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
     float gpu_ffn_share;
+    double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
+    bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
+    bool disable_gpu_index; /* no FFN split: every neuron on the CPU side */
+    float audit_rate;       /* fraction of tokens predictord audits densely */
     bool foreground;
     bool quiet;      /* no summary line (pictl run) */
     pid_t owner_pid; /* > 0: the instance stops when this process is gone */

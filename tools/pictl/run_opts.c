@@ -18,7 +18,8 @@
 
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC,
+    OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
+    OPT_DISABLE_IDX, OPT_AUDIT,
 };
 
 static const struct option long_opts[] = {
@@ -40,6 +41,11 @@ static const struct option long_opts[] = {
     { "json-stats", required_argument, NULL, OPT_JSON_STATS },
     { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
     { "inproc", no_argument, NULL, OPT_INPROC },
+    { "dense", no_argument, NULL, OPT_DENSE },
+    { "vram-budget", required_argument, NULL, OPT_VRAM },
+    { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
+    { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
+    { "audit-rate", required_argument, NULL, OPT_AUDIT },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -74,7 +80,11 @@ static void usage(enum run_opts_cmd cmd)
            "  --ignore-eos             do not stop at end-of-generation tokens\n"
            "  --dump-logits FILE       raw little-endian float32, one n_vocab row per generated token\n"
            "  --json-stats FILE        timings and generated ids as JSON\n"
-           "  --inproc                 run in this process instead of an ephemeral pipeline instance\n",
+           "  --inproc                 run in this process instead of an ephemeral pipeline instance\n"
+           "  --dense                  compute every FFN neuron even when the model has predictors\n"
+           "  --vram-budget GIB        (pipeline) choose the hot neurons with the split solver\n"
+           "  --reset-gpu-index / --disable-gpu-index   (pipeline) regenerate / no FFN split\n"
+           "  --audit-rate P           (pipeline) fraction of tokens whose predictions are checked\n",
            DEFAULT_N_PREDICT);
 }
 
@@ -147,6 +157,7 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = ncpu > 0 ? (int32_t)ncpu : 1;
     o->gen.n_predict = DEFAULT_N_PREDICT;
+    o->vram_budget_gib = -1.0;
     samp_defaults(&o->gen.samp);
     const char *prompt = NULL;
     long v;
@@ -183,6 +194,16 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case OPT_JSON_STATS: o->json_stats = optarg; break;
         case OPT_IGNORE_EOS: o->gen.ignore_eos = true; break;
         case OPT_INPROC: o->inproc = true; break;
+        case OPT_DENSE: o->dense = true; break;
+        case OPT_VRAM: {
+            float gib;
+            rc = parse_float("--vram-budget", optarg, 0, 1e6, &gib);
+            o->vram_budget_gib = gib;
+            break;
+        }
+        case OPT_RESET_IDX: o->reset_gpu_index = true; break;
+        case OPT_DISABLE_IDX: o->disable_gpu_index = true; break;
+        case OPT_AUDIT: rc = parse_float("--audit-rate", optarg, 0, 1, &o->audit_rate); break;
         case 'h': usage(cmd); return 1;
         default: fprintf(stderr, "pictl %s: see --help\n", cmd_names[cmd]); return -PI_E_INVAL;
         }

@@ -17,6 +17,10 @@ struct run_opts {
     int32_t n_ctx, n_batch, n_threads;
     struct gen_params gen;
     bool inproc;
+    bool dense;            /* --dense: all neurons even when the model has predictors */
+    double vram_budget_gib; /* --vram-budget (pipeline path), < 0: none */
+    bool reset_gpu_index, disable_gpu_index;
+    float audit_rate;
     bool seed_given;
 };
 

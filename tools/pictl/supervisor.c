@@ -18,6 +18,7 @@
 
 #include "act.h"
 #include "gguf.h"
+#include "gpuidx.h"
 #include "load.h"
 #include "model.h"
 #include "pi_err.h"
@@ -132,6 +133,7 @@ static int create_ctl(struct sup *s)
     ctl->n_threads = c->n_threads;
     ctl->n_ctx = c->n_ctx;
     ctl->gpu_ffn_share = c->gpu_ffn_share;
+    ctl->audit_rate = c->audit_rate;
     ctl->n_layer = c->model->hp.n_layer;
     ctl->n_embd = c->model->hp.n_embd;
     ctl->n_ff = c->model->hp.n_ff;
@@ -163,6 +165,41 @@ static int create_weights(struct sup *s)
     return 0;
 }
 
+/* The per-layer split of FFN neurons between gpud (hot) and cpud: by default the first
+ * gpu_ffn_share of each layer (act_seg_init); with a VRAM budget, PowerInfer's gpuidx next to the
+ * model (made by the split solver, hottest neurons first, regenerated when it does not match the
+ * model or budget); --disable-gpu-index: none on gpud. */
+static int choose_hot_set(struct sup *s)
+{
+    const struct sup_config *c = s->cfg;
+    struct act_view v;
+    int rc = act_view_attach(&v, &s->act_seg);
+    if (rc)
+        return rc;
+    const size_t n = (size_t)c->model->hp.n_layer * (size_t)c->model->hp.n_ff;
+    if (c->disable_gpu_index) {
+        memset(v.gpu_idx, 0, n);
+        sup_log("gpu index disabled: every FFN neuron is computed by cpud");
+        return 0;
+    }
+    if (c->vram_budget < 0)
+        return 0;
+    char path[PI_PATH_MAX], dir[INST_PATH_MAX];
+    bool generated = false;
+    if ((rc = inst_dir(c->name, dir, sizeof dir)))
+        return rc;
+    rc = gpuidx_load_or_make(c->model_path, dir, c->model, c->n_ctx, (uint64_t)c->vram_budget, c->reset_gpu_index,
+                             v.gpu_idx, path, sizeof path, &generated);
+    if (rc)
+        return rc;
+    size_t hot = 0;
+    for (size_t i = 0; i < n; i++)
+        hot += v.gpu_idx[i] != 0;
+    sup_log("gpu index %s (%s): %zu of %zu FFN neurons on gpud for a budget of %.2f GiB", path,
+            generated ? "generated" : "reused", hot, n, (double)c->vram_budget / (1 << 30));
+    return 0;
+}
+
 static int create_act(struct sup *s)
 {
     const struct pi_hparams *hp = &s->cfg->model->hp;
@@ -173,6 +210,8 @@ static int create_act(struct sup *s)
         return pi_fail(PI_E_INVAL, "act segment: invalid parameters (%s)", pi_errmsg());
     int rc = shm_create(&s->act_seg, s->cfg->name, INST_SEG_ACT, PI_SEG_KIND_ACT, bytes);
     if (rc || (rc = act_seg_init(&s->act_seg, &p)))
+        return rc;
+    if ((rc = choose_hot_set(s)))
         return rc;
     shm_publish(&s->act_seg);
     return 0;

@@ -28,6 +28,7 @@
 #ifndef PI_PICTL_SUPERVISOR_H
 #define PI_PICTL_SUPERVISOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -43,6 +44,9 @@ struct sup_config {
     const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
     int32_t n_threads, n_ctx;
     float gpu_ffn_share;
+    int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
+    bool reset_gpu_index, disable_gpu_index;
+    float audit_rate;
     pid_t owner_pid;   /* > 0: stop when this process is gone (ephemeral instance) */
     int lock_fd;       /* supervisor.pid, opened and flock'ed by the caller; the supervisor keeps
                           the lock for its lifetime and writes its pid there */
