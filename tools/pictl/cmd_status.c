@@ -49,6 +49,34 @@ static json_t *str_field(const char *s, size_t cap)
     return v ? v : json_string("(invalid UTF-8)");
 }
 
+/* Live predictor recall from predictord's audits (--audit-rate): totals and per layer. */
+static json_t *audit_json(const struct pi_ctl *ctl)
+{
+    json_t *a = json_object(), *layers = json_array();
+    uint64_t t_tok = 0, t_fired = 0, t_pred = 0, t_missed = 0;
+    const int n = ctl->n_layer < PI_MAX_LAYERS ? ctl->n_layer : PI_MAX_LAYERS;
+    for (int l = 0; l < n; l++) {
+        const struct pi_audit_row *r = &ctl->audit[l];
+        const uint64_t tok = atomic_load_explicit(&r->tokens, memory_order_relaxed),
+                       fired = atomic_load_explicit(&r->fired, memory_order_relaxed),
+                       pred = atomic_load_explicit(&r->predicted, memory_order_relaxed),
+                       missed = atomic_load_explicit(&r->missed, memory_order_relaxed);
+        t_tok += tok, t_fired += fired, t_pred += pred, t_missed += missed;
+        json_array_append_new(layers, json_pack("{s:i, s:I, s:f, s:f, s:f}", "layer", l, "tokens", (json_int_t)tok,
+                                                "recall", fired ? 1.0 - (double)missed / fired : 1.0,
+                                                "fired_per_token", tok ? (double)fired / tok : 0.0,
+                                                "predicted_per_token", tok ? (double)pred / tok : 0.0));
+    }
+    json_object_set_new(a, "rate", json_real(ctl->audit_rate));
+    json_object_set_new(a, "tokens", json_integer((json_int_t)t_tok));
+    json_object_set_new(a, "recall", json_real(t_fired ? 1.0 - (double)t_missed / t_fired : 1.0));
+    json_object_set_new(a, "fired", json_integer((json_int_t)t_fired));
+    json_object_set_new(a, "predicted", json_integer((json_int_t)t_pred));
+    json_object_set_new(a, "missed", json_integer((json_int_t)t_missed));
+    json_object_set_new(a, "layers", layers);
+    return a;
+}
+
 static json_t *stage_json(const struct pi_stage_info *in, unsigned long long now)
 {
     const pid_t pid = atomic_load_explicit(&in->pid, memory_order_relaxed);
@@ -125,6 +153,7 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
                                               (int)r->replays));
     }
     json_object_set_new(j, "requests", reqs);
+    json_object_set_new(j, "audit", audit_json(ctl));
     return j;
 }
 
@@ -180,6 +209,8 @@ static void print_text(FILE *out, json_t *st)
         if (err && err[0])
             fprintf(out, "%s_last_error:%s\n", name, err);
     }
+    fputc('\n', out);
+    print_section(out, "Audit", json_object_get(st, "audit"));
     json_t *reqs = json_object_get(st, "requests");
     fprintf(out, "\n# Requests\nin_flight:%zu\n", json_array_size(reqs));
     size_t i;
