@@ -43,6 +43,7 @@ static json_t *profile_json(const struct pi_ctl *ctl)
                                       "mb_read", atomic_load_explicit(&in->bytes, memory_order_relaxed) / MB,
                                       "layers", layers));
     }
+    json_object_set_new(j, "audit", inst_audit_json(ctl));
     return j;
 }
 
@@ -51,6 +52,8 @@ static void print_table(json_t *prof)
     const char *stage;
     json_t *st;
     json_object_foreach(prof, stage, st) {
+        if (!strcmp(stage, "audit"))
+            continue;
         printf("# %s: %lld items, compute %.1f ms, wait %.1f ms, %.1f MB read\n", stage,
                (long long)json_integer_value(json_object_get(st, "items")),
                json_real_value(json_object_get(st, "compute_ms")), json_real_value(json_object_get(st, "wait_ms")),
@@ -69,6 +72,24 @@ static void print_table(json_t *prof)
                    json_real_value(json_object_get(r, "mb_read")), items ? cms * 1e3 / items : 0.0);
         }
     }
+}
+
+/* Predictor recall measured on live traffic, per layer (only when tokens were audited). */
+static void print_audit(json_t *audit)
+{
+    if (!json_integer_value(json_object_get(audit, "tokens")))
+        return;
+    printf("# predictor audit: rate %.3f, %lld token-layers, recall %.4f\n",
+           json_real_value(json_object_get(audit, "rate")), (long long)json_integer_value(json_object_get(audit, "tokens")),
+           json_real_value(json_object_get(audit, "recall")));
+    printf("%6s %10s %10s %12s %12s\n", "layer", "tokens", "recall", "fired/tok", "predicted/tok");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(audit, "layers"), i, r)
+        printf("%6lld %10lld %10.4f %12.1f %12.1f\n", (long long)json_integer_value(json_object_get(r, "layer")),
+               (long long)json_integer_value(json_object_get(r, "tokens")), json_real_value(json_object_get(r, "recall")),
+               json_real_value(json_object_get(r, "fired_per_token")),
+               json_real_value(json_object_get(r, "predicted_per_token")));
 }
 
 static int write_trace(const struct pi_ctl *ctl, const char *path)
@@ -150,6 +171,7 @@ int cmd_profile(int argc, char **argv)
         free(text);
     } else {
         print_table(prof);
+        print_audit(json_object_get(prof, "audit"));
     }
     json_decref(prof);
     if (rc)

@@ -50,7 +50,7 @@ static json_t *str_field(const char *s, size_t cap)
 }
 
 /* Live predictor recall from predictord's audits (--audit-rate): totals and per layer. */
-static json_t *audit_json(const struct pi_ctl *ctl)
+json_t *inst_audit_json(const struct pi_ctl *ctl)
 {
     json_t *a = json_object(), *layers = json_array();
     uint64_t t_tok = 0, t_fired = 0, t_pred = 0, t_missed = 0;
@@ -153,7 +153,7 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
                                               (int)r->replays));
     }
     json_object_set_new(j, "requests", reqs);
-    json_object_set_new(j, "audit", audit_json(ctl));
+    json_object_set_new(j, "audit", inst_audit_json(ctl));
     return j;
 }
 

@@ -93,4 +93,8 @@ const char *inst_req_state_name(unsigned s);
 /* CLOCK_MONOTONIC in ns (same clock as the stages' heartbeat_ns). */
 unsigned long long inst_now_ns(void);
 
+/* Live predictor recall from predictord's audits (--audit-rate), totals and per layer, as JSON
+ * (cmd_status.c; shown by status and profile). */
+json_t *inst_audit_json(const struct pi_ctl *ctl);
+
 #endif
