@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""bench_sparse — sparse vs dense decode of a 7B-shaped synthetic model on the CPU, in one run, next to
+the bytes-over-bandwidth floor of each.
+
+  bench/bench_sparse.py [--build DIR] [--shape llama-7b] [--type q4_0] [-n 16] [-t 2] [--dir /tmp]
+                        [--keep]
+
+Steps (one JSON line each):
+  1. pictl synth: a dense file and its --pwri twin (same seed: the same weights; the twin adds
+     ffn_down_t and exact predictors), sparsity 0.9, hottest 30 % of neurons carrying ~80 %.
+  2. DRAM read bandwidth: bench_gemv's STREAM-like read (the better of plain and prefetched).
+  3. pictl synth --measure: active and predicted fraction, predictor recall, bytes per decode step
+     (dense: every weight but the embedding; sparse: attention, output, predictors and the predicted
+     neurons' gate/up/down rows).
+  4. decode: dense = the plain file, `pictl run --inproc`; sparse = the --pwri file with the sparse
+     flag of `pictl run` when it has one (else reported as pending), each against its floor
+     (bytes per token / read bandwidth).
+The models are written under --dir and deleted at the end unless --keep."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PROMPT = "The synthetic model reads every weight it must and no more"
+SEED = 1
+GIB = 1024.0 ** 3
+
+
+def emit(d):
+    print(json.dumps(d), flush=True)
+
+
+def find_build(arg):
+    if arg:
+        return arg
+    cands = [os.path.join(ROOT, d) for d in os.listdir(ROOT) if d.startswith("build")]
+    cands = [d for d in cands if os.path.exists(os.path.join(d, "tools", "pictl"))]
+    if not cands:
+        sys.exit("bench_sparse: no build directory with tools/pictl; pass --build")
+    return max(cands, key=lambda d: os.path.getmtime(os.path.join(d, "tools", "pictl")))
+
+
+def read_bandwidth(build, threads):
+    """GB/s (1e9 bytes/s): the better of bench_gemv's read and read_prefetch."""
+    exe = os.path.join(build, "bench", "bench_gemv")
+    if not os.path.exists(exe):
+        return None
+    r = subprocess.run([exe, "-t", str(threads), "-n", "3", "-T", "q4_0"], capture_output=True, text=True)
+    best = None
+    for line in r.stdout.splitlines():
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if j.get("bench") == "stream" and j.get("op", "").startswith("read"):
+            best = max(best or 0.0, j["gbps"])
+    return best
+
+
+def sparse_flag(pictl):
+    """The flag that turns on the sparse FFN in `pictl run --help`, or None."""
+    h = subprocess.run([pictl, "run", "--help"], capture_output=True, text=True)
+    m = re.search(r"(--sparse\b[\w-]*)", h.stdout + h.stderr)
+    return m.group(1) if m else None
+
+
+def decode(pictl, model, n, threads, extra, tmp):
+    stats = os.path.join(tmp, "stats.json")
+    cmd = [pictl, "run", "--inproc", "-m", model, "-p", PROMPT, "-n", str(n), "-t", str(threads), "--temp", "0",
+           "--ignore-eos", "-c", "256", "--json-stats", stats] + extra
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip()[-400:]}
+    with open(stats) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build")
+    ap.add_argument("--shape", default="llama-7b")
+    ap.add_argument("--type", default="q4_0")
+    ap.add_argument("-n", type=int, default=16, help="tokens to decode (default 16)")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--measure-tokens", type=int, default=32)
+    ap.add_argument("--dir", default="/tmp", help="where the models are written (default /tmp)")
+    ap.add_argument("--keep", action="store_true", help="keep the models")
+    a = ap.parse_args()
+    build = find_build(a.build)
+    pictl = os.path.join(build, "tools", "pictl")
+    work = tempfile.mkdtemp(prefix="pinfer-bench-sparse-", dir=a.dir)
+    dense = os.path.join(work, "synth-%s-%s.gguf" % (a.shape, a.type))
+    pwri = os.path.join(work, "synth-%s-%s-pwri.gguf" % (a.shape, a.type))
+    try:
+        for path, extra in ((dense, []), (pwri, ["--pwri"])):
+            t0 = time.time()
+            subprocess.run([pictl, "synth", "--shape", a.shape, "--type", a.type, "--seed", str(SEED), "-t",
+                            str(a.threads), "-q", "-o", path] + extra, check=True)
+            emit({"bench": "sparse", "step": "synth", "file": os.path.basename(path),
+                  "gib": round(os.path.getsize(path) / GIB, 3), "seconds": round(time.time() - t0, 1)})
+
+        bw = read_bandwidth(build, a.threads)
+        emit({"bench": "sparse", "step": "bandwidth", "threads": a.threads, "read_gbps": bw})
+
+        m = subprocess.run([pictl, "synth", "--measure", dense, "--predictor", pwri, "--tokens",
+                            str(a.measure_tokens), "-t", str(a.threads)], capture_output=True, text=True, check=True)
+        st = json.loads(m.stdout)
+        emit({"bench": "sparse", "step": "measure", "n_tokens": st["n_tokens"], "n_ff": st["n_ff"],
+              "active_frac": st["active_frac_mean"], "predicted_frac": st["predicted_frac"],
+              "recall": st["recall"], "hot_share": st["hot_share_mean"],
+              "dense_bytes": st["dense_bytes"], "sparse_bytes": st["sparse_bytes"]})
+
+        flag = sparse_flag(pictl)
+        cases = [("dense", dense, [], st["dense_bytes"])]
+        if flag:
+            cases.append(("sparse", pwri, [flag], st["sparse_bytes"]))
+        res = {}
+        for name, path, extra, nbytes in cases:
+            s = decode(pictl, path, a.n, a.threads, extra, work)
+            floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None
+            line = {"bench": "sparse", "step": "decode", "mode": name, "type": a.type, "shape": a.shape,
+                    "threads": a.threads, "bytes_per_tok": nbytes,
+                    "floor_ms_per_tok": round(floor_ms, 1) if floor_ms else None,
+                    "floor_tok_s": round(1e3 / floor_ms, 2) if floor_ms else None}
+            if "error" in s:
+                line["error"] = s["error"]
+            else:
+                ms = s["decode_ms"] / max(1, s["n_gen"])
+                line.update({"n_gen": s["n_gen"], "decode_tok_s": round(s["decode_tok_s"], 2),
+                             "ms_per_tok": round(ms, 1),
+                             "of_floor": round(floor_ms / ms, 2) if floor_ms else None,
+                             "neurons_per_tok": round((st["predicted_frac"] if name == "sparse" else 1.0)
+                                                      * st["n_ff"]), "neurons_total": st["n_ff"]})
+                res[name] = s["decode_tok_s"]
+            emit(line)
+        if not flag:
+            emit({"bench": "sparse", "step": "decode", "mode": "sparse",
+                  "pending": "pictl run has no sparse flag yet"})
+        elif "dense" in res and "sparse" in res:
+            emit({"bench": "sparse", "step": "speedup", "sparse_over_dense": round(res["sparse"] / res["dense"], 2)})
+    finally:
+        if not a.keep:
+            for p in (dense, pwri):
+                if os.path.exists(p):
+                    os.unlink(p)
+            for f in os.listdir(work):
+                os.unlink(os.path.join(work, f))
+            os.rmdir(work)
+
+
+if __name__ == "__main__":
+    main()
