@@ -108,9 +108,9 @@ int cmd_run(int argc, char **argv)
     }
     lf = NULL;
     fprintf(stderr,
-            "[perf] model %s (%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
+            "[perf] model %s (%s%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
             "%.1f ms, %.2f tok/s%s\n",
-            m->name, quant_traits(m->layers[0].wq.type)->name, o.n_threads, st.n_prompt, st.prefill_ms,
+            m->name, quant_traits(m->layers[0].wq.type)->name, ctx_is_sparse(c) ? ", sparse" : "", o.n_threads, st.n_prompt, st.prefill_ms,
             st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0.0, st.n_gen, st.decode_ms,
             st.decode_ms > 0 ? st.n_gen * 1e3 / st.decode_ms : 0.0,
             st.hit_context_end ? " (stopped: context full)" : "");
