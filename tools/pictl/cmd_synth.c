@@ -25,6 +25,7 @@ static void synth_usage(FILE *f)
             "  --vocab N                  vocabulary size (default per shape: 32000, tiny 1024)\n"
             "  --rank R                   predictor rank (default 1024, tiny 128); token subspace (R-1)/2 dims\n"
             "  --pwri                     PowerInfer file: ffn_down_t + exact predictors fc1/fc2\n"
+            "  --pred-type f32|f16|q8_0|q4_0  predictor weight type (default f16, as PowerInfer)\n"
             "  --seed S                   (default 1); dense and --pwri files of one seed share their weights\n"
             "  -t, --threads N            generation threads (default: online cores)\n"
             "  -q, --quiet\n"
@@ -45,6 +46,15 @@ static int synth_num(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
+static int synth_type(const char *flag, const char *s, uint32_t *out)
+{
+    int t = quant_type_from_name(s);
+    if (t != PI_TYPE_F32 && t != PI_TYPE_F16 && t != PI_TYPE_Q8_0 && t != PI_TYPE_Q4_0)
+        return pi_fail(PI_E_INVAL, "%s %s: expected f32, f16, q8_0 or q4_0", flag, s);
+    *out = (uint32_t)t;
+    return 0;
+}
+
 static void synth_print_stats(const char *model, const struct synth_stats *st)
 {
     double mean = 0.0, hot = 0.0;
@@ -58,10 +68,11 @@ static void synth_print_stats(const char *model, const struct synth_stats *st)
     printf("],\"active_frac_mean\":%.4f,\"hot_share\":[", mean);
     for (int32_t l = 0; l < st->n_layer; l++)
         printf("%s%.4f", l ? "," : "", st->hot_share[l]);
-    printf("],\"hot_share_mean\":%.4f,\"dense_bytes\":%.0f", hot, st->dense_bytes);
+    printf("],\"hot_share_mean\":%.4f,\"dense_bytes\":%.0f,\"ffn_bytes\":%.0f", hot, st->dense_bytes,
+           st->ffn_bytes);
     if (st->recall >= 0)
-        printf(",\"recall\":%.4f,\"predicted_frac\":%.4f,\"sparse_bytes\":%.0f", st->recall, st->predicted_frac,
-               st->sparse_bytes);
+        printf(",\"recall\":%.4f,\"predicted_frac\":%.4f,\"sparse_bytes\":%.0f,\"pred_bytes\":%.0f", st->recall,
+               st->predicted_frac, st->sparse_bytes, st->pred_bytes);
     printf("}\n");
 }
 
@@ -89,12 +100,9 @@ int cmd_synth(int argc, char **argv)
             else if (!strcmp(a, "-o")) o.out_path = v;
             else if (!strcmp(a, "--measure")) measure = v;
             else if (!strcmp(a, "--predictor")) predictor = v;
-            else if (!strcmp(a, "--type")) {
-                int t = quant_type_from_name(v);
-                if (t != PI_TYPE_F32 && t != PI_TYPE_F16 && t != PI_TYPE_Q8_0 && t != PI_TYPE_Q4_0)
-                    rc = pi_fail(PI_E_INVAL, "--type %s: expected f32, f16, q8_0 or q4_0", v);
-                o.type = (uint32_t)t;
-            } else if (!strcmp(a, "--sparsity")) rc = synth_num(a, v, 0, 1, &o.sparsity);
+            else if (!strcmp(a, "--type")) rc = synth_type(a, v, &o.type);
+            else if (!strcmp(a, "--pred-type")) rc = synth_type(a, v, &o.pred_type);
+            else if (!strcmp(a, "--sparsity")) rc = synth_num(a, v, 0, 1, &o.sparsity);
             else if (!strcmp(a, "--zipf")) rc = synth_num(a, v, 0, 20, &o.zipf);
             else if (!strcmp(a, "--hot-share")) rc = synth_num(a, v, 0, 1, &o.hot_share);
             else if (!strcmp(a, "--vocab")) rc = synth_num(a, v, 1, 1 << 24, &vocab);

@@ -18,7 +18,6 @@
 #define SYN_QUANT_VERSION 2u       /* ggml's GGML_QNT_VERSION, as llama.cpp writes it */
 #define SYN_ROPE_THETA 10000.0f
 #define SYN_NORM_EPS 1e-6f
-#define SYN_PRED_TYPE PI_TYPE_F16  /* predictor weights, as PowerInfer ships them */
 #define SYN_EMB_JUNK 0.05f         /* amplitude of the embedding's junk dims (they never reach a gate) */
 #define SYN_W_SCALE 1.0f           /* q, k, v, up, output: uniform(-1, 1) * scale / sqrt(n_in) */
 #define SYN_RESID_SCALE 0.5f       /* attention output and down projection into the junk dims */
@@ -315,8 +314,8 @@ static int syn_plan_build(struct syn_plan *p, const struct syn_gen *g)
             if ((rc = syn_add(p, SK_DOWN, l, "ffn_down.weight", ty, g->F, g->E)))
                 return rc;
         } else if ((rc = syn_add(p, SK_DOWN_T, l, "ffn_down_t.weight", ty, g->E, g->F)) ||
-                   (rc = syn_add(p, SK_FC1, l, "fc1.weight", SYN_PRED_TYPE, g->E, g->d.rank)) ||
-                   (rc = syn_add(p, SK_FC2, l, "fc2.weight", SYN_PRED_TYPE, g->d.rank, g->F))) {
+                   (rc = syn_add(p, SK_FC1, l, "fc1.weight", g->o->pred_type, g->E, g->d.rank)) ||
+                   (rc = syn_add(p, SK_FC2, l, "fc2.weight", g->o->pred_type, g->d.rank, g->F))) {
             return rc;
         }
     }

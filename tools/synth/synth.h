@@ -52,13 +52,14 @@ struct synth_opts {
     double zipf;        /* exponent s of p(rank) ∝ rank^-s */
     double hot_share;   /* > 0: choose s so that the hottest 30 % carry this share (overrides zipf) */
     bool pwri;          /* PowerInfer file: ffn_down_t + predictors */
+    uint32_t pred_type; /* predictor weights: f16 (PowerInfer's, the default), f32, q8_0, q4_0 */
     uint64_t seed;
     const char *out_path;
     bool quiet;         /* no progress on stderr */
     int n_threads;      /* generation threads (>= 1) */
 };
 
-/* Defaults: 7B shape, f16, sparsity 0.9, zipf SYNTH_DEFAULT_ZIPF, seed 1, threads = online cores. */
+/* Defaults: 7B shape, f16 (weights and predictors), sparsity 0.9, zipf SYNTH_DEFAULT_ZIPF, seed 1, threads = online cores. */
 void synth_opts_default(struct synth_opts *o);
 #define SYNTH_DEFAULT_ZIPF 1.15 /* hottest 30 % carry ~80 % of activations at sparsity 0.9 (see docs) */
 
@@ -88,6 +89,8 @@ struct synth_stats {
     /* Bytes one decode step reads: dense (every weight but the embedding), and sparse (attention,
      * norms, output, predictors, and predicted_frac of the FFN's gate, up and down rows). */
     double dense_bytes, sparse_bytes;
+    double ffn_bytes;       /* gate + up + down (or down_t) of all layers */
+    double pred_bytes;      /* fc1 + fc2 of all layers (-1 without a predictor) */
 };
 /* Evaluate n_tokens random non-control tokens (one sequence, batches of prefill) through the dense
  * forward pass of `model_path`, counting act != 0 per neuron. The predictor (pred_eval on each

@@ -29,6 +29,7 @@ void synth_opts_default(struct synth_opts *o)
     memset(o, 0, sizeof *o);
     o->shape = syn_shapes[0];
     o->type = PI_TYPE_F16;
+    o->pred_type = PI_TYPE_F16;
     o->sparsity = 0.9;
     o->zipf = SYNTH_DEFAULT_ZIPF;
     o->seed = 1;
@@ -148,6 +149,13 @@ int synth_design_get(const struct synth_opts *o, struct synth_design *d)
     if (s->n_embd % tt->blck_size || s->n_ff % tt->blck_size || s->n_embd % SYNTH_SUB_OFF)
         return pi_fail(PI_E_INVAL, "synth: n_embd %d and n_ff %d must be multiples of %d", s->n_embd, s->n_ff,
                        SYNTH_SUB_OFF);
+    const struct pi_type_traits *pt = quant_traits(o->pred_type);
+    if (!pt || (o->pred_type != PI_TYPE_F32 && o->pred_type != PI_TYPE_F16 && o->pred_type != PI_TYPE_Q8_0 &&
+                o->pred_type != PI_TYPE_Q4_0))
+        return pi_fail(PI_E_INVAL, "synth: predictor type %u: expected f32, f16, q8_0 or q4_0", o->pred_type);
+    if (s->rank % pt->blck_size)
+        return pi_fail(PI_E_INVAL, "synth: predictor rank %d must be a multiple of %d for %s predictors", s->rank,
+                       pt->blck_size, pt->name);
     if (!(o->sparsity > 0.0 && o->sparsity < 1.0))
         return pi_fail(PI_E_INVAL, "synth: sparsity %g is not in (0, 1)", o->sparsity);
     if (!(o->zipf >= 0.0 && o->zipf <= SYN_ZIPF_MAX))

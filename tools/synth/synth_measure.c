@@ -210,10 +210,12 @@ int synth_measure(const char *model_path, const char *pred_path, int32_t n_token
     }
     /* A dense step reads no predictor, even where the file has one. */
     out->dense_bytes = (double)(model_weight_bytes(m) - own_pred_bytes);
+    out->ffn_bytes = (double)ffn_bytes;
     out->recall = out->predicted_frac = -1.0;
-    out->sparse_bytes = -1.0;
+    out->sparse_bytes = out->pred_bytes = -1.0;
     if (s.pred) {
         out->recall = s.n_act ? (double)s.hit / (double)s.n_act : 1.0;
+        out->pred_bytes = (double)all_pred_bytes;
         out->predicted_frac = (double)s.n_pred / ((double)n_tokens * s.L * s.F);
         out->sparse_bytes = out->dense_bytes - (double)ffn_bytes + (double)all_pred_bytes +
                             out->predicted_frac * (double)ffn_bytes;
