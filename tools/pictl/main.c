@@ -24,6 +24,7 @@ static const struct subcommand commands[] = {
     { "logs", cmd_logs, "logs STAGE [--name N] [-f]                    a stage's log" },
     { "profile", cmd_profile, "profile [--name N] [--json] [--trace FILE]    per-stage, per-layer timings" },
     { "synth", cmd_synth, "synth --shape S -o OUT.gguf [--type T] [--pwri]  synthetic sparse model" },
+    { "calibrate", cmd_calibrate, "calibrate MODEL.gguf --data TEXT -o OUT.powerinfer.gguf   train sparsity predictors" },
     { "convert", convert_main, "convert HF_DIR -o OUT.gguf [--type T]         Hugging Face model -> GGUF" },
 };
 
