@@ -3,7 +3,7 @@
 the bytes-over-bandwidth floor of each.
 
   bench/bench_sparse.py [--build DIR] [--shape llama-7b] [--type q4_0] [-n 16] [-t 2] [--dir /tmp]
-                        [--keep]
+                        [--rank 1024] [--pred-type f16] [--keep]
 
 Steps (one JSON line each):
   1. pictl synth: a dense file and its --pwri twin (same seed: the same weights; the twin adds
@@ -12,9 +12,10 @@ Steps (one JSON line each):
   3. pictl synth --measure: active and predicted fraction, predictor recall, bytes per decode step
      (dense: every weight but the embedding; sparse: attention, output, predictors and the predicted
      neurons' gate/up/down rows).
-  4. decode: dense = the plain file, `pictl run --inproc`; sparse = the --pwri file with the sparse
-     flag of `pictl run` when it has one (else reported as pending), each against its floor
-     (bytes per token / read bandwidth).
+  4. decode, `pictl run --inproc`: dense = the plain file; sparse = the --pwri file in `pictl run`'s
+     sparse mode (the default for PowerInfer files; reported as pending where there is none);
+     pwri-dense = the --pwri file with --dense (every neuron, through ffn_down_t). Each against its
+     floor (bytes per token / read bandwidth); the [perf] line tells whether the FFN ran sparse.
 The models are written under --dir and deleted at the end unless --keep."""
 import argparse
 import json
@@ -63,11 +64,16 @@ def read_bandwidth(build, threads):
     return best
 
 
-def sparse_flag(pictl):
-    """The flag that turns on the sparse FFN in `pictl run --help`, or None."""
+def sparse_flags(pictl):
+    """Flags for `pictl run` that give (sparse, dense) on a PowerInfer file, or None if it has no
+    sparse mode: either sparse is the default there and --dense turns it off, or --sparse turns it on."""
     h = subprocess.run([pictl, "run", "--help"], capture_output=True, text=True)
-    m = re.search(r"(--sparse\b[\w-]*)", h.stdout + h.stderr)
-    return m.group(1) if m else None
+    text = h.stdout + h.stderr
+    if re.search(r"--dense\b", text):
+        return [], ["--dense"]
+    if re.search(r"--sparse\b", text):
+        return ["--sparse"], []
+    return None
 
 
 def decode(pictl, model, n, threads, extra, tmp):
@@ -78,7 +84,10 @@ def decode(pictl, model, n, threads, extra, tmp):
     if r.returncode != 0:
         return {"error": r.stderr.strip()[-400:]}
     with open(stats) as f:
-        return json.load(f)
+        s = json.load(f)
+    perf = [l for l in r.stderr.splitlines() if l.startswith("[perf]")]
+    s["sparse_ffn"] = bool(perf and ", sparse" in perf[-1]) # the [perf] line says when the FFN ran sparse
+    return s
 
 
 def main():
@@ -89,6 +98,8 @@ def main():
     ap.add_argument("-n", type=int, default=16, help="tokens to decode (default 16)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--measure-tokens", type=int, default=32)
+    ap.add_argument("--rank", type=int, default=1024, help="predictor rank (default 1024, as PowerInfer's 7B)")
+    ap.add_argument("--pred-type", default="f16", help="predictor weight type (default f16, as PowerInfer's)")
     ap.add_argument("--dir", default="/tmp", help="where the models are written (default /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the models")
     a = ap.parse_args()
@@ -97,8 +108,9 @@ def main():
     work = tempfile.mkdtemp(prefix="pinfer-bench-sparse-", dir=a.dir)
     dense = os.path.join(work, "synth-%s-%s.gguf" % (a.shape, a.type))
     pwri = os.path.join(work, "synth-%s-%s-pwri.gguf" % (a.shape, a.type))
+    synth_extra = ["--rank", str(a.rank), "--pred-type", a.pred_type]
     try:
-        for path, extra in ((dense, []), (pwri, ["--pwri"])):
+        for path, extra in ((dense, synth_extra), (pwri, synth_extra + ["--pwri"])):
             t0 = time.time()
             subprocess.run([pictl, "synth", "--shape", a.shape, "--type", a.type, "--seed", str(SEED), "-t",
                             str(a.threads), "-q", "-o", path] + extra, check=True)
@@ -114,36 +126,43 @@ def main():
         emit({"bench": "sparse", "step": "measure", "n_tokens": st["n_tokens"], "n_ff": st["n_ff"],
               "active_frac": st["active_frac_mean"], "predicted_frac": st["predicted_frac"],
               "recall": st["recall"], "hot_share": st["hot_share_mean"],
-              "dense_bytes": st["dense_bytes"], "sparse_bytes": st["sparse_bytes"]})
+              "dense_bytes": st["dense_bytes"], "sparse_bytes": st["sparse_bytes"], "ffn_bytes": st["ffn_bytes"],
+              "pred_bytes": st["pred_bytes"]})
+        # --dense on the PowerInfer file computes every neuron, but its down_t AXPY skips the rows of
+        # inactive neurons: a third of the FFN bytes (down) shrinks to the active fraction.
+        pwri_dense_bytes = st["dense_bytes"] - (1.0 - st["active_frac_mean"]) * st["ffn_bytes"] / 3.0
 
-        flag = sparse_flag(pictl)
+        flags = sparse_flags(pictl)
         cases = [("dense", dense, [], st["dense_bytes"])]
-        if flag:
-            cases.append(("sparse", pwri, [flag], st["sparse_bytes"]))
+        if flags:
+            # the same PowerInfer file both ways: sparse, and dense through its ffn_down_t
+            cases += [("sparse", pwri, flags[0], st["sparse_bytes"]), ("pwri-dense", pwri, flags[1], pwri_dense_bytes)]
         res = {}
         for name, path, extra, nbytes in cases:
             s = decode(pictl, path, a.n, a.threads, extra, work)
             floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None
             line = {"bench": "sparse", "step": "decode", "mode": name, "type": a.type, "shape": a.shape,
-                    "threads": a.threads, "bytes_per_tok": nbytes,
+                    "threads": a.threads, "rank": a.rank, "pred_type": a.pred_type, "bytes_per_tok": round(nbytes),
                     "floor_ms_per_tok": round(floor_ms, 1) if floor_ms else None,
                     "floor_tok_s": round(1e3 / floor_ms, 2) if floor_ms else None}
             if "error" in s:
                 line["error"] = s["error"]
             else:
                 ms = s["decode_ms"] / max(1, s["n_gen"])
-                line.update({"n_gen": s["n_gen"], "decode_tok_s": round(s["decode_tok_s"], 2),
+                sparse = s["sparse_ffn"]
+                line.update({"sparse_ffn": sparse, "n_gen": s["n_gen"], "decode_tok_s": round(s["decode_tok_s"], 2),
                              "ms_per_tok": round(ms, 1),
                              "of_floor": round(floor_ms / ms, 2) if floor_ms else None,
-                             "neurons_per_tok": round((st["predicted_frac"] if name == "sparse" else 1.0)
-                                                      * st["n_ff"]), "neurons_total": st["n_ff"]})
+                             "neurons_per_tok": round((st["predicted_frac"] if sparse else 1.0) * st["n_ff"]),
+                             "neurons_total": st["n_ff"]})
                 res[name] = s["decode_tok_s"]
             emit(line)
-        if not flag:
+        if not flags:
             emit({"bench": "sparse", "step": "decode", "mode": "sparse",
-                  "pending": "pictl run has no sparse flag yet"})
+                  "pending": "pictl run has no sparse mode yet"})
         elif "dense" in res and "sparse" in res:
-            emit({"bench": "sparse", "step": "speedup", "sparse_over_dense": round(res["sparse"] / res["dense"], 2)})
+            emit({"bench": "sparse", "step": "speedup", "sparse_over_dense": round(res["sparse"] / res["dense"], 2),
+                  "floor_ratio": round(st["dense_bytes"] / st["sparse_bytes"], 2)})
     finally:
         if not a.keep:
             for p in (dense, pwri):
