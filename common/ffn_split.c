@@ -53,8 +53,8 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     ops_scratch_fini(&s->xq);
     ops_scratch_fini(&s->aq);
     free(s->act);
-    free(s->live);
     free(s->part);
+    free(s->rows);
     memset(s, 0, sizeof *s);
 }
 
@@ -84,31 +84,118 @@ struct ffn_job {
     int32_t n_drun;
     float *y;
     int32_t B;
+    /* down_t path: each thread AXPYs the neurons it computed into its own accumulator */
+    const struct pi_tensor *dt; /* NULL: ffn_down path */
+    pi_axpy_fn axpy;
+    float *part;                /* (n_part, B, n_embd): threads 1..n_part (thread 0 sums into y) */
+    int n_part;
+    int64_t *rows;              /* (n_threads) down_t rows read per thread */
 };
 
-/* act[b, i] = act(gate_i · n_b, up_i · n_b) for the neurons of this thread's share of the runs */
-static void gate_up_worker(void *arg, int ith, int nth)
+/* Runs shorter than this are dotted row by row (vec_dot): the multi-row GEMV prepares the whole
+ * activation once per call, which for the single-neuron runs of a sparse mask costs as much as the
+ * row itself (q4_0: half the time of a 10 % sparse FFN went there). */
+#define GEMV_MIN_ROWS 8
+
+/* Scattered rows (the neurons of a sparse mask) defeat the hardware prefetcher, which needs a few
+ * lines of each row to catch on: the next neuron's rows are prefetched while the current one is
+ * processed, up to this many bytes of each (the hardware takes over along the row). */
+#define ROW_PREFETCH_CAP 4096
+#define CACHE_LINE 64
+
+static void prefetch_row(const struct pi_tensor *W, int64_t r)
+{
+    const char *p = (const char *)W->data + (size_t)r * W->row_bytes;
+    const size_t n = W->row_bytes < ROW_PREFETCH_CAP ? W->row_bytes : ROW_PREFETCH_CAP;
+    for (size_t o = 0; o < n; o += CACHE_LINE)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
+/* y[r] = W[r] · x for r in [r0, r1): the multi-row GEMV for long ranges, single dots for short ones
+ * (prefetching row r+1, or row `next` after the last; next < 0: none) */
+static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float *y, int64_t r0, int64_t r1,
+                     int64_t next)
+{
+    if (r1 - r0 >= GEMV_MIN_ROWS) {
+        quant_gemv_rows(W->type, W->data, W->row_bytes, n, x, y, r0, r1);
+        return;
+    }
+    const pi_vec_dot_fn dot = quant_traits(W->type)->vec_dot;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t nx = r + 1 < r1 ? r + 1 : next;
+        if (nx >= 0)
+            prefetch_row(W, nx);
+        dot(n, &y[r], (const char *)W->data + (size_t)r * W->row_bytes, x);
+    }
+}
+
+/* act[b, i] = act(gate_i · n_b, up_i · n_b) for i in [r0, r1) */
+static void act_segment(const struct ffn_job *j, int64_t r0, int64_t r1, int64_t next)
+{
+    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    for (int32_t t = 0; t < j->B; t++) {
+        const char *x = j->xq + (size_t)t * j->xq_stride;
+        float *a = j->act + (size_t)t * F, *u = j->up + (size_t)t * F;
+        rows_dot(&j->l->ffn_gate, E, x, a, r0, r1, next);
+        rows_dot(&j->l->ffn_up, E, x, u, r0, r1, next);
+        for (int64_t i = r0; i < r1; i++)
+            a[i] = model_glu(j->m->hp.act, a[i], u[i]);
+    }
+}
+
+/* acc[b] += act[b, i] · down_t[i] for i in [r0, r1) with act[b, i] != 0 (ReLU zeros read nothing);
+ * returns the number of rows read */
+static int64_t axpy_segment(const struct ffn_job *j, float *acc, int64_t r0, int64_t r1, int64_t next)
+{
+    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    int64_t rows = 0;
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t nx = i + 1 < r1 ? i + 1 : next;
+        if (nx >= 0)
+            prefetch_row(j->dt, nx);
+        const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes;
+        bool read = false;
+        for (int32_t t = 0; t < j->B; t++) {
+            const float a = j->act[(size_t)t * F + i];
+            if (a != 0.0f) {
+                j->axpy(E, acc + (size_t)t * E, a, row);
+                read = true;
+            }
+        }
+        rows += read;
+    }
+    return rows;
+}
+
+/* This thread's share of the runs (an equal number of neurons each): their activations, and on the
+ * down_t path their AXPYs into the thread's accumulator, a neuron's three rows read back to back. */
+static void share_worker(void *arg, int ith, int nth)
 {
     const struct ffn_job *j = arg;
-    const int64_t N = j->runs->n_neurons, E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    const int64_t N = j->runs->n_neurons;
     const int64_t lo = N * ith / nth, hi = N * (ith + 1) / nth;
+    const size_t BE = (size_t)j->B * (size_t)j->m->hp.n_embd;
+    float *acc = NULL;
+    if (j->dt) {
+        acc = ith == 0 ? j->y : j->part + (size_t)(ith - 1) * BE;
+        memset(acc, 0, BE * sizeof *acc);
+    }
+    int64_t rows = 0;
     int64_t at = 0; /* index of the first neuron of run k in the concatenation */
     for (int32_t k = 0; k < j->runs->n && at < hi; k++) {
         const int64_t s = j->runs->run[k][0], len = j->runs->run[k][1];
         const int64_t a = lo > at ? lo - at : 0, b = hi - at < len ? hi - at : len;
         if (a < b) {
-            for (int32_t t = 0; t < j->B; t++) {
-                const char *x = j->xq + (size_t)t * j->xq_stride;
-                quant_gemv_rows(j->l->ffn_gate.type, j->l->ffn_gate.data, j->l->ffn_gate.row_bytes, E, x,
-                                j->act + (size_t)t * F, s + a, s + b);
-                quant_gemv_rows(j->l->ffn_up.type, j->l->ffn_up.data, j->l->ffn_up.row_bytes, E, x,
-                                j->up + (size_t)t * F, s + a, s + b);
-                for (int64_t i = s + a; i < s + b; i++)
-                    j->act[(size_t)t * F + i] = model_glu(j->m->hp.act, j->act[(size_t)t * F + i], j->up[(size_t)t * F + i]);
-            }
+            /* the first neuron of the next run, if this thread's share goes on there */
+            const int64_t next = k + 1 < j->runs->n && at + len < hi ? j->runs->run[k + 1][0] : -1;
+            act_segment(j, s + a, s + b, next);
+            if (j->dt)
+                rows += axpy_segment(j, acc, s + a, s + b, next);
         }
         at += len;
     }
+    if (j->dt)
+        j->rows[ith] = rows;
 }
 
 /* y[b, e] = Σ over runs of down[e, run] · act[b, run] for this thread's rows e */
@@ -135,54 +222,12 @@ static void down_worker(void *arg, int ith, int nth)
     }
 }
 
-/* ---- down_t path (PowerInfer layers) ---- */
-
-/* Cache lines of the next live neuron's down_t row to prefetch while the current one is added: the
- * rows are scattered, so the hardware prefetcher only catches on a few lines into each. */
-#define ROW_PREFETCH_LINES 4
-#define CACHE_LINE 64
-
-struct axpy_job {
-    const struct pi_tensor *dt; /* down_t, ne {n_embd, n_ff} */
-    pi_axpy_fn axpy;
-    const float *act;           /* (B, n_ff) */
-    const int32_t *live;        /* n_live neuron ids */
-    int64_t n_live, F, E;
-    float *y;                   /* (B, n_embd): thread 0's accumulator and the result */
-    float *part;                /* (n_part, B, n_embd): threads 1..n_part */
-    int n_part;
-    int32_t B;
-};
-
-/* acc[t] (n_embd) = Σ over this thread's share of live neurons i of act[t, i] · down_t[i] */
-static void axpy_worker(void *arg, int ith, int nth)
-{
-    const struct axpy_job *j = arg;
-    const size_t BE = (size_t)j->B * (size_t)j->E;
-    float *acc = ith == 0 ? j->y : j->part + (size_t)(ith - 1) * BE;
-    memset(acc, 0, BE * sizeof *acc);
-    const int64_t lo = j->n_live * ith / nth, hi = j->n_live * (ith + 1) / nth;
-    const char *base = j->dt->data;
-    const size_t rb = j->dt->row_bytes;
-    for (int64_t k = lo; k < hi; k++) {
-        const int32_t i = j->live[k];
-        if (k + 1 < hi)
-            for (int c = 0; c < ROW_PREFETCH_LINES; c++)
-                __builtin_prefetch(base + (size_t)j->live[k + 1] * rb + (size_t)c * CACHE_LINE, 0, 3);
-        const char *row = base + (size_t)i * rb;
-        for (int32_t t = 0; t < j->B; t++) {
-            const float a = j->act[(size_t)t * j->F + i];
-            if (a != 0.0f)
-                j->axpy(j->E, acc + (size_t)t * j->E, a, row);
-        }
-    }
-}
-
-/* y += Σ_p part[p], over this thread's slice of the (B, n_embd) elements, partials in thread order */
+/* down_t path: y += Σ_p part[p] over this thread's slice of the (B, n_embd) elements, the partials
+ * in thread order (deterministic for a given thread count) */
 static void reduce_worker(void *arg, int ith, int nth)
 {
-    const struct axpy_job *j = arg;
-    const size_t BE = (size_t)j->B * (size_t)j->E, lo = BE * (size_t)ith / (size_t)nth,
+    const struct ffn_job *j = arg;
+    const size_t BE = (size_t)j->B * (size_t)j->m->hp.n_embd, lo = BE * (size_t)ith / (size_t)nth,
                  hi = BE * (size_t)(ith + 1) / (size_t)nth;
     for (int p = 0; p < j->n_part; p++) {
         const float *src = j->part + (size_t)p * BE;
@@ -191,31 +236,13 @@ static void reduce_worker(void *arg, int ith, int nth)
     }
 }
 
-/* y = Σ over live neurons of the runs of act_i · down_t[i]; *rows = down_t rows read */
-static int down_t_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_layer *l, const float *act,
-                          int64_t F, int64_t E, int32_t B, const struct ffn_runs *runs, float *y, int64_t *rows)
+/* Buffers of the down_t path: per-thread accumulators and row counts. */
+static int down_t_prepare(struct pi_pool *pool, struct ffn_scratch *s, struct ffn_job *j, int64_t E, int32_t B)
 {
-    const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
+    const struct pi_type_traits *tt = quant_traits(j->l->ffn_down_t.type);
     if (!tt || !tt->axpy)
-        return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel", l->ffn_down_t.name,
-                       l->ffn_down_t.type);
-    if (s->live_cap < runs->n_neurons) {
-        int32_t *p = realloc(s->live, (size_t)runs->n_neurons * sizeof *p);
-        if (!p)
-            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron ids", (long long)runs->n_neurons);
-        s->live = p;
-        s->live_cap = runs->n_neurons;
-    }
-    /* live = neurons of the runs whose activation is nonzero for some token (ReLU zeros skip) */
-    int64_t n_live = 0;
-    for (int32_t k = 0; k < runs->n; k++)
-        for (int64_t i = runs->run[k][0]; i < (int64_t)runs->run[k][0] + runs->run[k][1]; i++) {
-            bool on = false;
-            for (int32_t t = 0; !on && t < B; t++)
-                on = act[(size_t)t * F + i] != 0.0f;
-            if (on)
-                s->live[n_live++] = (int32_t)i;
-        }
+        return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel",
+                       j->l->ffn_down_t.name, j->l->ffn_down_t.type);
     const int nth = pool_size(pool);
     const int64_t need = (int64_t)(nth - 1) * B * E;
     if (s->part_cap < need) {
@@ -225,12 +252,18 @@ static int down_t_partial(struct pi_pool *pool, struct ffn_scratch *s, const str
         s->part = p;
         s->part_cap = need;
     }
-    struct axpy_job j = { .dt = &l->ffn_down_t, .axpy = tt->axpy, .act = act, .live = s->live, .n_live = n_live,
-                          .F = F, .E = E, .y = y, .part = s->part, .n_part = nth - 1, .B = B };
-    pool_run(pool, axpy_worker, &j);
-    if (nth > 1)
-        pool_run(pool, reduce_worker, &j);
-    *rows = n_live;
+    if (s->rows_cap < nth) {
+        int64_t *p = realloc(s->rows, (size_t)nth * sizeof *p);
+        if (!p)
+            return pi_fail(PI_E_NOMEM, "ffn: out of memory");
+        s->rows = p;
+        s->rows_cap = nth;
+    }
+    j->dt = &j->l->ffn_down_t;
+    j->axpy = tt->axpy;
+    j->part = s->part;
+    j->n_part = nth - 1;
+    j->rows = s->rows;
     return 0;
 }
 
@@ -277,9 +310,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
-    /* the down projection: ffn_down_t when present (AXPY path), else ffn_down */
-    const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type),
-                                *dt = quant_traits(l->ffn_down_t.data ? l->ffn_down_t.type : l->ffn_down.type);
+    const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type);
     if (l->ffn_up.type != l->ffn_gate.type)
         return pi_fail(PI_E_UNSUPPORTED, "ffn: layer %d has gate %s and up %s: mixed types are not supported", layer,
                        gt->name, quant_traits(l->ffn_up.type)->name);
@@ -295,17 +326,25 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + j.xq_stride * (size_t)t, E);
         j.xq = s->xq.buf;
     }
-    pool_run(pool, gate_up_worker, &j);
-
     if (l->ffn_down_t.data) {
-        int64_t rows = 0;
-        if ((rc = down_t_partial(pool, s, l, j.act, F, E, B, runs, y, &rows)))
+        /* down_t: activations and AXPYs in one pass per thread, then the accumulators added */
+        if ((rc = down_t_prepare(pool, s, &j, E, B)))
             return rc;
-        if (bytes)
+        pool_run(pool, share_worker, &j);
+        if (j.n_part > 0)
+            pool_run(pool, reduce_worker, &j);
+        if (bytes) {
+            uint64_t rows = 0;
+            for (int t = 0; t <= j.n_part; t++)
+                rows += (uint64_t)j.rows[t];
             *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +
-                     (uint64_t)rows * l->ffn_down_t.row_bytes;
+                     rows * l->ffn_down_t.row_bytes;
+        }
         return 0;
     }
+    /* ffn_down: the activations first, then each thread dots its rows of down with them */
+    const struct pi_type_traits *dt = quant_traits(l->ffn_down.type);
+    pool_run(pool, share_worker, &j);
     if (dt->vec_dot_type == PI_TYPE_F32) {
         j.aq = (const char *)j.act;
         j.aq_stride = (size_t)F * sizeof(float);

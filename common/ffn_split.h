@@ -16,8 +16,10 @@
  *
  * Neurons whose activation is exactly 0 for every token of the batch (ReLU zeros: most of them)
  * cost no down_t read at all; the activations stay f32 (no quantization), so any split is exact up
- * to the order of the sums. Threads take equal shares of the live neurons, accumulate into their
- * own (B, n_embd) partial sums, and a second pass adds them (thread 0's partial is y itself). */
+ * to the order of the sums. Each thread takes an equal share of the neurons, computes their
+ * activations and right away adds act_i · down_t[i] into its own (B, n_embd) accumulator (a neuron's
+ * gate, up and down_t rows are read back to back); a second pass adds the accumulators in thread
+ * order (thread 0's is y itself), so the result is deterministic for a given thread count. */
 #ifndef PI_FFN_SPLIT_H
 #define PI_FFN_SPLIT_H
 
@@ -47,10 +49,10 @@ struct ffn_scratch {
     float *act;             /* (B, n_ff) */
     int64_t act_cap;
     /* down_t path */
-    int32_t *live;          /* neurons with a nonzero activation for some token */
-    int64_t live_cap;
     float *part;            /* (n_threads - 1, B, n_embd) partial sums of threads 1.. */
     int64_t part_cap;
+    int64_t *rows;          /* (n_threads) down_t rows read per thread */
+    int rows_cap;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 

@@ -279,32 +279,42 @@ AXPY_F(f32)
 AXPY_F(f16)
 AXPY_F(bf16)
 
-/* y[0..32) += s * q[0..32), q 32 int8 in element order */
-static inline void axpy_block_i8(float *y, __m256 s, __m256i q)
+/* The int8 → f32 widenings load straight from the block (vpmovsxbd/vpmovzxbd with a memory operand):
+ * one shuffle-port uop per 8 lanes, where widening a register costs extracts and byte shifts too. */
+
+/* y[0..8) += s * f32(v), v 8 int32 lanes */
+static inline void axpy8(float *y, __m256 s, __m256i v)
 {
-    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    const __m128i part[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
-    for (int k = 0; k < 4; k++) {
-        const __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k]));
-        _mm256_storeu_ps(y + k * F32_PER_VEC, _mm256_fmadd_ps(s, qf, _mm256_loadu_ps(y + k * F32_PER_VEC)));
-    }
+    _mm256_storeu_ps(y, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(y)));
 }
 
 /* y[j] += (a * d) * q[j] per block */
 static void q8_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
 {
     const struct block_q8_0 *x = vx;
-    for (int64_t i = 0; i < n / QK8_0; i++)
-        axpy_block_i8(y + i * QK8_0, _mm256_set1_ps(a * f16_to_f32(x[i].d)),
-                      _mm256_loadu_si256((const __m256i *)x[i].qs));
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256 s = _mm256_set1_ps(a * f16_to_f32(x[i].d));
+        float *yb = y + i * QK8_0;
+        for (int k = 0; k < QK8_0; k += F32_PER_VEC)
+            axpy8(yb + k, s, _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + k))));
+    }
 }
 
-/* y[j] += (a * d) * (nibble - 8) per block */
+/* y[j] += (a * d) * (nibble - 8) per block: bytes 0..7 widened once give elements 0..7 (low
+ * nibbles) and 16..23 (high nibbles), bytes 8..15 elements 8..15 and 24..31 */
 static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
 {
     const struct block_q4_0 *x = vx;
-    for (int64_t i = 0; i < n / QK4_0; i++)
-        axpy_block_i8(y + i * QK4_0, _mm256_set1_ps(a * f16_to_f32(x[i].d)), q4_0_unpack(x[i].qs));
+    const __m256i nib = _mm256_set1_epi32(NIBBLE), off = _mm256_set1_epi32(Q4_0_OFFSET);
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        const __m256 s = _mm256_set1_ps(a * f16_to_f32(x[i].d));
+        float *yb = y + i * QK4_0;
+        for (int k = 0; k < QK4_0 / 2; k += F32_PER_VEC) {
+            const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + k)));
+            axpy8(yb + k, s, _mm256_sub_epi32(_mm256_and_si256(b, nib), off));
+            axpy8(yb + QK4_0 / 2 + k, s, _mm256_sub_epi32(_mm256_srli_epi32(b, 4), off));
+        }
+    }
 }
 
 /* ---- multi-row GEMV: the activation prepared once per call ----------------------------------
