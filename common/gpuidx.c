@@ -198,13 +198,21 @@ int gpuidx_path(const char *model_path, const char *dir, char *out, size_t cap)
     return 0;
 }
 
-/* path holds a valid index for this model made for exactly this budget */
-static bool try_load(const char *path, const struct pi_model *m, uint64_t budget, uint8_t *gpu_idx)
+int gpuidx_load_matching(const char *path, const struct pi_model *m, uint64_t budget, uint8_t *gpu_idx)
 {
     uint64_t cap = 0;
-    if (access(path, F_OK) != 0)
-        return false;
-    return gpuidx_read(path, m->hp.n_layer, m->hp.n_ff, gpu_idx, &cap) == 0 && cap == budget;
+    int rc = gpuidx_read(path, m->hp.n_layer, m->hp.n_ff, gpu_idx, &cap);
+    if (rc)
+        return rc;
+    if (cap != budget)
+        return pi_fail(PI_E_RANGE, "gpuidx: '%s' was made for a budget of %llu bytes, not %llu", path,
+                       (unsigned long long)cap, (unsigned long long)budget);
+    return 0;
+}
+
+static bool try_load(const char *path, const struct pi_model *m, uint64_t budget, uint8_t *gpu_idx)
+{
+    return access(path, F_OK) == 0 && gpuidx_load_matching(path, m, budget, gpu_idx) == 0;
 }
 
 /* a system error (-errno, below the PI_E_* range): the directory is read-only, full, or in the way */

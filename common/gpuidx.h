@@ -40,6 +40,10 @@ int gpuidx_write(const char *path, int32_t n_layer, int64_t n_ff, const uint8_t 
  * (-PI_E_FORMAT). gpu_idx (n_layer × n_ff) receives 0/1; *vram_capacity (may be NULL) the budget. */
 int gpuidx_read(const char *path, int32_t n_layer, int64_t n_ff, uint8_t *gpu_idx, uint64_t *vram_capacity);
 
+/* gpuidx_read against the model, and the budget must equal the file's split.vram_capacity
+ * (-PI_E_RANGE naming both otherwise): 0 means the index can be used as it is. */
+int gpuidx_load_matching(const char *path, const struct pi_model *m, uint64_t budget, uint8_t *gpu_idx);
+
 /* PowerInfer's name for a model's index: MODEL_PATH + ".generated.gpuidx", or in dir (if not NULL)
  * under the model file's base name. -PI_E_RANGE if it does not fit in cap. */
 int gpuidx_path(const char *model_path, const char *dir, char *out, size_t cap);

@@ -340,6 +340,10 @@ static void test_load_or_make(const char *dir)
     uint64_t cap = 0;
     CHECK(gen && gpuidx_read(idxp, L, F, want, &cap) == 0 && cap == budget + split_neuron_cost(m, 0),
           "another budget: regenerated with the new capacity");
+    CHECK_OK(gpuidx_load_matching(idxp, m, cap, idx));
+    int rc0 = gpuidx_load_matching(idxp, m, budget, idx);
+    CHECK(rc0 == -PI_E_RANGE && strstr(pi_errmsg(), "was made for a budget of"), "budget mismatch: %d '%s'", rc0,
+          pi_errmsg());
     /* a corrupt file and one for another model are replaced */
     FILE *fp = fopen(idxp, "wb");
     fputs("garbage", fp);
