@@ -1,4 +1,5 @@
 /* test_sparse_core — the sparse FFN core on the CPU:
+ *  - ffn_runs_build equals a per-neuron reference (sizes around the 64-neuron word, densities, masks);
  *  - AXPY kernels (y += a · x) of every type: the kernels in use (AVX2 where available) equal the
  *    scalar reference bit for bit (odd lengths too), and both match f64 within rounding;
  *  - PowerInfer (PWRI) files load: ffn_down_t, fc1/fc2 (rank from the file), act_freq, threshold,
@@ -103,6 +104,63 @@ static void test_axpy(void)
         }
     }
     printf("axpy: kernels match the reference (%s)\n", quant_has_avx2() ? "avx2" : "scalar");
+}
+
+/* ---- ffn_runs_build against a per-neuron reference ---- */
+
+/* neuron i selected and (no mask: n_mask < 0) on in some mask row */
+static bool ref_on(const uint8_t *sel, uint8_t want, const uint8_t *mask, int32_t n_mask, int64_t n, int64_t i)
+{
+    if (sel[i] != want)
+        return false;
+    bool any = n_mask < 0;
+    for (int32_t b = 0; b < n_mask; b++)
+        any |= mask[b * n + i] != 0;
+    return any;
+}
+
+static void test_runs(void)
+{
+    const int64_t sizes[] = { 1, 7, 63, 64, 65, 128, 130, 1000 };
+    const float dens[] = { 0.0f, 0.1f, 0.5f, 0.97f, 1.0f };
+    struct ffn_runs r = { 0 };
+    int cases = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t di = 0; di < sizeof dens / sizeof dens[0]; di++)
+            for (int32_t n_mask = -1; n_mask <= 3; n_mask++) { /* -1: no mask */
+                const int64_t n = sizes[si];
+                uint8_t *sel = malloc((size_t)n), *mask = malloc((size_t)(n * 3 + 1));
+                for (int64_t i = 0; i < n; i++)
+                    sel[i] = (uint8_t)(urand() > 0.8f ? 2 : urand() * 0.5f + 0.5f < dens[di]);
+                for (int64_t i = 0; i < n * 3; i++)
+                    mask[i] = (uint8_t)((urand() * 0.5f + 0.5f < dens[di]) * (1 + (i % 3))); /* any nonzero counts */
+                for (uint8_t want = 0; want <= 1; want++) {
+                    CHECK_OK(ffn_runs_build(&r, sel, want, n_mask < 0 ? NULL : mask, n_mask < 0 ? 0 : n_mask, n));
+                    /* reference: walk the neurons one by one */
+                    int32_t k = 0;
+                    int64_t total = 0, i = 0;
+                    bool same = true;
+                    while (i < n) {
+                        if (!ref_on(sel, want, mask, n_mask, n, i)) {
+                            i++;
+                            continue;
+                        }
+                        const int64_t st = i;
+                        while (i < n && ref_on(sel, want, mask, n_mask, n, i))
+                            i++;
+                        same &= k < r.n && r.run[k][0] == st && r.run[k][1] == i - st;
+                        total += i - st;
+                        k++;
+                    }
+                    same &= k == r.n && total == r.n_neurons;
+                    CHECK(same, "runs of n=%lld density %.2f masks %d want %d: %d runs, reference %d", (long long)n,
+                          dens[di], n_mask, want, r.n, k);
+                    cases++;
+                }
+                free(sel), free(mask);
+            }
+    ffn_runs_fini(&r);
+    printf("ffn_runs_build: %d cases equal the per-neuron reference\n", cases);
 }
 
 /* ---- models ---- */
@@ -460,6 +518,7 @@ int main(void)
     char dir[] = "/tmp/pinfer-sparseXXXXXX";
     REQUIRE(mkdtemp(dir), "mkdtemp");
     test_axpy();
+    test_runs();
     test_load(dir);
     struct pi_pool *pool = NULL;
     CHECK_OK(pool_new(&pool, 3));
