@@ -28,14 +28,14 @@
 #include "tokenizer.h"
 
 /* Calibration size for CI: small enough for ASan on 2 cores, large enough for a stable 0.99. */
-#define T_TOKENS 6144
+#define T_TOKENS 4096
 #define T_HELDOUT 2048
-#define T_EVAL_TOKENS 2048
+#define T_EVAL_TOKENS 1024
 #define T_RANK 64
 #define T_EPOCHS 4
 #define T_TRAIN_FRAC 0.95
 #define T_SLICES 4          /* slices taken from each file's training part */
-#define T_SLICE_BYTES 40000
+#define T_SLICE_BYTES 20000
 #define T_EVAL_BYTES 24000  /* from each file's held-out part */
 #define T_RECALL 0.99
 #define T_SPARSE_MATCH 0.95 /* greedy tokens equal to dense */

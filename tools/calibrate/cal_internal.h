@@ -26,7 +26,7 @@ struct gguf_file;
 struct cal_progress {
     bool tty, quiet, open;
     int last_permille;
-    double t0_ms;
+    double t0_ms, last_draw_ms;
     char label[96];
 };
 void prog_init(struct cal_progress *p, bool quiet);

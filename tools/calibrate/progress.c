@@ -10,6 +10,8 @@
 
 #define PROG_BAR_WIDTH 30
 #define PROG_PERMILLE 1000
+/* Redraw at most this often (ms): a terminal needs no more, and stderr writes are not free. */
+#define PROG_REDRAW_MS 100.0
 
 void prog_init(struct cal_progress *p, bool quiet)
 {
@@ -40,15 +42,17 @@ void prog_update(struct cal_progress *p, uint64_t done, uint64_t total)
     if (p->quiet || !p->tty || !p->open || total == 0)
         return;
     int pm = (int)(done >= total ? PROG_PERMILLE : done * PROG_PERMILLE / total);
-    if (pm == p->last_permille)
-        return; /* redraw only when the bar moves: stderr writes are not free */
+    const double now = pi_now_ms();
+    if (pm == p->last_permille || (pm < PROG_PERMILLE && p->last_permille >= 0 && now - p->last_draw_ms < PROG_REDRAW_MS))
+        return;
     p->last_permille = pm;
+    p->last_draw_ms = now;
     char bar[PROG_BAR_WIDTH + 1];
     int fill = pm * PROG_BAR_WIDTH / PROG_PERMILLE;
     for (int i = 0; i < PROG_BAR_WIDTH; i++)
         bar[i] = i < fill ? '#' : '.';
     bar[PROG_BAR_WIDTH] = '\0';
-    fprintf(stderr, "\r\033[K%s [%s] %5.1f%% %6.1fs", p->label, bar, pm / 10.0, (pi_now_ms() - p->t0_ms) / 1e3);
+    fprintf(stderr, "\r\033[K%s [%s] %5.1f%% %6.1fs", p->label, bar, pm / 10.0, (now - p->t0_ms) / 1e3);
     fflush(stderr);
 }
 

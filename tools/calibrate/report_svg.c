@@ -11,19 +11,19 @@
 #include "pi_err.h"
 
 #define SVG_W 980
-#define SVG_H 440
+#define SVG_H 456
 /* left panel: the sorted frequencies */
 #define FQ_X0 70
 #define FQ_X1 560
-#define FQ_Y0 50
-#define FQ_Y1 370
+#define FQ_Y0 66
+#define FQ_Y1 386
 #define FQ_LOG_MIN (-4) /* 1e-4: frequencies below are drawn at the axis */
 #define FQ_POINTS 400   /* at most this many points per layer's curve */
 /* right panel: recall bars */
 #define RC_X0 650
 #define RC_X1 950
-#define RC_Y0 50
-#define RC_Y1 370
+#define RC_Y0 66
+#define RC_Y1 386
 
 static const char *const palette[] = { "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf" };
@@ -46,7 +46,7 @@ static double fq_y(double f)
 static void freq_panel(FILE *f, int32_t n_layer, int32_t n_ff, const struct cal_layer_report *L, float *sorted)
 {
     fprintf(f, "<text x='%d' y='%d' class='t'>activation frequency per neuron, sorted (log scale)</text>\n", FQ_X0,
-            FQ_Y0 - 20);
+            FQ_Y0 - 10);
     for (int e = FQ_LOG_MIN; e <= 0; e++) {
         const double y = fq_y(pow(10.0, e));
         fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' class='g'/>", FQ_X0, y, FQ_X1, y);
@@ -87,7 +87,7 @@ static void recall_panel(FILE *f, int32_t n_layer, const struct cal_layer_report
     if (lo < 0.0) lo = 0.0;
     const double span = 1.0 - lo;
 #define RC_Y(v) (RC_Y1 - ((v) - lo) / span * (RC_Y1 - RC_Y0))
-    fprintf(f, "<text x='%d' y='%d' class='t'>recall per layer (held out; hatched: --eval)</text>\n", RC_X0, RC_Y0 - 20);
+    fprintf(f, "<text x='%d' y='%d' class='t'>recall per layer (held out; hatched: --eval)</text>\n", RC_X0, RC_Y0 - 10);
     for (int i = 0; i <= 4; i++) {
         const double v = lo + span * i / 4.0, y = RC_Y(v);
         fprintf(f, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' class='g'/>", RC_X0, y, RC_X1, y);
