@@ -406,8 +406,9 @@ static int parse_tensor_info(struct gguf_file *f, struct gguf_cur *c, size_t i, 
         uint64_t ne = 1;
         if (d < t->n_dims && (rc = cur_u64(c, &ne, "dimension")))
             return rc;
-        if (ne < 1 || ne > INT64_MAX)
-            return pi_fail(PI_E_FORMAT, "gguf: %s: ne[%u] = %llu out of range 1..INT64_MAX", ctx, d,
+        /* 0 is valid, as in ggml: an empty tensor (PowerInfer's gpuidx writes empty buckets) */
+        if (ne > INT64_MAX)
+            return pi_fail(PI_E_FORMAT, "gguf: %s: ne[%u] = %llu out of range 0..INT64_MAX", ctx, d,
                            (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
     }

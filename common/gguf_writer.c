@@ -322,8 +322,8 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t typ
     struct gguf_wtensor t = {.type = type, .n_dims = n_dims, .data = data};
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
-        if (t.ne[d] < 1)
-            return pi_fail(PI_E_INVAL, "gguf writer: tensor '%s': ne[%u] = %lld < 1", name, d,
+        if (t.ne[d] < 0) /* 0 is an empty tensor, as in ggml */
+            return pi_fail(PI_E_INVAL, "gguf writer: tensor '%s': ne[%u] = %lld < 0", name, d,
                            (long long)t.ne[d]);
     }
     if (t.ne[0] % tr->blck_size)

@@ -14,7 +14,6 @@
 
 #define TENSORS_PER_LAYER 2 /* gpu_idx, gpu_bucket */
 #define TENSOR_NAME_CAP 64
-#define PLACEHOLDER_NEURON 0 /* the 1-element bucket of a layer without GPU neurons */
 
 static void idx_name(char *out, int il) { snprintf(out, TENSOR_NAME_CAP, "blk.%d.gpu_idx", il); }
 static void bucket_name(char *out, int il) { snprintf(out, TENSOR_NAME_CAP, "blk.%d.gpu_bucket", il); }
@@ -41,7 +40,7 @@ int gpuidx_write(const char *path, int32_t n_layer, int64_t n_ff, const uint8_t 
         (rc = gguf_writer_set_u64(w, GPUIDX_KEY_CAPACITY, vram_capacity)))
         goto fail;
     for (int il = 0; il < n_layer; il++) {
-        const int64_t ne_idx = n_ff, ne_bucket = count[il] ? count[il] : 1;
+        const int64_t ne_idx = n_ff, ne_bucket = count[il]; /* 0 for a layer without GPU neurons, as PowerInfer */
         idx_name(name, il);
         if ((rc = gguf_writer_add_tensor(w, name, PI_TYPE_I32, 1, &ne_idx, NULL)))
             goto fail;
@@ -61,8 +60,6 @@ int gpuidx_write(const char *path, int32_t n_layer, int64_t n_ff, const uint8_t 
         for (int64_t i = 0; i < n_ff; i++)
             if (g[i])
                 buf[k++] = (int32_t)i;
-        if (k == 0)
-            buf[0] = PLACEHOLDER_NEURON;
         if ((rc = gguf_writer_write_tensor(w, buf)))
             goto fail;
     }
@@ -123,7 +120,7 @@ static int read_layer(const struct gguf_file *f, const char *path, int il, int64
         return rc;
     const int64_t nb = tb->ne[0];
     if (ones == 0) {
-        /* PowerInfer ignores the bucket here: 0 elements (theirs) or a 1-element placeholder (ours) */
+        /* PowerInfer ignores the bucket here: 0 elements (what it and we write) or 1 (older pinfer files) */
         if (nb > 1 || (nb == 1 && (i32_at(tb, 0) < 0 || i32_at(tb, 0) >= n_ff)))
             return pi_fail(PI_E_FORMAT, "gpuidx: '%s': layer %d has no GPU neuron but its bucket has %lld", path,
                            il, (long long)nb);
