@@ -7,7 +7,8 @@
  *   - bad input: missing data file, a SwiGLU model, --rank > n_embd, too little text, a PWRI input;
  *   - the sparse engine on the calibrated file: greedy decoding of the reference prompts against
  *     dense, held-out perplexity sparse vs dense (decode-shaped: one token per evaluation).
- * usage: test_calibrate MODEL_F16.gguf MODEL_Q8_0.gguf */
+ *   - the CLI: usage errors, and two runs with one seed give byte-identical files.
+ * usage: test_calibrate MODEL_F16.gguf MODEL_Q8_0.gguf [PICTL] */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cal_internal.h"
@@ -503,6 +505,51 @@ static void check_sparse(const char *dense_path, const char *pwri_path, const ch
     model_free(sm);
 }
 
+/* Run "PICTL calibrate ARGS", stderr to a file; returns the exit status and the stderr text. */
+static int run_pictl(const char *pictl, const char *args, char **err_text)
+{
+    char cmd[4096], errf[512];
+    snprintf(errf, sizeof errf, "%s/stderr.txt", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' calibrate %s >/dev/null 2>'%s'", pictl, args, errf);
+    const int st = system(cmd);
+    size_t len = 0;
+    *err_text = slurp(errf, &len);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void check_cli(const char *pictl, const char *f16, const char *train)
+{
+    char args[2048], *err = NULL;
+    int rc = run_pictl(pictl, "", &err);
+    CHECK(rc == 2 && err && strstr(err, "need MODEL.gguf"), "no arguments: exit %d, '%s'", rc, err ? err : "");
+    free(err);
+    snprintf(args, sizeof args, "'%s' --data '%s/nothing.txt' -o '%s/x.gguf'", f16, tmpdir, tmpdir);
+    rc = run_pictl(pictl, args, &err);
+    CHECK(rc == 1 && err && strstr(err, "cannot open data file"), "missing data: exit %d, '%s'", rc, err ? err : "");
+    free(err);
+    snprintf(args, sizeof args, "'%s' --data '%s' --recall 1.5 -o '%s/x.gguf'", f16, train, tmpdir);
+    rc = run_pictl(pictl, args, &err);
+    CHECK(rc == 2 && err && strstr(err, "--recall"), "--recall 1.5: exit %d, '%s'", rc, err ? err : "");
+    free(err);
+    /* determinism: same seed and threads, same bytes */
+    char *file[2] = { NULL, NULL };
+    size_t len[2] = { 0, 0 };
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "'%s' --data '%s' --tokens 512 --heldout 256 --rank 16 --epochs 1 -t 2 -q --seed 42 "
+                 "-o '%s/det%d.gguf'", f16, train, tmpdir, i);
+        rc = run_pictl(pictl, args, &err);
+        CHECK(rc == 0, "pictl calibrate: exit %d, '%s'", rc, err ? err : "");
+        free(err);
+        char path[600];
+        snprintf(path, sizeof path, "%s/det%d.gguf", tmpdir, i);
+        file[i] = slurp(path, &len[i]);
+    }
+    CHECK(file[0] && file[1] && len[0] == len[1] && len[0] > 0 && !memcmp(file[0], file[1], len[0]),
+          "two runs with one seed differ (%zu and %zu bytes)", len[0], len[1]);
+    free(file[0]);
+    free(file[1]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -548,6 +595,8 @@ int main(int argc, char **argv)
     expect_error("PWRI input", out, train, 0, "already a PowerInfer");
     check_quant_transpose(q8);
     check_sparse(f16, out, shared, held);
+    if (argc > 3)
+        check_cli(argv[3], f16, train);
 
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
