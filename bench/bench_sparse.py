@@ -3,7 +3,7 @@
 the bytes-over-bandwidth floor of each.
 
   bench/bench_sparse.py [--build DIR] [--shape llama-7b] [--type q4_0] [-n 16] [-t 2] [--dir /tmp]
-                        [--rank 1024] [--pred-type f16] [--keep]
+                        [--rank 1024] [--pred-type f16] [--reps 3] [--keep]
 
 Steps (one JSON line each):
   1. pictl synth: a dense file and its --pwri twin (same seed: the same weights; the twin adds
@@ -98,6 +98,7 @@ def main():
     ap.add_argument("-n", type=int, default=16, help="tokens to decode (default 16)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--measure-tokens", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3, help="decode rounds over all modes (median reported)")
     ap.add_argument("--rank", type=int, default=1024, help="predictor rank (default 1024, as PowerInfer's 7B)")
     ap.add_argument("--pred-type", default="f16", help="predictor weight type (default f16, as PowerInfer's)")
     ap.add_argument("--dir", default="/tmp", help="where the models are written (default /tmp)")
@@ -137,20 +138,29 @@ def main():
         if flags:
             # the same PowerInfer file both ways: sparse, and dense through its ffn_down_t
             cases += [("sparse", pwri, flags[0], st["sparse_bytes"]), ("pwri-dense", pwri, flags[1], pwri_dense_bytes)]
+        # Rounds interleave the modes, so that the shared machine's load drifts over all of them alike;
+        # each mode's line reports the median round.
+        runs = {name: [] for name, _, _, _ in cases}
+        for _ in range(a.reps):
+            for name, path, extra, _ in cases:
+                runs[name].append(decode(pictl, path, a.n, a.threads, extra, work))
         res = {}
         for name, path, extra, nbytes in cases:
-            s = decode(pictl, path, a.n, a.threads, extra, work)
+            ok = sorted((s for s in runs[name] if "error" not in s), key=lambda s: s["decode_tok_s"])
             floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None
             line = {"bench": "sparse", "step": "decode", "mode": name, "type": a.type, "shape": a.shape,
                     "threads": a.threads, "rank": a.rank, "pred_type": a.pred_type, "bytes_per_tok": round(nbytes),
                     "floor_ms_per_tok": round(floor_ms, 1) if floor_ms else None,
                     "floor_tok_s": round(1e3 / floor_ms, 2) if floor_ms else None}
-            if "error" in s:
-                line["error"] = s["error"]
+            if not ok:
+                line["error"] = runs[name][0]["error"]
             else:
+                s = ok[len(ok) // 2]
                 ms = s["decode_ms"] / max(1, s["n_gen"])
                 sparse = s["sparse_ffn"]
-                line.update({"sparse_ffn": sparse, "n_gen": s["n_gen"], "decode_tok_s": round(s["decode_tok_s"], 2),
+                line.update({"sparse_ffn": sparse, "n_gen": s["n_gen"], "reps": len(ok),
+                             "decode_tok_s": round(s["decode_tok_s"], 2),
+                             "all_tok_s": [round(x["decode_tok_s"], 2) for x in ok],
                              "ms_per_tok": round(ms, 1),
                              "of_floor": round(floor_ms / ms, 2) if floor_ms else None,
                              "neurons_per_tok": round((st["predicted_frac"] if sparse else 1.0) * st["n_ff"]),
