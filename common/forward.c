@@ -76,6 +76,7 @@ void ctx_sparse_stats_reset(struct pi_ctx *c)
     memset(c->stats, 0, (size_t)c->m->hp.n_layer * sizeof *c->stats);
 }
 float *fwd_x(struct pi_ctx *c) { return c->x; }
+struct pi_pool *ctx_pool(struct pi_ctx *c) { return c->pool; }
 
 int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p)
 {

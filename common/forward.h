@@ -58,5 +58,8 @@ int fwd_ffn(struct pi_ctx *c, int layer, int32_t B);
 /* logits (B or 1, n_vocab) = output(output_norm(x)); only the last token's when !all. */
 int fwd_output(struct pi_ctx *c, int32_t B, float *logits, bool all);
 float *fwd_x(struct pi_ctx *c); /* the (n_batch, n_embd) activation buffer */
+/* The context's thread pool, for a caller's own kernels between the steps (one pool per process:
+ * two pools' idle workers would spin against each other). */
+struct pi_pool *ctx_pool(struct pi_ctx *c);
 
 #endif

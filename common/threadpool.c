@@ -60,6 +60,7 @@ struct pi_pool {
      * the line the workers spin on */
     _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* workers not done yet; futex word of the caller */
     _Atomic uint32_t caller_sleeping;
+    _Atomic uint32_t park;   /* 1: idle workers sleep now instead of spinning (pool_park) */
     int n_threads;
     int n_started;
     struct pi_pool_worker *workers;
@@ -76,13 +77,18 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
 }
 
 /* Wait until *word != old; returns the new value, read with acquire (A1/A2). */
-static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping_count)
+static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping_count,
+                            _Atomic uint32_t *park)
 {
     uint32_t v;
     for (int i = 1; i <= POOL_SPIN; i++) {
         v = atomic_load_explicit(word, memory_order_acquire);
         if (v != old)
             return v;
+        /* relaxed: a hint only; sleeping early is always correct, the futex protocol below
+         * decides the value */
+        if (park && atomic_load_explicit(park, memory_order_relaxed))
+            break;
         cpu_relax();
         /* with more threads than free cores the thread we wait for may need this core */
         if (i % POOL_YIELD_EVERY == 0)
@@ -115,7 +121,7 @@ static void *worker_main(void *p)
     uint32_t seen = 0; /* pool_new publishes generation 0 before starting threads */
 
     for (;;) {
-        seen = wait_change(&pool->gen, seen, &pool->sleepers); /* A1 */
+        seen = wait_change(&pool->gen, seen, &pool->sleepers, &pool->park); /* A1 */
         if (pool->stop)
             break;
         pool->fn(pool->arg, w->ith, pool->n_threads);
@@ -202,6 +208,7 @@ void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg)
         fn(arg, 0, 1);
         return;
     }
+    atomic_store_explicit(&p->park, 0, memory_order_relaxed); /* back to spinning between jobs */
     /* Previous job fully done (A2 of the last run), so no worker reads fn/arg now. */
     p->fn = fn;
     p->arg = arg;
@@ -212,5 +219,10 @@ void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg)
 
     uint32_t left = atomic_load_explicit(&p->pending, memory_order_acquire); /* A2 */
     while (left != 0)
-        left = wait_change(&p->pending, left, &p->caller_sleeping); /* A2 */
+        left = wait_change(&p->pending, left, &p->caller_sleeping, NULL); /* A2 */
+}
+
+void pool_park(struct pi_pool *p)
+{
+    atomic_store_explicit(&p->park, 1, memory_order_relaxed);
 }

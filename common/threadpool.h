@@ -13,5 +13,8 @@ int pool_new(struct pi_pool **out, int n_threads); /* n_threads >= 1, including 
 void pool_free(struct pi_pool *p);
 int pool_size(const struct pi_pool *p);
 void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg);
+/* Let idle workers sleep at once instead of spinning until the next pool_run: for a pipeline
+ * stage about to wait on another process that needs these cores (the next pool_run wakes them). */
+void pool_park(struct pi_pool *p);
 
 #endif

@@ -94,6 +94,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
                 pi_strerror(prc));
     c->last_epoch = it->epoch;
     c->last_seq = it->seq;
+    pool_park(c->pool); /* gpud runs the next attention on these cores */
     stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
     return 0;
 }

@@ -33,9 +33,16 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     const struct act_hdr *ah = g->act.hdr;
     const int32_t nt = ctl->n_threads > 0 ? ctl->n_threads : 1;
     struct pi_ctx_params cp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
-    if ((rc = ctx_new(&g->ctx, g->m, &cp)) || (rc = pool_new(&g->pool, nt)))
+    if ((rc = ctx_new(&g->ctx, g->m, &cp)))
         return rc;
+    g->pool = ctx_pool(g->ctx); /* one pool for attention and FFN */
     g->use_predictor = pred_available(g->m);
+    g->n_cold = calloc((size_t)ah->n_layer, sizeof *g->n_cold);
+    if (!g->n_cold)
+        return pi_fail(PI_E_NOMEM, "gpud: out of memory");
+    for (int32_t l = 0; l < ah->n_layer; l++)
+        for (int32_t i = 0; i < ah->n_ff; i++)
+            g->n_cold[l] += g->act.gpu_idx[(size_t)l * ah->n_ff + i] == 0;
     const size_t be = (size_t)ah->n_batch * ah->n_embd * sizeof(float);
     g->xn = malloc(be);
     g->y_hot = malloc(be);
@@ -54,12 +61,12 @@ int gpud_init(struct gpud *g, int argc, char **argv)
 void gpud_fini(struct gpud *g)
 {
     free(g->xn);
+    free(g->n_cold);
     free(g->y_hot);
     free(g->y_cold);
     ffn_runs_fini(&g->hot);
     ffn_runs_fini(&g->cold);
     ffn_scratch_fini(&g->ffn);
-    pool_free(g->pool);
     ctx_free(g->ctx);
     model_free(g->m);
     shm_detach(&g->act_seg);

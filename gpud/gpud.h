@@ -23,7 +23,8 @@ struct gpud {
     uint64_t seq;        /* last step issued */
     uint64_t req_id;     /* request being run */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
-    struct pi_pool *pool;
+    int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
+    struct pi_pool *pool;  /* the context's */
     struct ffn_scratch ffn;
     struct ffn_runs hot, cold;
     float *xn;           /* (n_batch, n_embd) ffn_norm of h */

@@ -15,6 +15,7 @@
 #include "dataplane.h"
 #include "gpud.h"
 #include "pi_err.h"
+#include "threadpool.h"
 
 /* How long gpud waits on a ring before checking that the stage it waits for is still alive. */
 #define GPUD_WAIT_SLICE_MS 20
@@ -72,7 +73,8 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     bool pred = g->use_predictor && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
                 push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
     bool cpu_sent = false;
-    const bool cpu_up = dataplane_stage_alive(ctl, PI_STAGE_CPUD);
+    /* a layer whose neurons are all hot needs no cpud step (and no hop) */
+    const bool cpu_up = g->n_cold[layer] > 0 && dataplane_stage_alive(ctl, PI_STAGE_CPUD);
     if (!pred && cpu_up) {
         struct act_item ci = it;
         ci.flags = ACT_ITEM_ALL_ACTIVE;
@@ -95,7 +97,7 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
             if (atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == g->seq)
                 mask = a->mask;
         }
-        if (!cpu_sent && dataplane_stage_alive(ctl, PI_STAGE_CPUD)) {
+        if (!cpu_sent && cpu_up) {
             struct act_item ci = it;
             ci.flags = mask ? 0 : ACT_ITEM_ALL_ACTIVE;
             cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
@@ -112,6 +114,7 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     const float *ycold = NULL;
     if (cpu_sent) {
         struct act_item got;
+        pool_park(g->pool); /* cpud needs the cores now; our workers would only spin */
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;

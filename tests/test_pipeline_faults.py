@@ -80,7 +80,7 @@ def cleanup():
 
 
 try:
-    p = pictl_run("start", "-m", model, "--name", name, "-t", "1", "-c", "2048")
+    p = pictl_run("start", "-m", model, "--name", name, "-t", "1", "-c", "2048", "--gpu-ffn-share", "0.5")
     if not check(p.returncode == 0, f"start failed: {p.stderr!r}"):
         sys.exit(1)
     V = status()["n_vocab"]

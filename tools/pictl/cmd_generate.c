@@ -17,6 +17,7 @@
 #include "model.h"
 #include "pi_err.h"
 #include "pictl.h"
+#include "supervisor.h"
 #include "quant.h"
 #include "run_opts.h"
 #include "tokenizer.h"
@@ -243,7 +244,6 @@ int cmd_generate(int argc, char **argv)
 
 /* ---- pictl run (pipeline): start an ephemeral instance, generate, stop ---- */
 
-#define RUN_GPU_FFN_SHARE 0.5f
 #define RUN_KEEP_ENV "PINFER_KEEP_LOGS" /* set: keep the ephemeral instance's logs directory */
 
 static volatile sig_atomic_t run_interrupted;
@@ -266,7 +266,7 @@ int run_pipeline(const struct run_opts *o)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                             .gpu_ffn_share = RUN_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
+                             .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;

@@ -24,7 +24,6 @@
 #define PROGRESS_AFTER_MS 1000      /* show the load bar only for loads slower than this */
 #define PROGRESS_WIDTH 30
 #define DEFAULT_CTX 2048
-#define DEFAULT_GPU_FFN_SHARE 0.5f
 #define READY_LINE_MAX (PI_MSG_MAX + 64)
 #define MIB (1024.0 * 1024.0)
 #define DAEMON_FD_MAX 1024          /* inherited descriptors closed at most (more is absurd) */
@@ -285,14 +284,14 @@ static void start_usage(void)
            "  --name NAME              instance name, [A-Za-z0-9_]{1,31} (default %s)\n"
            "  -t, --threads N          cpud worker threads (default: online cores)\n"
            "  -c, --ctx-size N         context length (default %d, at most %d)\n"
-           "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f)\n"
+           "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
            "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
            "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
            "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
            "  --foreground             run the supervisor in this process (logs to stderr)\n",
-           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)DEFAULT_GPU_FFN_SHARE);
+           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)SUP_DEFAULT_GPU_FFN_SHARE);
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
@@ -312,7 +311,7 @@ int cmd_start(int argc, char **argv)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
-                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0 };
+                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0 };
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:c:h", start_long, NULL)) != -1) {

@@ -37,6 +37,11 @@
 struct pi_model;
 
 #define SUP_N_BATCH 32 /* most tokens per pipeline step (act segment buffers) */
+/* Default share of each layer's FFN neurons that gpud computes when no --vram-budget chooses them.
+ * gpud runs the CPU backend until the CUDA executor lands, so gpud and cpud share the same cores:
+ * splitting the FFN between them only adds two hand-offs of those cores per layer (measured in
+ * docs/BENCHMARKS.md), and cpud is then the fallback path. --gpu-ffn-share sets any split. */
+#define SUP_DEFAULT_GPU_FFN_SHARE 1.0f
 
 struct sup_config {
     char name[PI_INSTANCE_MAX];
