@@ -8,6 +8,7 @@
 #include "ffn_split.h"
 #include "ops.h"
 #include "pi_err.h"
+#include "quant.h"
 #include "predictor.h"
 #include "threadpool.h"
 
@@ -193,26 +194,23 @@ static void attn_worker(void *arg, int ith, int nth)
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * KV;
     float *sc = c->scores + (size_t)ith * c->n_ctx;
     const float scale = 1.0f / sqrtf((float)d);
+    /* f32 kernels of the type table (AVX2 when available): the dot products over positions and
+     * the weighted sum of V rows are most of decode time at long contexts */
+    const struct pi_type_traits *f32 = quant_traits(PI_TYPE_F32);
     for (int task = ith; task < j->B * H; task += nth) {
         const int b = task / H, h = task % H, kvh = h / group;
         const int32_t n_kv = j->pos + b + 1; /* causal: this token sees itself and all before */
         const float *q = c->q + (size_t)b * Q + (size_t)h * d;
         for (int32_t t = 0; t < n_kv; t++) {
-            const float *k = kc + (size_t)t * KV + (size_t)kvh * d;
-            float s = 0.0f;
-            for (int i = 0; i < d; i++)
-                s += q[i] * k[i];
+            float s;
+            f32->vec_dot(d, &s, kc + (size_t)t * KV + (size_t)kvh * d, q);
             sc[t] = s * scale;
         }
         ops_softmax(sc, n_kv);
         float *o = c->att + (size_t)b * Q + (size_t)h * d;
         memset(o, 0, (size_t)d * sizeof(float));
-        for (int32_t t = 0; t < n_kv; t++) {
-            const float *v = vc + (size_t)t * KV + (size_t)kvh * d;
-            const float w = sc[t];
-            for (int i = 0; i < d; i++)
-                o[i] += w * v[i];
-        }
+        for (int32_t t = 0; t < n_kv; t++)
+            f32->axpy(d, o, sc[t], vc + (size_t)t * KV + (size_t)kvh * d);
     }
 }
 
