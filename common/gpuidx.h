@@ -9,10 +9,9 @@
  *     blk.N.gpu_idx     [n_ff]   1 = neuron on the GPU, 0 = on the CPU
  *     blk.N.gpu_bucket  [k]      the k neurons with gpu_idx 1, ascending
  *
- * A layer with no GPU neuron: PowerInfer writes a bucket of 0 elements, which the GGUF reader and
- * writer here do not allow (a dimension must be >= 1). PowerInfer ignores the bucket of a layer
- * whose gpu_idx sums to 0 (or to n_ff), so we write a 1-element placeholder bucket {0} there, and
- * the reader accepts a bucket of 0 or 1 element for such a layer. Files stay loadable by PowerInfer.
+ * A layer with no GPU neuron has a bucket of 0 elements, as PowerInfer writes it (the GGUF reader
+ * and writer accept empty tensors, as ggml does); the reader also accepts the 1-element bucket
+ * that earlier pinfer builds wrote there, since PowerInfer ignores the bucket of such a layer.
  *
  * PowerInfer reuses an index whenever the budget is at least its vram_capacity; we regenerate it
  * unless the budget is equal (a larger budget deserves more neurons on the GPU). */
