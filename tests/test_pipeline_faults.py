@@ -3,7 +3,7 @@
 while its stages die: for every reference case, `pictl generate` on a running instance produces the
 in-process greedy tokens and its --dump-logits rows match within 1e-5 relative; then each of
 loaderd, cpud, predictord and gpud is killed with SIGKILL in the middle of a 200-token greedy
-generation (gpud and cpud also during a prefill), and cpud is restarted with `pictl restart`: every
+generation and once during a prefill, and cpud is restarted with `pictl restart`: every
 generation completes with the undisturbed tokens, `pictl status` shows the restart, and `pictl
 stop` leaves no segment, socket or runtime file.
 
@@ -150,7 +150,7 @@ try:
     # during prefill: a long prompt, killed while gpud prefills it
     long_prompt = "First Citizen:\n" + "We are accounted poor citizens, the patricians good.\n" * 60
     want_long, _ = inproc(long_prompt, 24, "prefill")
-    for stage in ("gpud", "cpud"):
+    for stage in ("gpud", "cpud", "predictord", "loaderd"):
         faulted(f"prefill-kill-{stage}", stage, kill9, prompt=long_prompt, want=want_long, n=24, during_prefill=True)
     s = status()
     print("gpud fallbacks:", s["stages"]["gpud"]["fallbacks"], "stale dropped:",
