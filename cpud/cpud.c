@@ -31,7 +31,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
     int rc = stage_init(&c->rt, PI_STAGE_CPUD, argc, argv);
     if (rc || (rc = dataplane_open(&c->rt, &c->m, &c->act_seg, &c->act)))
         return rc;
-    const int32_t nt = c->rt.ctl->n_threads > 0 ? c->rt.ctl->n_threads : 1;
+    const struct pi_ctl *ctl = c->rt.ctl;
+    const int32_t nt = ctl->cpud_threads > 0 ? ctl->cpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
     if ((rc = pool_new(&c->pool, nt)))
         return rc;
     c->xn = malloc((size_t)c->act.hdr->n_batch * c->act.hdr->n_embd * sizeof(float));

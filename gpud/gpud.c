@@ -31,7 +31,7 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     if ((rc = dataplane_open(&g->rt, &g->m, &g->act_seg, &g->act)))
         return rc;
     const struct act_hdr *ah = g->act.hdr;
-    const int32_t nt = ctl->n_threads > 0 ? ctl->n_threads : 1;
+    const int32_t nt = ctl->gpud_threads > 0 ? ctl->gpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
     struct pi_ctx_params cp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
     if ((rc = ctx_new(&g->ctx, g->m, &cp)))
         return rc;

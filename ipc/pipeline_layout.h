@@ -182,6 +182,10 @@ struct pi_ctl {
     float audit_rate;                /* supervisor (--audit-rate): fraction of tokens audited */
     uint32_t reserved2;
     struct pi_audit_row audit[PI_MAX_LAYERS];
+    /* Worker threads per stage (supervisor; 0 = n_threads). With the CPU backend gpud and cpud share
+     * the same cores: when the FFN is split they compute their shares at the same time, so -t is
+     * divided between them instead of given to each (4 threads on 2 cores would fight). */
+    int32_t gpud_threads, cpud_threads;
 };
 
 enum pi_weights_state {

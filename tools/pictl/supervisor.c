@@ -133,6 +133,16 @@ static int create_ctl(struct sup *s)
     ctl->n_threads = c->n_threads;
     ctl->n_ctx = c->n_ctx;
     ctl->gpu_ffn_share = c->gpu_ffn_share;
+    /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
+     * side has all neurons the two run one after the other and each may use every thread. */
+    ctl->gpud_threads = ctl->cpud_threads = c->n_threads;
+    if (c->vram_budget < 0 && !c->disable_gpu_index && c->gpu_ffn_share > 0.0f && c->gpu_ffn_share < 1.0f &&
+        c->n_threads >= 2) {
+        int32_t g = (int32_t)((float)c->n_threads * c->gpu_ffn_share + 0.5f);
+        g = g < 1 ? 1 : g > c->n_threads - 1 ? c->n_threads - 1 : g;
+        ctl->gpud_threads = g;
+        ctl->cpud_threads = c->n_threads - g;
+    }
     ctl->audit_rate = c->audit_rate;
     ctl->n_layer = c->model->hp.n_layer;
     ctl->n_embd = c->model->hp.n_embd;
