@@ -117,6 +117,8 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "supervisor_alive", json_boolean(inst_pid_alive(sup)));
     json_object_set_new(j, "epoch", json_integer((json_int_t)atomic_load_explicit(&ctl->epoch, memory_order_relaxed)));
     json_object_set_new(j, "threads", json_integer(ctl->n_threads));
+    json_object_set_new(j, "gpud_threads", json_integer(ctl->gpud_threads));
+    json_object_set_new(j, "cpud_threads", json_integer(ctl->cpud_threads));
     json_object_set_new(j, "ctx", json_integer(ctl->n_ctx));
     json_object_set_new(j, "n_layer", json_integer(ctl->n_layer));
     json_object_set_new(j, "n_embd", json_integer(ctl->n_embd));
