@@ -41,13 +41,29 @@ static int on_token(void *user, int32_t id, const float *logits, int32_t n_vocab
     return 0;
 }
 
-static int write_stats(const char *path, const struct run_opts *o, const struct pi_model *m,
-                       const struct gen_stats *st, json_t *ids)
+/* Per layer: FFN neurons computed and FFN weight bytes read per evaluated token (prompt and
+ * generated tokens together; decode dominates a run of many generated tokens). */
+static json_t *ffn_stats(const struct pi_ctx *c, const struct pi_model *m)
 {
-    json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b}", "model", m->name, "n_prompt",
+    json_t *rows = json_array();
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        uint64_t neurons = 0, tokens = 0, bytes = 0;
+        ctx_sparse_stats(c, l, &neurons, &tokens, &bytes);
+        const double t = tokens ? (double)tokens : 1.0;
+        json_array_append_new(rows, json_pack("{s:i, s:f, s:i, s:f}", "layer", l, "neurons_per_token", neurons / t,
+                                              "n_ff", m->hp.n_ff, "ffn_mib_per_token", bytes / t / (1 << 20)));
+    }
+    return rows;
+}
+
+static int write_stats(const char *path, const struct run_opts *o, const struct pi_model *m,
+                       const struct pi_ctx *c, const struct gen_stats *st, json_t *ids)
+{
+    json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b, s:b, s:o}", "model", m->name, "n_prompt",
                           st->n_prompt, "n_gen", st->n_gen, "prefill_ms", st->prefill_ms, "decode_ms",
                           st->decode_ms, "decode_tok_s", st->decode_ms > 0 ? st->n_gen * 1e3 / st->decode_ms : 0.0,
-                          "threads", o->n_threads, "tokens", ids, "hit_context_end", st->hit_context_end);
+                          "threads", o->n_threads, "tokens", ids, "hit_context_end", st->hit_context_end, "sparse",
+                          ctx_is_sparse(c), "ffn", ffn_stats(c, m));
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -114,7 +130,7 @@ int cmd_run(int argc, char **argv)
             st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0.0, st.n_gen, st.decode_ms,
             st.decode_ms > 0 ? st.n_gen * 1e3 / st.decode_ms : 0.0,
             st.hit_context_end ? " (stopped: context full)" : "");
-    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, &st, gen_ids))) {
+    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, c, &st, gen_ids))) {
         pictl_error("run", o.json_stats, rc);
         goto out;
     }
