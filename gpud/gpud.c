@@ -14,7 +14,6 @@
 #include "generate.h"
 #include "pi_err.h"
 #include "predictor.h"
-#include "threadpool.h"
 
 /* A request that killed gpud this many times is failed instead of replayed again. */
 #define GPUD_MAX_REPLAYS 3
@@ -32,10 +31,10 @@ int gpud_init(struct gpud *g, int argc, char **argv)
         return rc;
     const struct act_hdr *ah = g->act.hdr;
     const int32_t nt = ctl->gpud_threads > 0 ? ctl->gpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
-    struct pi_ctx_params cp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
-    if ((rc = ctx_new(&g->ctx, g->m, &cp)))
+    g->be_ops = &be_cpu_ops;
+    const struct be_params bp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
+    if ((rc = g->be_ops->open(&g->be, g->m, &bp)))
         return rc;
-    g->pool = ctx_pool(g->ctx); /* one pool for attention and FFN */
     g->use_predictor = pred_available(g->m);
     g->n_cold = calloc((size_t)ah->n_layer, sizeof *g->n_cold);
     if (!g->n_cold)
@@ -43,31 +42,22 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     for (int32_t l = 0; l < ah->n_layer; l++)
         for (int32_t i = 0; i < ah->n_ff; i++)
             g->n_cold[l] += g->act.gpu_idx[(size_t)l * ah->n_ff + i] == 0;
-    const size_t be = (size_t)ah->n_batch * ah->n_embd * sizeof(float);
-    g->xn = malloc(be);
-    g->y_hot = malloc(be);
-    g->y_cold = malloc(be);
-    if (!g->xn || !g->y_hot || !g->y_cold)
-        return pi_fail(PI_E_NOMEM, "gpud: out of memory");
     /* A new session: results keyed with an older epoch are stale from now on. */
     g->epoch = atomic_fetch_add_explicit(&ctl->epoch, 1, memory_order_acq_rel) + 1;
     atomic_store_explicit(&g->act.hdr->cur_epoch, g->epoch, memory_order_release);
     stage_set_ready(&g->rt);
-    fprintf(stderr, "gpud: epoch %llu, model %s, %d threads, n_ctx %d\n", (unsigned long long)g->epoch, g->m->name,
-            nt, ctl->n_ctx);
+    fprintf(stderr, "gpud: epoch %llu, model %s, %s backend, %d threads, n_ctx %d\n", (unsigned long long)g->epoch,
+            g->m->name, g->be_ops->name, nt, ctl->n_ctx);
     return 0;
 }
 
 void gpud_fini(struct gpud *g)
 {
-    free(g->xn);
     free(g->n_cold);
-    free(g->y_hot);
-    free(g->y_cold);
     ffn_runs_fini(&g->hot);
     ffn_runs_fini(&g->cold);
-    ffn_scratch_fini(&g->ffn);
-    ctx_free(g->ctx);
+    if (g->be)
+        g->be_ops->close(g->be);
     model_free(g->m);
     shm_detach(&g->act_seg);
     stage_fini(&g->rt);
@@ -166,7 +156,7 @@ static int run_request(struct gpud *g, struct pi_request *r)
     }
     struct gen_stats st;
     if (!rc) {
-        const struct gen_eval ev = { .fn = gpud_eval, .self = g, .n_ctx = ctx_n_ctx(g->ctx) };
+        const struct gen_eval ev = { .fn = gpud_eval, .self = g, .n_ctx = g->be_ops->n_ctx(g->be) };
         rc = gen_run_eval(&ev, g->m, &gp, r->tokens, r->n_prompt, n_done, on_token, &sink, &st);
     }
     if (sink.logits_fd >= 0 && close(sink.logits_fd) && !rc)

@@ -8,15 +8,16 @@
 #include <stdint.h>
 
 #include "act.h"
+#include "backend.h"
 #include "ffn_split.h"
-#include "forward.h"
 #include "model.h"
 #include "stage.h"
 
 struct gpud {
     struct stage_rt rt;
     struct pi_model *m;
-    struct pi_ctx *ctx;
+    const struct be_ops *be_ops; /* the device gpud runs on (the CPU backend until CUDA lands) */
+    struct be *be;
     struct shm_seg act_seg;
     struct act_view act;
     uint64_t epoch;      /* this session's epoch */
@@ -24,12 +25,7 @@ struct gpud {
     uint64_t req_id;     /* request being run */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
-    struct pi_pool *pool;  /* the context's */
-    struct ffn_scratch ffn;
     struct ffn_runs hot, cold;
-    float *xn;           /* (n_batch, n_embd) ffn_norm of h */
-    float *y_hot;        /* (n_batch, n_embd) */
-    float *y_cold;       /* (n_batch, n_embd) cold share when gpud computes it itself */
 };
 
 int gpud_init(struct gpud *g, int argc, char **argv);

@@ -15,7 +15,6 @@
 #include "dataplane.h"
 #include "gpud.h"
 #include "pi_err.h"
-#include "threadpool.h"
 
 /* How long gpud waits on a ring before checking that the stage it waits for is still alive. */
 #define GPUD_WAIT_SLICE_MS 20
@@ -53,18 +52,18 @@ static int push_item(struct ring *r, const struct act_item *it)
 
 static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
 {
-    const struct pi_model *m = g->m;
-    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    const struct be_ops *be = g->be_ops;
+    const int64_t F = g->m->hp.n_ff;
     struct act_view *a = &g->act;
     struct pi_ctl *ctl = g->rt.ctl;
-    float *x = fwd_x(g->ctx);
     const uint64_t t_start = now_ns();
     uint64_t wait_ns = 0, bytes = 0, bytes_cold = 0;
     int rc;
 
     struct act_item it = { .epoch = g->epoch, .seq = ++g->seq, .req_id = g->req_id, .pos = pos, .n_tok = B,
                            .layer = layer };
-    memcpy(a->h, x, (size_t)B * E * sizeof *x);
+    if ((rc = be->get_h(g->be, B, a->h)))
+        return rc;
     /* release: h is written before any stage can see this step as current */
     atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
 
@@ -82,8 +81,8 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
         if (cpu_sent)
             act_ring_cpud_bell(a->hdr);
     }
-    for (int32_t b = 0; b < B; b++)
-        ops_rmsnorm(g->xn + b * E, x + b * E, m->layers[layer].ffn_norm.data, E, m->hp.norm_eps);
+    if ((rc = be->ffn_begin(g->be, layer, B)))
+        return rc;
 
     const uint8_t *mask = NULL; /* NULL: all active */
     if (pred) {
@@ -107,14 +106,14 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     }
 
     const uint8_t *sel = a->gpu_idx + (size_t)layer * F;
-    if ((rc = ffn_runs_build(&g->hot, sel, 1, mask, B, F)) ||
-        (rc = ffn_partial(g->pool, &g->ffn, m, layer, g->xn, B, &g->hot, g->y_hot, &bytes)))
+    if ((rc = ffn_runs_build(&g->hot, sel, 1, mask, B, F)) || (rc = be->ffn_runs(g->be, layer, B, &g->hot, &bytes)))
         return rc;
 
     const float *ycold = NULL;
     if (cpu_sent) {
         struct act_item got;
-        pool_park(g->pool); /* cpud needs the cores now; our workers would only spin */
+        if (be->idle)
+            be->idle(g->be); /* cpud needs the cores now; our workers would only spin */
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;
@@ -124,14 +123,13 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
     }
     if (!ycold) { /* cpud is down: compute its share here, exact and slower */
         if ((rc = ffn_runs_build(&g->cold, sel, 0, mask, B, F)) ||
-            (rc = ffn_partial(g->pool, &g->ffn, m, layer, g->xn, B, &g->cold, g->y_cold, &bytes_cold)))
+            (rc = be->ffn_runs(g->be, layer, B, &g->cold, &bytes_cold)))
             return rc;
-        ycold = g->y_cold;
         if (g->cold.n_neurons)
             atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
     }
-    for (int64_t i = 0; i < (int64_t)B * E; i++)
-        x[i] += g->y_hot[i] + ycold[i];
+    if ((rc = be->ffn_end(g->be, B, ycold)))
+        return rc;
     const uint64_t total = now_ns() - t_start;
     stage_prof(&g->rt, layer, total - wait_ns, wait_ns, bytes + bytes_cold);
     return 0;
@@ -140,20 +138,20 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
 int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits)
 {
     struct gpud *g = self;
-    const int32_t nb = g->act.hdr->n_batch;
-    if (pos < 0 || (int64_t)pos + n > ctx_n_ctx(g->ctx))
-        return pi_fail(PI_E_RANGE, "gpud: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1,
-                       ctx_n_ctx(g->ctx));
+    const struct be_ops *be = g->be_ops;
+    const int32_t nb = g->act.hdr->n_batch, n_ctx = be->n_ctx(g->be);
+    if (pos < 0 || (int64_t)pos + n > n_ctx)
+        return pi_fail(PI_E_RANGE, "gpud: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1, n_ctx);
     for (int32_t done = 0; done < n; done += nb) {
         const int32_t B = n - done < nb ? n - done : nb;
-        int rc = fwd_embed(g->ctx, toks + done, B);
+        int rc = be->embed(g->be, toks + done, B);
         for (int il = 0; !rc && il < g->m->hp.n_layer; il++) {
-            rc = fwd_attn(g->ctx, il, B, pos + done);
+            rc = be->attn(g->be, il, B, pos + done);
             if (!rc)
                 rc = ffn_step(g, il, B, pos + done);
         }
         if (!rc && done + B == n)
-            rc = fwd_output(g->ctx, B, logits, false);
+            rc = be->output(g->be, B, logits, false);
         if (rc)
             return rc;
     }
