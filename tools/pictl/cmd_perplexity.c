@@ -59,7 +59,7 @@ int cmd_perplexity(int argc, char **argv)
                 n_tok, n_ctx);
         goto out;
     }
-    struct pi_ctx_params cp = { .n_ctx = n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads };
+    struct pi_ctx_params cp = { .n_ctx = n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("perplexity", "create context", rc);
         goto out;
