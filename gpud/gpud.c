@@ -135,6 +135,7 @@ static int run_request(struct gpud *g, struct pi_request *r)
                 atomic_load_explicit(&r->n_gen, memory_order_acquire));
     }
     g->req_id = r->id;
+    g->req_dense = (r->flags & PI_REQ_DENSE) != 0;
     const int32_t n_done = (int32_t)atomic_load_explicit(&r->n_gen, memory_order_acquire);
     if (r->n_prompt <= 0 || r->n_prompt + n_done > PI_REQ_MAX_TOKENS) {
         finish(r, pi_fail(PI_E_RANGE, "gpud: request with %d prompt tokens", r->n_prompt));

@@ -23,6 +23,7 @@ struct gpud {
     uint64_t epoch;      /* this session's epoch */
     uint64_t seq;        /* last step issued */
     uint64_t req_id;     /* request being run */
+    bool req_dense;      /* the request asked for every neuron (--dense) */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
     struct ffn_runs hot, cold;

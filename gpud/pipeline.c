@@ -69,7 +69,7 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
 
     /* Without predictors every mask is all-active: the two hops through predictord would only add
      * latency, so gpud hands the step to cpud directly. */
-    bool pred = g->use_predictor && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
+    bool pred = g->use_predictor && !g->req_dense && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
                 push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
     bool cpu_sent = false;
     /* a layer whose neurons are all hot needs no cpud step (and no hop) */

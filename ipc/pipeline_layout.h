@@ -76,6 +76,7 @@ enum pi_req_state {
 };
 
 #define PI_REQ_IGNORE_EOS 1u
+#define PI_REQ_DENSE 2u      /* every FFN neuron, even when the model has predictors (--dense) */
 
 /* Per-layer profile of one stage: relaxed atomic adds by the stage, relaxed loads by pictl. */
 struct pi_layer_prof {

@@ -101,6 +101,12 @@ try:
           f"{s['audit']['predicted'] / s['audit']['tokens']:.1f} of {s['n_ff']} neurons predicted per token-layer")
     p = run("profile", "--name", name)
     check(b"predictor audit" in p.stdout, "pictl profile shows no audit table")
+    before = status()["stages"]["predictord"]["items"]
+    out = os.path.join(tmp, "dense-req.json")
+    p = run("generate", "--name", name, "-p", prompt, "-n", str(N), "--temp", "0", "--ignore-eos", "--dense",
+            "--json-stats", out)
+    check(p.returncode == 0 and tokens(out) == dense, f"generate --dense failed or differs: {p.stderr[-200:]!r}")
+    check(status()["stages"]["predictord"]["items"] == before, "generate --dense still asked predictord for masks")
     generate("kill-predictord", "predictord")
     generate("kill-cpud", "cpud")
 finally:

@@ -75,11 +75,11 @@ static json_t *build_request(const struct run_opts *o, const char *logits_abs)
         snprintf(buf, sizeof buf, "%llu", (unsigned long long)sp->seed);
         seed = json_string(buf);
     }
-    return json_pack("{s:s, s:s, s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:o, s:b, s:s, s:i}", "cmd", "generate", "prompt",
+    return json_pack("{s:s, s:s, s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:o, s:b, s:b, s:s, s:i}", "cmd", "generate", "prompt",
                      o->prompt, "n_predict", o->gen.n_predict, "temp", (double)sp->temp, "top_k", sp->top_k, "top_p",
                      (double)sp->top_p, "min_p", (double)sp->min_p, "repeat_penalty", (double)sp->repeat_penalty,
                      "repeat_last_n", sp->repeat_last_n, "seed", seed, "ignore_eos", o->gen.ignore_eos,
-                     "dump_logits", logits_abs, "client_pid", (int)getpid());
+                     "dense", o->dense, "dump_logits", logits_abs, "client_pid", (int)getpid());
 }
 
 /* Print tokens as they arrive until the request is DONE or FAILED. */

@@ -145,8 +145,8 @@ static int find_free_slot(const struct sup *s)
 static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
 {
     static const char *const known[] = { "cmd", "prompt", "n_predict", "temp", "top_k", "top_p", "min_p",
-                                         "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "dump_logits",
-                                         "client_pid", NULL };
+                                         "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "dense",
+                                         "dump_logits", "client_pid", NULL };
     if (check_keys(req, known, err))
         return sup_reply_error("%s", err);
     const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
@@ -160,14 +160,15 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
     struct samp_params sp;
     samp_defaults(&sp);
     long long n_predict = DEFAULT_N_PREDICT, top_k = sp.top_k, last_n = sp.repeat_last_n, client = 0;
-    bool ignore_eos = false;
+    bool ignore_eos = false, dense = false;
     uint64_t seed = (uint64_t)inst_now_ns();
     if (get_int(req, "n_predict", -1, 1LL << 30, &n_predict, err) < 0 ||
         get_num(req, "temp", 0, 100, &sp.temp, err) < 0 || get_int(req, "top_k", 0, 1LL << 30, &top_k, err) < 0 ||
         get_num(req, "top_p", 0, 1, &sp.top_p, err) < 0 || get_num(req, "min_p", 0, 1, &sp.min_p, err) < 0 ||
         get_num(req, "repeat_penalty", 0.01, 100, &sp.repeat_penalty, err) < 0 ||
         get_int(req, "repeat_last_n", 0, 1LL << 24, &last_n, err) < 0 || get_seed(req, &seed, err) < 0 ||
-        get_bool(req, "ignore_eos", &ignore_eos, err) < 0 || get_int(req, "client_pid", 0, INT32_MAX, &client, err) < 0)
+        get_bool(req, "ignore_eos", &ignore_eos, err) < 0 || get_bool(req, "dense", &dense, err) < 0 ||
+        get_int(req, "client_pid", 0, INT32_MAX, &client, err) < 0)
         return sup_reply_error("%s", err);
     json_t *jd = json_object_get(req, "dump_logits");
     const char *dump = jd ? json_string_value(jd) : "";
@@ -209,7 +210,7 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
     r->repeat_last_n = (int32_t)last_n;
     r->seed = seed;
     r->n_predict = (int32_t)n_predict;
-    r->flags = ignore_eos ? PI_REQ_IGNORE_EOS : 0;
+    r->flags = (ignore_eos ? PI_REQ_IGNORE_EOS : 0) | (dense ? PI_REQ_DENSE : 0);
     r->n_prompt = (int32_t)n_ids;
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;
