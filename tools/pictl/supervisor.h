@@ -20,7 +20,7 @@
  *   {"cmd":"stop"}                            → reply after the cleanup, then the supervisor exits 0
  *   {"cmd":"restart","stage":"cpud"}          → SIGTERM and respawn (counts as a restart)
  *   {"cmd":"generate","prompt":S, "n_predict":N, "temp":T, "top_k":K, "top_p":P, "min_p":M,
- *    "repeat_penalty":R, "repeat_last_n":L, "seed":S (integer or decimal string), "ignore_eos":B,
+ *    "repeat_penalty":R, "repeat_last_n":L, "seed":S (integer or decimal string), "ignore_eos":B, "dense":B,
  *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
