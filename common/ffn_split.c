@@ -109,18 +109,6 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-static int reserve(struct ops_scratch *s, size_t bytes)
-{
-    if (s->cap >= bytes)
-        return 0;
-    void *p = realloc(s->buf, bytes);
-    if (!p)
-        return pi_fail(PI_E_NOMEM, "ffn: cannot allocate %zu bytes", bytes);
-    s->buf = p;
-    s->cap = bytes;
-    return 0;
-}
-
 struct ffn_job {
     const struct pi_model *m;
     const struct pi_layer *l;
@@ -371,7 +359,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         j.xq_stride = (size_t)E * sizeof(float);
     } else {
         j.xq_stride = quant_row_size(gt->vec_dot_type, E);
-        if ((rc = reserve(&s->xq, j.xq_stride * (size_t)B)))
+        if ((rc = ops_scratch_reserve(&s->xq, j.xq_stride * (size_t)B)))
             return rc;
         for (int32_t t = 0; t < B; t++)
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + j.xq_stride * (size_t)t, E);
@@ -401,7 +389,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         j.aq_stride = (size_t)F * sizeof(float);
     } else {
         j.aq_stride = quant_row_size(dt->vec_dot_type, F);
-        if ((rc = reserve(&s->aq, j.aq_stride * (size_t)B)))
+        if ((rc = ops_scratch_reserve(&s->aq, j.aq_stride * (size_t)B)))
             return rc;
         for (int32_t t = 0; t < B; t++)
             quant_traits(dt->vec_dot_type)->from_float(j.act + (size_t)t * F, (char *)s->aq.buf + j.aq_stride * (size_t)t, F);

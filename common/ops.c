@@ -20,7 +20,7 @@ void ops_scratch_fini(struct ops_scratch *s)
     s->cap = 0;
 }
 
-static int scratch_reserve(struct ops_scratch *s, size_t bytes)
+int ops_scratch_reserve(struct ops_scratch *s, size_t bytes)
 {
     if (s->cap >= bytes)
         return 0;
@@ -69,7 +69,7 @@ int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tens
     } else {
         const struct pi_type_traits *vt = quant_traits(tt->vec_dot_type);
         size_t row = quant_row_size(tt->vec_dot_type, n_in);
-        int rc = scratch_reserve(s, row * (size_t)B);
+        int rc = ops_scratch_reserve(s, row * (size_t)B);
         if (rc)
             return rc;
         for (int b = 0; b < B; b++)

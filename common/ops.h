@@ -24,6 +24,8 @@ struct ops_scratch {
     size_t cap;
 };
 void ops_scratch_fini(struct ops_scratch *s);
+/* Grow s to at least bytes (contents not kept meaningful): 0 or -PI_E_NOMEM. */
+int ops_scratch_reserve(struct ops_scratch *s, size_t bytes);
 
 /* Y (B, n_out) = X (B, n_in) @ W^T, rows split over the pool. Returns 0 or -PI_E_NOMEM. */
 int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,

@@ -103,13 +103,9 @@ int pred_eval(struct pi_pool *pool, struct ops_scratch *s, const struct pi_layer
     /* scratch: [h in fc1's vd type][hid (B, r) f32][hid in fc2's vd type][logits (B, n_ff) f32] */
     const size_t o_hid = vd_bytes(&l->fc1, E, B), o_hq = o_hid + align_up((size_t)B * R * sizeof(float)),
                  o_logit = o_hq + vd_bytes(&l->fc2, R, B), need = o_logit + (size_t)B * F * sizeof(float);
-    if (s->cap < need) {
-        void *p = realloc(s->buf, need);
-        if (!p)
-            return pi_fail(PI_E_NOMEM, "predictor: cannot allocate %zu bytes of scratch", need);
-        s->buf = p;
-        s->cap = need;
-    }
+    int rc = ops_scratch_reserve(s, need);
+    if (rc)
+        return rc;
     char *buf = s->buf;
     float *hid = (float *)(buf + o_hid), *logit = (float *)(buf + o_logit);
 
