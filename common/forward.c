@@ -220,8 +220,7 @@ int fwd_attn(struct pi_ctx *c, int layer, int32_t B, int32_t pos)
     const struct pi_layer *l = &c->m->layers[layer];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     int rc;
-    for (int32_t b = 0; b < B; b++)
-        ops_rmsnorm(c->xn + b * E, c->x + b * E, l->attn_norm.data, E, hp->norm_eps);
+    ops_rmsnorm_rows(c->xn, c->x, l->attn_norm.data, B, E, hp->norm_eps);
     if ((rc = ops_matmul(c->pool, &c->scratch, &l->wq, c->xn, c->q, B)) ||
         (rc = ops_matmul(c->pool, &c->scratch, &l->wk, c->xn, c->k, B)) ||
         (rc = ops_matmul(c->pool, &c->scratch, &l->wv, c->xn, c->v, B)))
@@ -267,8 +266,7 @@ int fwd_ffn(struct pi_ctx *c, int layer, int32_t B)
             return rc;
         st->predicted += (uint64_t)on;
     }
-    for (int32_t b = 0; b < B; b++)
-        ops_rmsnorm(c->xn + b * E, c->x + b * E, l->ffn_norm.data, E, hp->norm_eps);
+    ops_rmsnorm_rows(c->xn, c->x, l->ffn_norm.data, B, E, hp->norm_eps);
     if (!c->sparse && l->ffn_down.data) {
         /* dense: three GEMMs */
         if ((rc = ops_matmul(c->pool, &c->scratch, &l->ffn_gate, c->xn, c->gate, B)) ||

@@ -93,6 +93,12 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float ep
         out[i] = x[i] * scale * w[i];
 }
 
+void ops_rmsnorm_rows(float *out, const float *x, const float *w, int32_t B, int64_t n, float eps)
+{
+    for (int32_t b = 0; b < B; b++)
+        ops_rmsnorm(out + (size_t)b * n, x + (size_t)b * n, w, n, eps);
+}
+
 void ops_rope(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos, float theta,
               enum ops_rope_mode mode)
 {

@@ -33,6 +33,8 @@ int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tens
 
 /* out (n) = x / sqrt(mean(x^2) + eps) * w   (out may alias x) */
 void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/* The same for B rows of n (out may alias x). */
+void ops_rmsnorm_rows(float *out, const float *x, const float *w, int32_t B, int64_t n, float eps);
 
 /* Rotary embedding in place on n_heads vectors of head_dim, first rope_dim dims rotated.
  * NORM pairs (x[2i], x[2i+1]) (GGUF llama, whose q/k rows were permuted by the converter);

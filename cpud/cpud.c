@@ -75,8 +75,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
         return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
     const int32_t B = it->n_tok;
-    for (int32_t b = 0; b < B; b++)
-        ops_rmsnorm(c->xn + b * E, a->h + b * E, m->layers[it->layer].ffn_norm.data, E, m->hp.norm_eps);
+    ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
      * (computing every neuron instead is always exact) */

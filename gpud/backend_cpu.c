@@ -65,8 +65,7 @@ static int cpu_ffn_begin(struct be *b, int layer, int32_t B)
     const struct pi_hparams *hp = &b->m->hp;
     const int64_t E = hp->n_embd;
     const float *x = fwd_x(b->ctx);
-    for (int32_t t = 0; t < B; t++)
-        ops_rmsnorm(b->xn + t * E, x + t * E, b->m->layers[layer].ffn_norm.data, E, hp->norm_eps);
+    ops_rmsnorm_rows(b->xn, x, b->m->layers[layer].ffn_norm.data, B, E, hp->norm_eps);
     memset(b->pending, 0, (size_t)B * E * sizeof *b->pending);
     return 0;
 }

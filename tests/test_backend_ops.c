@@ -55,8 +55,7 @@ static int be_eval(const struct be_ops *ops, struct be *b, const struct pi_model
             if (!rc)
                 rc = ops->ffn_end(b, n, NULL);
         } else { /* the host's cold share, from h as cpud computes it */
-            for (int32_t t = 0; t < n; t++)
-                ops_rmsnorm(xn + t * E, h + t * E, m->layers[l].ffn_norm.data, E, m->hp.norm_eps);
+            ops_rmsnorm_rows(xn, h, m->layers[l].ffn_norm.data, n, E, m->hp.norm_eps);
             rc = ffn_partial(pool, &fs, m, l, xn, n, &cold, y, NULL);
             if (!rc)
                 rc = ops->ffn_end(b, n, y);
