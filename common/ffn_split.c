@@ -103,6 +103,7 @@ void ffn_scratch_fini(struct ffn_scratch *s)
 {
     ops_scratch_fini(&s->xq);
     ops_scratch_fini(&s->aq);
+    ops_scratch_fini(&s->drun);
     free(s->act);
     free(s->part);
     free(s->rows);
@@ -397,9 +398,9 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     }
     int64_t blk = dt->blck_size > quant_traits(dt->vec_dot_type)->blck_size ? dt->blck_size
                                                                              : quant_traits(dt->vec_dot_type)->blck_size;
-    int32_t (*drun)[2] = malloc((size_t)runs->n * sizeof *drun);
-    if (!drun)
-        return pi_fail(PI_E_NOMEM, "ffn: out of memory");
+    if ((rc = ops_scratch_reserve(&s->drun, (size_t)runs->n * sizeof(int32_t[2]))))
+        return rc;
+    int32_t (*drun)[2] = s->drun.buf;
     j.drun = drun;
     j.n_drun = widen_runs(runs, blk, F, drun);
     pool_run(pool, down_worker, &j);
@@ -409,6 +410,5 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             b += (uint64_t)E * quant_row_size(l->ffn_down.type, drun[k][1]);
         *bytes = b;
     }
-    free(drun);
     return 0;
 }
