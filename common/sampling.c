@@ -79,6 +79,33 @@ static int cmp_desc(const void *a, const void *b)
     return x->id - y->id; /* stable order for equal logits: lower id first */
 }
 
+static void swap_cand(struct cand *a, struct cand *b)
+{
+    struct cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Quickselect: afterwards c[0..k) are the k first elements of the cmp_desc order, in any order. */
+static void select_top(struct cand *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        swap_cand(&c[(lo + hi) / 2], &c[hi]); /* middle element as pivot: sorted inputs stay linear */
+        int32_t store = lo;
+        for (int32_t i = lo; i < hi; i++)
+            if (cmp_desc(&c[i], &c[hi]) < 0)
+                swap_cand(&c[i], &c[store++]);
+        swap_cand(&c[store], &c[hi]);
+        if (store == k - 1 || store == k)
+            return;
+        if (store < k)
+            lo = store + 1;
+        else
+            hi = store - 1;
+    }
+}
+
 static int32_t argmax(const float *l, int32_t n)
 {
     int32_t best = 0;
@@ -126,9 +153,14 @@ int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const flo
             s->c[n++] = (struct cand){ .id = i, .logit = l[i] };
     if (n == 0)
         return argmax(l, V);
-    qsort(s->c, (size_t)n, sizeof *s->c, cmp_desc);
-    if (p->top_k > 0 && p->top_k < n)
+    /* With top-k, only the k best need ordering: move them to the front first (O(n)), so a
+     * 150k vocabulary is not sorted for every sampled token. cmp_desc is a total order (ids are
+     * unique), so the result equals a full sort's first k. */
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(s->c, n, p->top_k);
         n = p->top_k;
+    }
+    qsort(s->c, (size_t)n, sizeof *s->c, cmp_desc);
 
     /* Probabilities at temperature 1 for top-p / min-p, as llama.cpp applies them before temp. */
     double sum = 0.0;

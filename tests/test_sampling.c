@@ -87,6 +87,21 @@ int main(void)
         CHECK(ok, "top-k 5 drew token %d outside the top 5", t);
     }
 
+    /* top-k over ties: equal logits are ordered by id, so top-k 3 of a flat row is {0, 1, 2}
+     * (checks the partial selection against the full order) */
+    float flat[V];
+    for (int i = 0; i < V; i++)
+        flat[i] = 1.0f;
+    p.top_k = 3;
+    int seen3[3] = { 0 };
+    for (int pos = 0; pos < DRAWS; pos++) {
+        int32_t t = samp_sample(s, &p, flat, NULL, 0, (uint64_t)pos);
+        CHECK(t >= 0 && t < 3, "top-k 3 of equal logits drew token %d", t);
+        if (t >= 0 && t < 3)
+            seen3[t] = 1;
+    }
+    CHECK(seen3[0] && seen3[1] && seen3[2], "top-k 3 of equal logits must draw each of 0, 1, 2");
+
     /* min-p: one dominant token (p ≈ 1) and min-p 0.5 → always that token */
     float dom[V];
     for (int i = 0; i < V; i++)
