@@ -8,7 +8,6 @@
 
 #include "model.h"
 #include "pi_err.h"
-#include "pictl.h"
 #include "sampling.h"
 #include "stage.h"
 #include "sup_internal.h"

@@ -13,8 +13,8 @@
  *
  * The CPU backend (backend_cpu.c) runs the in-process engine's kernels; the CUDA executor
  * implements the same table (gpud/cuda/), and tests compare every op against the CPU one. */
-#ifndef PI_GPUD_BACKEND_H
-#define PI_GPUD_BACKEND_H
+#ifndef PI_ENGINE_BACKEND_H
+#define PI_ENGINE_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>

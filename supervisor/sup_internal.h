@@ -1,7 +1,7 @@
 /* sup_internal.h — the supervisor's process-local state, shared by supervisor.c (lifecycle of the
  * stages) and sup_cmd.c (the JSON commands). Nothing here lives in shared memory. */
-#ifndef PI_PICTL_SUP_INTERNAL_H
-#define PI_PICTL_SUP_INTERNAL_H
+#ifndef PI_SUPERVISOR_SUP_INTERNAL_H
+#define PI_SUPERVISOR_SUP_INTERNAL_H
 
 #include <jansson.h>
 #include <limits.h>

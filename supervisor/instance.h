@@ -14,8 +14,8 @@
  * Shared memory (/dev/shm/pinfer-<uid>-<name>-{ctl,weights,act}) is named by ipc/shm.h.
  * An instance is alive when its supervisor pid runs and its ctl segment exists. `stop` removes
  * everything except logs/. */
-#ifndef PI_PICTL_INSTANCE_H
-#define PI_PICTL_INSTANCE_H
+#ifndef PI_SUPERVISOR_INSTANCE_H
+#define PI_SUPERVISOR_INSTANCE_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* dataplane.h — what gpud, cpud and predictord share at start-up: the model from the shared weights
  * image and the act segment, checked against each other. */
-#ifndef PI_IPC_DATAPLANE_H
-#define PI_IPC_DATAPLANE_H
+#ifndef PI_ENGINE_DATAPLANE_H
+#define PI_ENGINE_DATAPLANE_H
 
 #include "act.h"
 #include "model.h"

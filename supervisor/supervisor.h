@@ -25,8 +25,8 @@
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
  * A slot whose client_pid has exited is freed by the supervisor once it is DONE/FAILED. */
-#ifndef PI_PICTL_SUPERVISOR_H
-#define PI_PICTL_SUPERVISOR_H
+#ifndef PI_SUPERVISOR_H
+#define PI_SUPERVISOR_H
 
 #include <stdbool.h>
 #include <stdint.h>
