@@ -24,7 +24,9 @@
  *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
- * A slot whose client_pid has exited is freed by the supervisor once it is DONE/FAILED. */
+ *   {"cmd":"cancel","slot":I,"id":ID}         → gpud stops the request at its next step (it ends
+ *                                               FAILED, "cancelled"); the slot is freed then
+ * A request whose client_pid has exited is cancelled, and its slot freed once it has ended. */
 #ifndef PI_SUPERVISOR_H
 #define PI_SUPERVISOR_H
 

@@ -164,12 +164,13 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
-    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", "release", "slot", slot, "id", id);
+    /* interrupted (Ctrl-C): cancel the request, which frees its slot once gpud has stopped it */
+    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", rc == -EINTR ? "cancel" : "release", "slot", slot, "id", id);
     json_t *rel_reply = NULL;
-    if (rel && rc != -EINTR) {
+    if (rel) {
         int rrc = inst_command(name, rel, INST_REQ_TIMEOUT_MS, &rel_reply);
         if (rrc && !rc)
-            rc = rrc;
+            rc = rrc; /* (a failed cancel leaves the request to the supervisor's client sweep) */
     }
     json_decref(rel);
     json_decref(rel_reply);
