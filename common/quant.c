@@ -29,6 +29,7 @@ static void quant_init_once(void)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c")) {
         quant_avx2_install(traits_fast, PI_TYPE_COUNT);
+        quant_avx2_kquants_install(traits_fast, PI_TYPE_COUNT);
         quant_avx2_active = true;
     }
 #endif

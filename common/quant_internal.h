@@ -12,6 +12,9 @@
 void quant_ref_fill(struct pi_type_traits *traits, size_t count);
 /* quant_kquants.c: Q2_K..Q6_K, Q8_K, IQ4_XS. */
 void quant_kquants_fill(struct pi_type_traits *traits, size_t count);
+/* quant_avx2_kquants.c (AVX2 flags; only after cpuid, as quant_avx2_install): the kernels of the
+ * K-quants, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL. */
+void quant_avx2_kquants_install(struct pi_type_traits *traits, size_t count);
 
 /* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves the integer in the low
  * mantissa bits (the float addition does the rounding). The quantizers use this rounding (not

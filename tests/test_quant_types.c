@@ -136,6 +136,10 @@ static void test_random_type(uint32_t type, int64_t n, int kind)
           ref->name, (long)n, kind, s_ref, exact, fabs(s_ref - exact) / scale);
     CHECK(fabs((double)s_fast - s_ref) <= DOT_TOL * scale, "%s n=%ld kind %d: dot in use %.9g vs ref %.9g",
           ref->name, (long)n, kind, s_fast, s_ref);
+    /* the super-block types' AVX2 dots do the reference's float operations per super-block */
+    if (ref->blck_size == QK_K)
+        CHECK(s_fast == s_ref, "%s n=%ld kind %d: dot in use %.9g not bitwise the reference %.9g", ref->name,
+              (long)n, kind, s_fast, s_ref);
 
     /* AXPY: in use = reference bit for bit; both = y + a dq within rounding */
     const float a = 0.37f;
@@ -201,5 +205,15 @@ int main(void)
                 test_random_type(qtypes[i], lens[l], kind);
     }
     fprintf(stderr, "kernels in use: %s\n", quant_has_avx2() ? "avx2" : "scalar");
+    if (quant_has_avx2()) {
+        /* every type but Q8_K (whose dot is only for tests) has its own AVX2 dot and AXPY */
+        for (size_t i = 0; i < N_QTYPES; i++) {
+            if (qtypes[i] == PI_TYPE_Q8_K)
+                continue;
+            CHECK(quant_traits(qtypes[i])->vec_dot != quant_traits_ref(qtypes[i])->vec_dot &&
+                      quant_traits(qtypes[i])->axpy != quant_traits_ref(qtypes[i])->axpy,
+                  "%s: AVX2 kernels installed", quant_traits(qtypes[i])->name);
+        }
+    }
     return tu_finish("test_quant_types");
 }
