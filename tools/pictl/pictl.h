@@ -15,6 +15,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv); /* tools/calibrate: profile, train predictors, write PWRI */
 int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv); /* tools/quantize: GGUF -> GGUF in llama-quantize's types */
 
 /* The control plane (instance.h describes an instance, supervisor.h the daemon). */
 int cmd_start(int argc, char **argv);
