@@ -168,16 +168,16 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case 'm': o->model = optarg; break;
         case 'p': prompt = optarg; break;
         case 'f': o->file = optarg; break;
-        case 'n': rc = parse_long("-n", optarg, -1, 1L << 30, &v); o->gen.n_predict = (int32_t)v; break;
-        case 't': rc = parse_long("-t", optarg, 1, 1024, &v); o->n_threads = (int32_t)v; break;
-        case 'c': rc = parse_long("-c", optarg, 8, 1L << 24, &v); o->n_ctx = (int32_t)v; break;
-        case 'b': rc = parse_long("-b", optarg, 1, 1L << 16, &v); o->n_batch = (int32_t)v; break;
+        case 'n': if (!(rc = parse_long("-n", optarg, -1, 1L << 30, &v))) o->gen.n_predict = (int32_t)v; break;
+        case 't': if (!(rc = parse_long("-t", optarg, 1, 1024, &v))) o->n_threads = (int32_t)v; break;
+        case 'c': if (!(rc = parse_long("-c", optarg, 8, 1L << 24, &v))) o->n_ctx = (int32_t)v; break;
+        case 'b': if (!(rc = parse_long("-b", optarg, 1, 1L << 16, &v))) o->n_batch = (int32_t)v; break;
         case OPT_TEMP: rc = parse_float("--temp", optarg, 0, 100, &o->gen.samp.temp); break;
-        case OPT_TOP_K: rc = parse_long("--top-k", optarg, 0, 1L << 30, &v); o->gen.samp.top_k = (int32_t)v; break;
+        case OPT_TOP_K: if (!(rc = parse_long("--top-k", optarg, 0, 1L << 30, &v))) o->gen.samp.top_k = (int32_t)v; break;
         case OPT_TOP_P: rc = parse_float("--top-p", optarg, 0, 1, &o->gen.samp.top_p); break;
         case OPT_MIN_P: rc = parse_float("--min-p", optarg, 0, 1, &o->gen.samp.min_p); break;
         case OPT_REPEAT_PENALTY: rc = parse_float("--repeat-penalty", optarg, 0.01, 100, &o->gen.samp.repeat_penalty); break;
-        case OPT_REPEAT_LAST_N: rc = parse_long("--repeat-last-n", optarg, 0, 1L << 24, &v); o->gen.samp.repeat_last_n = (int32_t)v; break;
+        case OPT_REPEAT_LAST_N: if (!(rc = parse_long("--repeat-last-n", optarg, 0, 1L << 24, &v))) o->gen.samp.repeat_last_n = (int32_t)v; break;
         case OPT_SEED: {
             char *end;
             errno = 0;
@@ -197,8 +197,8 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case OPT_DENSE: o->dense = true; break;
         case OPT_VRAM: {
             float gib;
-            rc = parse_float("--vram-budget", optarg, 0, 1e6, &gib);
-            o->vram_budget_gib = gib;
+            if (!(rc = parse_float("--vram-budget", optarg, 0, 1e6, &gib)))
+                o->vram_budget_gib = gib;
             break;
         }
         case OPT_RESET_IDX: o->reset_gpu_index = true; break;
