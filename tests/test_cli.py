@@ -2,11 +2,11 @@
 """test_cli — pictl as a user meets it: run / tokenize / perplexity against the HF reference,
 --dump-logits and --json-stats files, seeds, and clear errors for bad input.
 
-usage: test_cli.py PICTL MODEL.gguf SHARED_DIR"""
+usage: test_cli.py PICTL MODEL.gguf FIXTURES_DIR"""
 import json, os, struct, subprocess, sys, tempfile
 
-pictl, model, shared = sys.argv[1:4]
-ref = json.load(open(os.path.join(shared, "models/tiny-relu-llama/reference.json")))
+pictl, model, fixtures = sys.argv[1:4]
+ref = json.load(open(os.path.join(fixtures, "models/tiny-relu-llama/reference.json")))
 failures = 0
 checks = 0
 
@@ -91,7 +91,7 @@ expect_error(["frobnicate"], "unknown command", code=2, what="unknown command")
 
 # perplexity runs and prints the final estimate
 text = os.path.join(tmp, "t.txt")
-with open(os.path.join(shared, "corpus/tinyshakespeare.txt"), encoding="utf-8") as f:
+with open(os.path.join(fixtures, "corpus/tinyshakespeare.heldout.txt"), encoding="utf-8") as f:
     open(text, "w").write(f.read()[-6000:])
 p = run("perplexity", "-m", model, "-f", text, "-c", "128")
 check(p.returncode == 0 and b"PPL = " in p.stdout, f"perplexity: {p.stdout[:200]!r}")
