@@ -548,6 +548,37 @@ static void check_cli(const char *pictl, const char *f16, const char *train)
           "two runs with one seed differ (%zu and %zu bytes)", len[0], len[1]);
     free(file[0]);
     free(file[1]);
+
+    /* the output is never an input (issue 7, item 6): the same path, a symlink to it, the data file */
+    char self[600], link_path[600];
+    snprintf(self, sizeof self, "%s/self.gguf", tmpdir);
+    snprintf(link_path, sizeof link_path, "%s/self-link.gguf", tmpdir);
+    size_t n0 = 0, n1 = 0;
+    char *orig = slurp(f16, &n0);
+    FILE *fo = fopen(self, "wb");
+    REQUIRE(orig && fo && fwrite(orig, 1, n0, fo) == n0, "cannot copy %s", f16);
+    fclose(fo);
+    REQUIRE(symlink(self, link_path) == 0, "symlink: %s", strerror(errno));
+    const char *outs[] = { self, link_path, train };
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "'%s' --data '%s' --tokens 512 --heldout 256 --rank 16 --epochs 1 -q -o '%s'", self,
+                 train, outs[i]);
+        rc = run_pictl(pictl, args, &err);
+        CHECK(rc == 1 && err && strstr(err, "the same file"), "-o %s: exit %d, '%s'", outs[i], rc, err ? err : "");
+        free(err);
+    }
+    char *after = slurp(self, &n1);
+    CHECK(after && n1 == n0 && !memcmp(after, orig, n0), "the input model was modified");
+    free(after);
+    free(orig);
+
+    /* progress numbers layers from 0, as the table, the JSON and blk.N do (issue 7, item 12) */
+    snprintf(args, sizeof args, "'%s' --data '%s' --tokens 512 --heldout 256 --rank 16 --epochs 1 -t 2 -o '%s/prog.gguf'",
+             f16, train, tmpdir);
+    rc = run_pictl(pictl, args, &err);
+    CHECK(rc == 0 && err && strstr(err, "layer 0 (1 of ") && !strstr(err, "layer 1/"),
+          "progress layer numbers: exit %d, '%.300s'", rc, err ? err : "");
+    free(err);
 }
 
 int main(int argc, char **argv)
