@@ -566,6 +566,19 @@ static void test_qwen2(void)
     make_dir(dir, "qwen2");
     struct w_tensor *t = NULL;
     int nt = write_qwen_dir(dir, QWEN2_REGEX, &t);
+    /* the output is never one of the checkpoint's files (issue 7, item 6) */
+    char own[PATH_CAP];
+    static const char *const inputs[] = { "config.json", "tokenizer.json", "model-00002-of-00002.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        path_join(own, dir, inputs[i]);
+        struct stat before, after;
+        int rc = stat(own, &before);
+        CHECK(rc == 0, "%s exists", own);
+        rc = convert(dir, own, PI_TYPE_F32);
+        CHECK(rc == -PI_E_INVAL && strstr(pi_errmsg(), "the same file"), "-o %s: %d %s", inputs[i], rc, pi_errmsg());
+        CHECK(stat(own, &after) == 0 && after.st_ino == before.st_ino && after.st_size == before.st_size,
+              "%s was replaced", inputs[i]);
+    }
     path_join(out, tmp_root, "qwen2-f32.gguf");
     CHECK_OK(convert(dir, out, PI_TYPE_F32));
 
