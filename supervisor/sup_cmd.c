@@ -187,7 +187,7 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
         goto out;
     }
     if (n_ids >= (size_t)n_ctx) {
-        reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (raise -c)", n_ids, n_ctx);
+        reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (start the instance with a larger -c)", n_ids, n_ctx);
         goto out;
     }
     if (n_ids > PI_REQ_MAX_TOKENS) {

@@ -144,7 +144,8 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     if (o->dump_logits && (rc = prepare_logits_file(o->dump_logits, logits_abs, sizeof logits_abs)))
         goto out;
     if (!(req = build_request(o, logits_abs))) {
-        rc = pi_fail(PI_E_NOMEM, "cannot build the request");
+        /* jansson refuses strings that are not UTF-8 (run_opts_parse checked the prompt) */
+        rc = pi_fail(PI_E_INVAL, "cannot build the request: the --dump-logits path is not UTF-8, or out of memory");
         goto out;
     }
     if ((rc = inst_command(name, req, INST_REQ_TIMEOUT_MS, &reply)))
@@ -193,16 +194,6 @@ out:
     return rc;
 }
 
-static void generate_usage(void)
-{
-    printf("usage: pictl generate -p PROMPT [options]   (a completion from a running instance)\n"
-           "  --name NAME              instance (default %s)\n"
-           "  -p, --prompt TEXT / -f, --file FILE\n"
-           "  -n N, --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N,\n"
-           "  --seed S, --ignore-eos, --dump-logits FILE, --json-stats FILE   as in 'pictl run --help'\n",
-           INST_DEFAULT_NAME);
-}
-
 int pictl_take_name(int argc, char **argv, const char **name)
 {
     int out = 0;
@@ -224,14 +215,9 @@ int pictl_take_name(int argc, char **argv, const char **name)
 int cmd_generate(int argc, char **argv)
 {
     const char *name = INST_DEFAULT_NAME;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            generate_usage();
-            return 0;
-        }
     argc = pictl_take_name(argc, argv, &name);
     struct run_opts o;
-    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
+    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_GENERATE); /* refuses what the instance fixed */
     if (rc)
         return rc > 0 ? 0 : 2;
     if ((rc = inst_check_name(name))) {

@@ -113,8 +113,9 @@ static int wait_ready(const struct start_opts *o, int fd, pid_t sup_pid)
         if (ctl) {
             double ms = atomic_load_explicit(&ctl->load_ns, memory_order_relaxed) / 1e6;
             double mib = atomic_load_explicit(&ctl->load_total_bytes, memory_order_relaxed) / MIB;
+            /* the pid the supervisor wrote into its own segment: the pid file may still have been empty */
             printf("pinfer instance '%s' serving %s (supervisor pid %d): loaded %.1f MiB in %.1f ms (%.2f GiB/s, %s)\n",
-                   o->name, ctl->model_path, (int)sup_pid, mib, ms, ms > 0 ? mib / 1024.0 / (ms / 1e3) : 0.0,
+                   o->name, ctl->model_path, (int)ctl->supervisor_pid, mib, ms, ms > 0 ? mib / 1024.0 / (ms / 1e3) : 0.0,
                    ctl->load_method[0] ? ctl->load_method : "?");
         } else {
             printf("pinfer instance '%s' serving (supervisor pid %d)\n", o->name, (int)sup_pid);
