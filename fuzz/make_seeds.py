@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, '..', 'shared')
 HF = os.path.join(SHARED, 'models', 'tiny-relu-llama')
 SEP = b'\n#--next-file--\n'  # fuzz_util.h FUZZ_SEP
+KEEP_TOKENS = 300  # pieces kept of the 4096 of the reference vocabulary
 
 
 def put(target, name, data):
@@ -127,13 +128,20 @@ def shrink(ne, gt):
 def gguf_seeds():
     magic, ver, kvs, tensors = read_gguf(os.path.join(ROOT, 'models', 'tiny-relu-llama-f16.gguf'))
     small = [(n, shrink(ne, gt), gt) for n, ne, gt in tensors]
-    put('gguf', 'tiny-shrunk.gguf', write_gguf(kvs, small))
+    # the vocabulary cut to its first KEEP_TOKENS pieces (the byte pieces are among them) and
+    # config-style ids kept inside it, so the seed stays small
+    cut = []
+    for k, t, v in kvs:
+        if t == T_ARR and k.startswith('tokenizer.ggml.') and len(v[1]) > KEEP_TOKENS:
+            v = (v[0], v[1][:KEEP_TOKENS])
+        cut.append((k, t, v))
+    put('gguf', 'tiny-shrunk.gguf', write_gguf(cut, small))
     put('gguf', 'tiny-header-only.gguf', write_gguf(kvs[:6], []))
     # every metadata type, and a tensor of each ggml type
     every = [('general.architecture', T_STR, 'llama'), ('general.alignment', T_U32, 64)]
     for t, fmt in SCALAR.items():
         every.append(('k.%d' % t, t, 1))
-        every.append(('a.%d' % t, T_ARR, (t, [0, 1, 2])))
+        every.append(('a.%d' % t, T_ARR, (t, [0, 1, 1 if t == T_BOOL else 2])))
     every += [('s', T_STR, 'x\0y'), ('a.str', T_ARR, (T_STR, ['a', '', 'b\0c'])), ('a.empty', T_ARR, (T_U8, []))]
     put('gguf', 'every-type.gguf', write_gguf(every, [('t.%d' % gt, [64, 2], gt) for gt in GTYPES] +
                                               [('empty', [0], 0), ('4d', [2, 2, 2, 2], 0)], align=64))
@@ -153,18 +161,6 @@ def gguf_seeds():
            ('tokenizer.ggml.bos_token_id', T_U32, len(toks) - 2), ('tokenizer.ggml.eos_token_id', T_U32, len(toks) - 2),
            ('tokenizer.ggml.add_bos_token', T_BOOL, 0)]
     put('gguf', 'gpt2-tokenizer.gguf', write_gguf(bpe, []))
-    # a small SentencePiece vocabulary (the model's first 300 pieces and every byte piece)
-    kv = dict((k, (t, v)) for k, t, v in kvs)
-    toks_t, toks_v = kv['tokenizer.ggml.tokens'][1]
-    keep = [i for i in range(len(toks_v)) if i < 300]
-    spm = [(k, t, v) for k, t, v in kvs if not k.startswith('tokenizer.ggml.')]
-    spm += [('tokenizer.ggml.model', T_STR, 'llama'),
-            ('tokenizer.ggml.tokens', T_ARR, (T_STR, [toks_v[i] for i in keep])),
-            ('tokenizer.ggml.scores', T_ARR, (T_F32, [kv['tokenizer.ggml.scores'][1][1][i] for i in keep])),
-            ('tokenizer.ggml.token_type', T_ARR, (T_I32, [kv['tokenizer.ggml.token_type'][1][1][i] for i in keep])),
-            ('tokenizer.ggml.bos_token_id', T_U32, 1), ('tokenizer.ggml.eos_token_id', T_U32, 2),
-            ('tokenizer.ggml.unknown_token_id', T_U32, 0), ('tokenizer.ggml.add_space_prefix', T_BOOL, 1)]
-    put('gguf', 'spm-300.gguf', write_gguf(spm, []))
 
 
 def bytes_to_unicode(b):
@@ -217,6 +213,44 @@ def sup_seeds():
 
 
 # ---------------------------------------------------------------- HF files
+def varint(b, pos):
+    v = shift = 0
+    while True:
+        c = b[pos]
+        pos += 1
+        v |= (c & 0x7f) << shift
+        shift += 7
+        if not c & 0x80:
+            return v, pos
+
+
+def cut_spm_model(b, keep):
+    """A SentencePiece ModelProto with only its first `keep` pieces (field 1); the trainer and
+    normalizer specs are kept as they are."""
+    out, pos, n = b'', 0, 0
+    while pos < len(b):
+        start = pos
+        tag, pos = varint(b, pos)
+        wire = tag & 7
+        if wire == 2:
+            ln, pos = varint(b, pos)
+            pos += ln
+        elif wire == 0:
+            _, pos = varint(b, pos)
+        elif wire == 5:
+            pos += 4
+        elif wire == 1:
+            pos += 8
+        else:
+            raise ValueError('wire type %d' % wire)
+        if tag >> 3 == 1:
+            n += 1
+            if n > keep:
+                continue
+        out += b[start:pos]
+    return out
+
+
 def hf_seeds():
     cfg_path = os.path.join(HF, 'config.json')
     if not os.path.exists(cfg_path):
@@ -238,7 +272,7 @@ def hf_seeds():
 
     tj = json.load(open(os.path.join(HF, 'tokenizer.json'), encoding='utf-8'))
     tc = open(os.path.join(HF, 'tokenizer_config.json'), 'rb').read()
-    spm = open(os.path.join(HF, 'tokenizer.model'), 'rb').read()
+    spm = cut_spm_model(open(os.path.join(HF, 'tokenizer.model'), 'rb').read(), KEEP_TOKENS)
     # the reference model's files: SentencePiece (tokenizer.model), its tokenizer.json cut down
     cut = dict(tj)
     cut['model'] = dict(tj['model'], vocab=dict(list(tj['model']['vocab'].items())[:64]), merges=tj['model']['merges'][:32])

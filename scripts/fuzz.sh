@@ -30,10 +30,22 @@ fi
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 
+# One JSON line per target in meson's testlog format (name, result OK/FAIL/SKIP, stdout), which
+# scripts/test.sh counts in its tally.
+RESULTS=$BUILD-testlog.json
+: >"$RESULTS"
+result() { # target, OK|FAIL|SKIP, why
+  python3 -c 'import json, sys; print(json.dumps({"name": "fuzz_" + sys.argv[1], "result": sys.argv[2], "stdout": sys.argv[3]}))' \
+    "$1" "$2" "$3" >>"$RESULTS"
+  local word=PASS; [ "$2" = OK ] || word=$2
+  echo "fuzz $1: $word ($3)"
+}
+
 CC_FUZZ=${CC_FUZZ:-$(command -v clang-14 || command -v clang || true)}
-if [ -z "$CC_FUZZ" ]; then
-  echo "fuzz: clang not found (scripts/install-deps.sh installs clang-14 and libclang-rt-14-dev)"
-  for t in "${TARGETS[@]}"; do echo "fuzz $t: SKIP (no clang)"; done
+if [ -z "$CC_FUZZ" ] || ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
+    "$CC_FUZZ" -x c -fsanitize=fuzzer -o /dev/null - 2>/dev/null; then
+  echo "fuzz: clang with libFuzzer not found (scripts/install-deps.sh installs clang-14 and libclang-rt-14-dev)"
+  for t in "${TARGETS[@]}"; do result "$t" SKIP "no clang with libFuzzer"; done
   exit 77
 fi
 
@@ -42,11 +54,15 @@ fi
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC="$CC_FUZZ" meson setup "$BUILD" -Dcuda=disabled -Dfuzz=true -Dwerror=false -Dbuildtype=debugoptimized \
     -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
-    >"$BUILD.setup.log" 2>&1 || { cat "$BUILD.setup.log"; rm -rf "$BUILD"; exit 1; }
+    >"$BUILD.setup.log" 2>&1 || {
+    cat "$BUILD.setup.log"; rm -rf "$BUILD"
+    for t in "${TARGETS[@]}"; do result "$t" FAIL "meson setup failed"; done
+    exit 1
+  }
 fi
 if ! ninja -C "$BUILD" "${TARGETS[@]/#/fuzz/fuzz_}" >"$BUILD.build.log" 2>&1; then
   tail -40 "$BUILD.build.log"
-  for t in "${TARGETS[@]}"; do echo "fuzz $t: FAIL (build)"; done
+  for t in "${TARGETS[@]}"; do result "$t" FAIL "build failed: $BUILD.build.log"; done
   exit 1
 fi
 
@@ -61,8 +77,7 @@ opts() { # target → the options every run of it gets
 }
 max_len() { # inputs the seeds need: the tokenizer files are large, the rest are small
   case $1 in
-    hf_tokenizer) echo 131072 ;;
-    gguf) echo 131072 ;;
+    hf_tokenizer | gguf) echo 32768 ;;
     *) echo 16384 ;;
   esac
 }
@@ -82,10 +97,15 @@ for t in "${TARGETS[@]}"; do
       "$corpus" "$crashes" >"$log" 2>&1
     rc=$?
     mv fuzz-[0-9]*.log "$BUILD/" 2>/dev/null
+    # The seeds (seed-*, fuzz/make_seeds.py) always stay; of the rest, only inputs that add
+    # coverage beyond them are kept.
     merged="$BUILD/merge-$t"
-    rm -rf "$merged" && mkdir -p "$merged"
-    "$bin" $(opts "$t") -merge=1 "$merged" "$corpus" >"$BUILD/merge-$t.log" 2>&1 &&
-      rm -f "$corpus"/* && cp "$merged"/* "$corpus"/ 2>/dev/null
+    rm -rf "$merged" && mkdir -p "$merged" && cp "$corpus"/seed-* "$merged"/ 2>/dev/null
+    if "$bin" $(opts "$t") -merge=1 "$merged" "$corpus" >"$BUILD/merge-$t.log" 2>&1; then
+      rm -f "$corpus"/* && cp "$merged"/* "$corpus"/
+    else
+      echo "fuzz $t: merge failed (see $BUILD/merge-$t.log); the corpus is left unmerged"
+    fi
     stats=$(grep -E '^(#[0-9]+|stat::)' "$log" | grep -E 'DONE|stat::number_of_executed_units|stat::average_exec_per_sec' | tr '\n' ' ')
     echo "fuzz $t: campaign rc=$rc, corpus $(ls "$corpus" | wc -l) files, $(ls "$crashes" | wc -l) crashes; $stats"
     continue
@@ -110,10 +130,10 @@ for t in "${TARGETS[@]}"; do
   cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
   eps=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')
   if [ $ok = 1 ]; then
-    echo "fuzz $t: PASS (${#inputs[@]} inputs replayed, $RUNS runs seed $SEED, $cov, ${eps:-?} exec/s, ${secs}s)"
+    result "$t" OK "${#inputs[@]} inputs replayed, $RUNS runs seed $SEED, $cov, ${eps:-?} exec/s, ${secs}s"
   else
     failed=$((failed + 1))
-    echo "fuzz $t: FAIL ($why; log $log, inputs in $BUILD/artifacts-$t/: copy a crash to $crashes/ once fixed)"
+    result "$t" FAIL "$why; log $log; the input is in $BUILD/artifacts-$t/: keep it in $crashes/ with the fix"
     grep -E 'ERROR|SUMMARY|check failed|Test unit written|==[0-9]+==' "$log" | head -12 | sed 's/^/    /'
   fi
 done
