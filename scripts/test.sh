@@ -24,11 +24,17 @@ if [ $status -eq 0 ]; then
   meson test -C build-tsan --suite tsan --print-errorlogs --num-processes "$JOBS"
 fi
 
+# --- fuzz: the libFuzzer targets (scripts/fuzz.sh: replay of fuzz/corpus and fuzz/crashes, then a
+# fixed-seed run); each target counts as one test below (build-fuzz-testlog.json) ---
+nice scripts/fuzz.sh
+# --- end fuzz ---
+
 python3 - "$status" <<'PY'
 import json, os, sys
 passed = failed = skipped = 0
-for d in ("build-test", "build-tsan"):
-    log = os.path.join(d, "meson-logs", "testlog.json")
+logs = [os.path.join(d, "meson-logs", "testlog.json") for d in ("build-test", "build-tsan")]
+logs.append("build-fuzz-testlog.json")  # scripts/fuzz.sh: one line per fuzz target
+for log in logs:
     if not os.path.exists(log):
         continue
     for line in open(log):
