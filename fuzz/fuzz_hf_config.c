@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(c.n_head % c.n_head_kv == 0);
     FUZZ_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0);
     FUZZ_CHECK(c.n_ctx_train > 0 && c.n_vocab > 0 && c.n_vocab <= INT32_MAX);
-    FUZZ_CHECK(c.rms_eps > 0 && c.rope_theta > 0);
+    FUZZ_CHECK(c.rms_eps > 0 && isfinite(c.rms_eps) && c.rope_theta > 0 && isfinite(c.rope_theta));
     FUZZ_CHECK(c.bos_id >= -1 && c.eos_id >= -1 && c.pad_id >= -1);
     return 0;
 }
