@@ -121,10 +121,10 @@ static json_t *sup_cmd_restart(struct sup *s, json_t *req, char *err)
         return sup_reply_error("%s", err);
     const char *name = json_string_value(json_object_get(req, "stage"));
     if (!name)
-        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud or gpud) is required");
+        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud, gpud or apid) is required");
     int id = stage_from_name(name);
     if (id < 0)
-        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud)", name);
+        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud, apid)", name);
     pid_t old = s->st[id].pid;
     if (sup_restart_stage(s, (enum pi_stage)id))
         return sup_reply_error("%s", pi_errmsg());

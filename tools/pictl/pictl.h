@@ -39,6 +39,9 @@ struct start_opts {
     bool foreground;
     bool quiet;      /* no summary line (pictl run) */
     pid_t owner_pid; /* > 0: the instance stops when this process is gone */
+    /* --http: run the apid stage on HOST:PORT; its settings go to <runtime dir>/apid.json (0600:
+     * the API key is not put on a command line) */
+    const char *http, *api_key, *chat_template;
 };
 /* Start an instance and wait until it serves (cmd_start.c). 0 or a negative code with a message;
  * on failure nothing of the instance is left running. */
