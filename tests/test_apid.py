@@ -10,11 +10,16 @@ restarts it, the next request succeeds, the engine did not restart), and a loopb
 clients x 50 requests, mixed streaming, zero failures; with --check-rss, apid's RSS does not grow
 over a second identical round).
 
-usage: test_apid.py PICTL APID MODEL.gguf [--check-rss]"""
+The tiny model has no chat template and no end-of-turn token: templates_from_model makes a copy
+whose token the greedy generation reaches third is the Phi-3 end of turn "<|end|>" (a control token
+the engine does not stop at: apid must), with a Phi-3 template, and checks that apid recognises it,
+stops there (finish_reason "stop", the token not in the text) and that --chat-template overrides it.
+
+usage: test_apid.py PICTL APID MODEL.gguf MAKER [--check-rss]   (MAKER: test_apid_templates)"""
 import http.client, json, os, shutil, signal, socket, subprocess, sys, threading, time
 
-pictl, apid_exe, model = sys.argv[1:4]
-check_rss = "--check-rss" in sys.argv[4:]
+pictl, apid_exe, model, maker = sys.argv[1:5]
+check_rss = "--check-rss" in sys.argv[5:]
 uid = os.geteuid()
 tag = f"ap{os.getpid()}"
 KEY = "sk-test-" + "k" * 24
@@ -471,6 +476,56 @@ def queue_timeout_body(name_b):
         log.close()
 
 
+PHI3_TEMPLATE = ("{% for message in messages %}{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + "
+                 "'<|end|>\\n'}}{% endfor %}{{ '<|assistant|>\\n' }}")
+
+
+def templates_from_model(tmpdir):
+    stats = os.path.join(tmpdir, "stats.json")
+    p = run("run", "-m", model, "-p", "ROMEO:", "--temp", "0", "-n", "8", "--ignore-eos", "-t", "1", "-c", "256",
+            "--json-stats", stats)
+    if not check(p.returncode == 0, f"pictl run --json-stats: {p.stderr!r}"):
+        return
+    gen = json.load(open(stats))["tokens"]
+    prompt_ids = [int(x) for x in run("tokenize", "-m", model, "-p", "ROMEO:").stdout.split()]
+    k = next(i for i in range(2, len(gen)) if gen[i] not in gen[:i] and gen[i] not in prompt_ids)
+    tmodel = os.path.join(tmpdir, "tiny-phi3.gguf")
+    m = subprocess.run([maker, "--make", model, tmodel, str(gen[k]), "<|end|>", PHI3_TEMPLATE], capture_output=True)
+    if not check(m.returncode == 0, f"make the template model: {m.stderr!r}"):
+        return
+    want = pictl_greedy("ROMEO:", k)  # the text before the end-of-turn token
+    for flag, fam, src in ((None, "phi3", "model"), ("llama3", "llama3", "flag")):
+        name, port = f"{tag}t{fam}", free_port()
+        args = ["start", "-m", tmodel, "--name", name, "-t", "1", "-c", "256", "--http", f"127.0.0.1:{port}"]
+        if flag:
+            args += ["--chat-template", flag]
+        try:
+            p = run(*args)
+            if not check(p.returncode == 0, f"start {tmodel}: {p.stderr!r}"):
+                continue
+            c = Client(port)
+            wait_for(lambda: _port_open(port) and c.request("GET", "/health")[0] == 200, 30, 0.1)
+            st, _, r = c.json("GET", "/v1/models")
+            meta = r["data"][0]["meta"] if st == 200 else {}
+            check(meta.get("chat_template") == fam and meta.get("chat_template_source") == src and "warning" not in meta,
+                  f"template {fam} from {src}: {meta}")
+            if flag:
+                continue
+            st, _, r = c.json("POST", "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0})
+            ch = r["choices"][0] if st == 200 else {}
+            check(ch.get("finish_reason") == "stop" and ch.get("text") == want and
+                  r["usage"]["completion_tokens"] == k + 1, f"stops at the end-of-turn token: {r} (want {want!r})")
+            st, ev, done = c.stream("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0,
+                                                        "stream": True})
+            check(reassemble(ev, False) == (want, "stop") and done, f"streamed stop at end of turn: {ev[-2:]}")
+            st, _, r = c.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                               "max_tokens": 4, "temperature": 0})
+            check(st == 200 and r["choices"][0]["finish_reason"] in ("stop", "length"), f"phi3 chat: {st} {r}")
+            check(wait_for(lambda: status(name)["requests"] == [], 60, 0.1), "early-stopped requests released")
+        finally:
+            cleanup(name)
+
+
 def main():
     name, name_b = tag + "a", tag + "b"
     port = free_port()
@@ -496,6 +551,11 @@ def main():
                 traceback.print_exc()
                 check(False, f"{getattr(fn, '__name__', fn)} raised {e!r}")
             print(f"{getattr(fn, '__name__', 'case')}: {time.time() - t0:.1f} s")
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmpdir:
+            t0 = time.time()
+            templates_from_model(tmpdir)
+            print(f"templates_from_model: {time.time() - t0:.1f} s")
         p = run("start", "-m", model, "--name", name_b, "-t", "1", "-c", "256")
         if check(p.returncode == 0, f"start b: {p.stderr!r}"):
             check("apid" not in status(name_b)["stages"], "no apid stage without --http")
