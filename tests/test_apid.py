@@ -204,6 +204,20 @@ def greedy_and_streams(c):
         check(text == full[:k] and fin == "stop" and done, f"streamed stop {stop!r}: {text!r} {fin}")
 
 
+def pictl_chat_matches(c, name):
+    """pictl chat, on the same template, answers as the HTTP API does (two turns, greedy)."""
+    p = subprocess.run([pictl, "chat", "--name", name, "--temp", "0", "-n", "8"], input=b"Hi\nAnd then?\n",
+                       capture_output=True, timeout=120)
+    check(p.returncode == 0, f"pictl chat: {p.stderr!r}")
+    msgs = [{"role": "user", "content": "Hi"}]
+    st, _, r1 = c.json("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})
+    a1 = r1["choices"][0]["message"]["content"]
+    msgs += [{"role": "assistant", "content": a1}, {"role": "user", "content": "And then?"}]
+    st, _, r2 = c.json("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})
+    a2 = r2["choices"][0]["message"]["content"]
+    check(p.stdout.decode() == a1 + "\n" + a2 + "\n", f"pictl chat {p.stdout!r} != HTTP {a1!r} / {a2!r}")
+
+
 def bad_inputs(c, port):
     long_prompt = "ROMEO: " * 400
     cases = [
@@ -540,7 +554,7 @@ def main():
         check("apid" in st["stages"] and st["stages"]["apid"]["state"] == "ready", f"apid is a stage: {st['stages']}")
         cfg = os.path.join(runtime_dir(name), "apid.json")
         check(os.stat(cfg).st_mode & 0o777 == 0o600, "apid.json is 0600 (it holds the key)")
-        for fn in (greedy_and_streams, lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
+        for fn in (greedy_and_streams, lambda c_: pictl_chat_matches(c_, name), lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
                    lambda c_: disconnect_frees_slot(c_, name), lambda c_: load_test(c_, name),
                    lambda c_: kill_apid_mid_stream(c_, name)):
             t0 = time.time()

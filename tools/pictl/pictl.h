@@ -24,6 +24,7 @@ int cmd_restart(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_chat(int argc, char **argv); /* on apid's chat templates */
 
 /* Print "pictl CMD: <what>: <pi_strerror>: <detail>" to stderr; returns exit code 1. */
 int pictl_error(const char *cmd, const char *what, int rc);
