@@ -372,9 +372,17 @@ def kill_apid_mid_stream(c, name):
         if not dropped:
             dropped.append(1)
             os.kill(apid0["pid"], signal.SIGKILL)
+    # a long request ahead keeps gpud busy, so the streamed one is still waiting for its first token
+    # when its first chunk (the role) arrives and apid is killed
+    blocker = threading.Thread(target=lambda: c.json("POST", "/v1/completions", {
+        "prompt": "ROMEO:", "max_tokens": 250, "ignore_eos": True}))
+    blocker.start()
+    time.sleep(0.05)
     try:
-        st, ev, done = c.stream("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 200, "stream": True,
-                                                    "temperature": 0}, on_chunk)
+        st, ev, done = c.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                         "max_tokens": 200, "stream": True, "ignore_eos": True},
+                                on_chunk)
+        check(st == 200 and dropped, f"the stream started: {st} {ev[:1]}")
         check(not done, "a stream whose apid was killed does not end with [DONE]")
     except (OSError, http.client.HTTPException):
         pass  # the connection dropped: what the client should see
@@ -390,6 +398,26 @@ def kill_apid_mid_stream(c, name):
           "the engine (gpud) did not restart")
     freed = wait_for(lambda: status(name)["requests"] == [], 60, 0.1)
     check(freed, "the dead apid's slot was freed by the supervisor")
+    blocker.join(60)
+
+
+def kill_gpud_mid_stream(c, name):
+    """kill -9 of gpud during a stream: the supervisor restarts it, it replays the slot, and the stream
+    completes with the same text."""
+    body = {"prompt": "ROMEO:", "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    st, _, r = c.json("POST", "/v1/completions", body)
+    want = r["choices"][0]["text"]
+    g0 = status(name)["stages"]["gpud"]
+    seen = []
+
+    def on_chunk(ev, conn):
+        seen.append(1)
+        if len(seen) == 4:
+            os.kill(g0["pid"], signal.SIGKILL)
+    st, ev, done = c.stream("/v1/completions", dict(body, stream=True), on_chunk)
+    text, fin = reassemble(ev, False)
+    check(done and text == want and fin == "length", f"stream across a gpud kill: {text!r} != {want!r}")
+    check(status(name)["stages"]["gpud"]["restarts"] == g0["restarts"] + 1, "gpud was restarted")
 
 
 def _port_open(port):
@@ -556,7 +584,7 @@ def main():
         check(os.stat(cfg).st_mode & 0o777 == 0o600, "apid.json is 0600 (it holds the key)")
         for fn in (greedy_and_streams, lambda c_: pictl_chat_matches(c_, name), lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
                    lambda c_: disconnect_frees_slot(c_, name), lambda c_: load_test(c_, name),
-                   lambda c_: kill_apid_mid_stream(c_, name)):
+                   lambda c_: kill_gpud_mid_stream(c_, name), lambda c_: kill_apid_mid_stream(c_, name)):
             t0 = time.time()
             try:
                 fn(c)
