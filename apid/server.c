@@ -92,7 +92,7 @@ int apid_reply_error(struct apid_http *h, const struct apid_err *e)
         MHD_add_response_header(r, "Retry-After", ra);
     }
     if (r && e->status == 401)
-        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+        MHD_add_response_header(r, "WWW-Authenticate", h->endpoint == EP_WEB ? "Basic realm=\"pinfer\", charset=\"UTF-8\"" : "Bearer");
     return queue(h, e->status, r);
 }
 
@@ -115,11 +115,21 @@ static bool key_matches(const char *given, const char *key)
     return diff == 0;
 }
 
+/* Bearer KEY (API clients), or HTTP Basic with KEY as the password (a browser opening the web page
+ * cannot send a Bearer header; after its login prompt it sends Basic with every same-origin fetch). */
 static bool authorized(struct apid *a, struct MHD_Connection *c)
 {
     if (!a->cfg.api_key[0])
         return true;
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (v && !strncasecmp(v, "Basic ", 6)) {
+        char *pass = NULL;
+        char *user = MHD_basic_auth_get_username_password(c, &pass);
+        const bool ok = pass && key_matches(pass, a->cfg.api_key);
+        MHD_free(user);
+        MHD_free(pass);
+        return ok;
+    }
     if (!v || strncasecmp(v, "Bearer ", 7))
         return false;
     v += 7;
