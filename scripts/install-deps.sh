@@ -3,7 +3,7 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-PKGS=(gcc meson ninja-build pkg-config python3 procps libjansson-dev libpcre2-dev liburing-dev libnanomsg-dev libopenblas-dev libmicrohttpd-dev python3-prometheus-client)
+PKGS=(gcc meson ninja-build pkg-config python3 procps libjansson-dev libpcre2-dev liburing-dev libnanomsg-dev libopenblas-dev libmicrohttpd-dev python3-prometheus-client python3-yaml)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

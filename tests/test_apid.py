@@ -338,6 +338,15 @@ def api_key_and_misc(c, port):
                  "pinfer_queue_depth", "pinfer_slots_busy", "pinfer_stage_restarts", "pinfer_predictor_recall",
                  "pinfer_http_request_duration_seconds", "pinfer_kv_cache_used_tokens", "pinfer_stage_step_seconds"):
         check(name in fams, f"metric family {name} in /metrics")
+    # the Grafana dashboard queries only what /metrics really exports
+    dash = os.path.join(os.environ.get("PINFER_SOURCE", "."), "deploy", "grafana", "pinfer-dashboard.json")
+    import re
+    exported = set(fams) | {n + "_total" for n in fams}
+    for p in json.load(open(dash))["panels"]:
+        for t in p["targets"]:
+            for n in re.findall(r"\b(pinfer_[a-z_]+)", t["expr"]):
+                n = re.sub(r"_(bucket|sum|count)$", "", n)
+                check(n in exported, f"dashboard metric {n} is in /metrics")
     reqs = {(s.labels["endpoint"], s.labels["code"]): s.value for s in fams["pinfer_http_requests"].samples}
     check(reqs.get(("/v1/completions", "200"), 0) >= 1 and reqs.get(("/v1/completions", "400"), 0) >= 5,
           f"requests by status: {reqs}")
@@ -404,7 +413,7 @@ def kill_apid_mid_stream(c, name):
 def kill_gpud_mid_stream(c, name):
     """kill -9 of gpud during a stream: the supervisor restarts it, it replays the slot, and the stream
     completes with the same text."""
-    body = {"prompt": "ROMEO:", "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    body = {"prompt": "ROMEO:", "max_tokens": 250, "temperature": 0, "ignore_eos": True}
     st, _, r = c.json("POST", "/v1/completions", body)
     want = r["choices"][0]["text"]
     g0 = status(name)["stages"]["gpud"]
@@ -412,12 +421,13 @@ def kill_gpud_mid_stream(c, name):
 
     def on_chunk(ev, conn):
         seen.append(1)
-        if len(seen) == 4:
+        if len(seen) == 2:  # the first text chunk: 250 tokens are far from done
             os.kill(g0["pid"], signal.SIGKILL)
     st, ev, done = c.stream("/v1/completions", dict(body, stream=True), on_chunk)
     text, fin = reassemble(ev, False)
     check(done and text == want and fin == "length", f"stream across a gpud kill: {text!r} != {want!r}")
-    check(status(name)["stages"]["gpud"]["restarts"] == g0["restarts"] + 1, "gpud was restarted")
+    check(wait_for(lambda: (lambda g: g["restarts"] == g0["restarts"] + 1 and g["state"] == "ready")(
+        status(name)["stages"]["gpud"]), 30, 0.1), "gpud was restarted")
 
 
 def _port_open(port):
