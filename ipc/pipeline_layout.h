@@ -49,7 +49,8 @@ enum pi_stage {
     PI_STAGE_PREDICTORD = 1,
     PI_STAGE_CPUD = 2,
     PI_STAGE_GPUD = 3,
-    PI_STAGE_COUNT = 4,
+    PI_STAGE_APID = 4,  /* optional: the HTTP front door, only with `pictl start --http` */
+    PI_STAGE_COUNT = 5,
 };
 
 enum pi_stage_state {

@@ -121,10 +121,10 @@ static json_t *parse_restart(json_t *req, struct sup_cmd *c, char *err)
         return sup_reply_error("%s", err);
     const char *name = json_string_value(json_object_get(req, "stage"));
     if (!name)
-        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud or gpud) is required");
+        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud, gpud or apid) is required");
     int id = stage_from_name(name);
     if (id < 0)
-        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud)", name);
+        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud, apid)", name);
     c->stage = (enum pi_stage)id;
     c->stage_name = name;
     return NULL;

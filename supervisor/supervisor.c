@@ -594,6 +594,8 @@ static void remove_runtime(struct sup *s)
     char path[INST_PATH_MAX];
     if (inst_path(s->cfg->name, INST_PID_FILE, path, sizeof path) == 0)
         unlink(path);
+    if (inst_path(s->cfg->name, INST_APID_CONFIG, path, sizeof path) == 0)
+        unlink(path); /* it may hold the API key */
 }
 
 static void close_socket(struct sup *s)
@@ -643,7 +645,8 @@ static int setup(struct sup *s)
 {
     int rc;
     for (int i = 0; i < PI_STAGE_COUNT; i++)
-        if ((rc = inst_stage_exe(stage_name((enum pi_stage)i), s->st[i].exe, sizeof s->st[i].exe)))
+        if ((i != PI_STAGE_APID || s->cfg->http) &&
+            (rc = inst_stage_exe(stage_name((enum pi_stage)i), s->st[i].exe, sizeof s->st[i].exe)))
             return rc;
     if ((rc = write_pid(s)) || (rc = create_ctl(s)))
         return rc;
@@ -683,6 +686,8 @@ int supervisor_run(const struct sup_config *cfg)
             cfg->n_threads, cfg->n_ctx, (double)cfg->gpu_ffn_share);
     set_state(s, PI_INST_LOADING);
     spawn(s, PI_STAGE_LOADERD);
+    if (cfg->http)
+        spawn(s, PI_STAGE_APID);
 
     uint64_t next_sweep = 0;
     while (!s->stop) {
