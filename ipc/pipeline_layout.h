@@ -185,7 +185,7 @@ struct pi_ctl {
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];
     float audit_rate;                /* supervisor (--audit-rate): fraction of tokens audited */
-    uint32_t reserved2;
+    int32_t cache_type;              /* supervisor (--cache-type): KV cache elements, enum be_cache_type */
     struct pi_audit_row audit[PI_MAX_LAYERS];
     /* Worker threads per stage (supervisor; 0 = n_threads). With the CPU backend gpud and cpud share
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is

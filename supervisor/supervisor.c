@@ -133,6 +133,7 @@ static int create_ctl(struct sup *s)
     ctl->n_threads = c->n_threads;
     ctl->n_ctx = c->n_ctx;
     ctl->n_parallel = c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL;
+    ctl->cache_type = c->cache_type;
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */

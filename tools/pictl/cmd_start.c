@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend.h" /* enum be_cache_type */
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
@@ -216,6 +217,7 @@ int inst_start(const struct start_opts *o)
     if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
         return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
     struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
+                              .cache_type = o->cache_type,
                               .gpu_ffn_share = o->gpu_ffn_share,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
@@ -292,7 +294,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
        OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
@@ -302,6 +304,7 @@ static const struct option start_long[] = {
     { "ctx-size", required_argument, NULL, 'c' },
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
     { "parallel", required_argument, NULL, OPT_PARALLEL },
+    { "cache-type", required_argument, NULL, OPT_CACHE_TYPE },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
@@ -325,6 +328,7 @@ static void start_usage(void)
            "                           holds -c x --parallel cells\n"
            "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
            "                           further requests wait queued in order\n"
+           "  --cache-type f32|f16     KV cache element type (default f32; f16 halves its memory)\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
@@ -394,6 +398,13 @@ int cmd_start(int argc, char **argv)
                 fprintf(stderr, "pictl start: --gpu-ffn-share expects a number in [0, 1], got '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_CACHE_TYPE:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16")) {
+                fprintf(stderr, "pictl start: --cache-type expects f32 or f16, got '%s'\n", optarg);
+                return 2;
+            }
+            o.cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;
             break;
         case OPT_PARALLEL: if (parse_int("--parallel", optarg, 1, PI_MAX_REQUESTS, &o.n_parallel)) return 2; break;
         case OPT_FOREGROUND: o.foreground = true; break;
