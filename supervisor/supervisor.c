@@ -719,6 +719,7 @@ int supervisor_run(const struct sup_config *cfg)
     sup_log("stopping");
     stop_stages(s);
     sup_fail_requests(s, "the instance stopped");
+    sup_queue_fini(s);
     remove_runtime(s);
     if (s->stop_reply && s->sock >= 0) {
         const char *ok = "{\"ok\":true}";

@@ -26,6 +26,10 @@
  *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
+ *                                             or, when all PI_MAX_REQUESTS slots are taken, the
+ *                                             request waits in order: {"ok":true,"ticket":T,"queued":K}
+ *   {"cmd":"ticket","ticket":T}               → the slot reply above once the request has one, else
+ *                                               {"ok":true,"ticket":T,"queued":K} (its place)
  *   {"cmd":"cancel","slot":I,"id":ID}         → gpud stops the request at its next step (it ends
  *                                               FAILED, "cancelled"); the slot is freed then
  * A request whose client_pid has exited is cancelled, and its slot freed once it has ended. */
