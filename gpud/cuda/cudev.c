@@ -97,6 +97,7 @@ struct cudev {
     float *logits;           /* (n_batch, n_vocab) */
     int32_t *ids, *h_ids;    /* (n_batch) device, pinned host */
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
+    void *xq;                /* 8 rows of quantized activations for the Q-type GEMV */
     void *wdeq;              /* largest Q weight as f16 (Q models with n_batch > CUDEV_GEMV_MAX) */
     void *blas_ws;
     size_t blas_ws_bytes;
@@ -201,9 +202,10 @@ static int place_all(struct cudev *d)
         TRY(v_place(d, &l->bq, &c->bq));
         TRY(v_place(d, &l->bk, &c->bk));
         TRY(v_place(d, &l->bv, &c->bv));
-        if (!c->down_t.q)
+        /* the tensors, not c's pointers: this also runs as the counting pass, before the arena exists */
+        if (!l->ffn_down_t.data)
             down_t_all = false;
-        if (!c->down.q && !c->down_t.q)
+        if (!l->ffn_down.data && !l->ffn_down_t.data)
             return pi_fail(PI_E_NOTFOUND, "cuda: layer %d has neither ffn_down nor ffn_down_t", il);
     }
     d->sparse_ok = pred && down_t_all;
@@ -328,6 +330,7 @@ static void place_scratch(struct cudev *d)
     d->part = take(s, u, cuk_axpy_part_floats((int64_t)F, (int64_t)E, (int)Bg) * 4);
     d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
     d->ids = take(s, u, B * 4);
+    d->xq = take(s, u, CUDEV_GEMV_MAX * cuk_xq_row_bytes(max_n_in(d)));
     if (B > CUDEV_GEMV_MAX) {
         d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
         /* the largest weight that would need dequantizing for cuBLAS */
@@ -400,6 +403,11 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         d->p.n_batch = 64;
     if (d->p.n_ctx < 1)
         d->p.n_ctx = hp->n_ctx_train;
+    if (!cuk_attn_ok(hp->head_dim) || hp->n_head % hp->n_head_kv) {
+        free(d);
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: head size %d (%d heads, %d kv heads) not supported", hp->head_dim,
+                       hp->n_head, hp->n_head_kv);
+    }
     d->L = calloc((size_t)hp->n_layer, sizeof *d->L);
     d->k_cache = calloc((size_t)hp->n_layer, sizeof(void *));
     d->v_cache = calloc((size_t)hp->n_layer, sizeof(void *));
@@ -534,7 +542,7 @@ static int blas_mm_t(struct cudev *d, const struct cuk_w *w, const float *act, i
 static int mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, float *y, enum cuk_mode mode)
 {
     if (n <= CUDEV_GEMV_MAX)
-        return CK(cuk_gemv(w, x, n, y, mode, 0.0f, d->st));
+        return CK(cuk_gemv(w, x, n, y, mode, 0.0f, d->xq, d->st));
     return blas_mm(d, w, x, n, y, mode == CUK_ADD);
 }
 
@@ -575,13 +583,12 @@ int cudev_embed(struct cudev *d, int32_t n)
     return CK(cuk_get_rows(&d->tok_embd, d->batch, n, d->x, d->st));
 }
 
-int cudev_attn(struct cudev *d, int layer, int32_t n)
+/* attention in three parts (the profile times them apart): norm + q/k/v, rope + cache + attention, wo */
+static int attn_qkv(struct cudev *d, int layer, int32_t n)
 {
-    TRY(check_n(d, n));
     const struct pi_hparams *hp = &d->m->hp;
     const struct cu_layer *c = &d->L[layer];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
     TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
     TRY(mm(d, &c->wk, d->xn, n, d->k, CUK_SET));
@@ -592,9 +599,24 @@ int cudev_attn(struct cudev *d, int layer, int32_t n)
         TRY(CK(cuk_add_bias(d->k, c->bk, n, KV, d->st)));
     if (c->bv)
         TRY(CK(cuk_add_bias(d->v, c->bv, n, KV, d->st)));
+    return 0;
+}
+
+static int attn_core(struct cudev *d, int layer, int32_t n)
+{
+    const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
     TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], n, d->st)));
-    TRY(CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, n, d->st)));
-    return mm(d, &c->wo, d->att, n, d->x, CUK_ADD);
+    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, n, d->st));
+}
+
+static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
+
+int cudev_attn(struct cudev *d, int layer, int32_t n)
+{
+    TRY(check_n(d, n));
+    TRY(attn_qkv(d, layer, n));
+    TRY(attn_core(d, layer, n));
+    return attn_out(d, layer, n);
 }
 
 int cudev_get_x(struct cudev *d, int32_t n, float *h)
@@ -613,8 +635,8 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     const int64_t F = d->m->hp.n_ff;
     const float thr = d->m->hp.sparse_threshold;
     if (n <= CUDEV_GEMV_MAX) {
-        TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->st)));
-        TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->st)));
+        TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
+        TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
     } else {
         TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
@@ -677,16 +699,16 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (c->down_t.q) {
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, F, true, d->st)));
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, F, true, d->xq, d->st)));
         return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st));
     }
     if (masked) {
         TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, d->idx, d->cnt, F, false, d->st)));
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, d->idx, d->cnt, F, false, d->xq, d->st)));
     } else {
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, NULL, NULL, F, false, d->st)));
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, NULL, NULL, F, false, d->xq, d->st)));
     }
-    return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->st));
+    return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
 }
 
 int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
@@ -821,6 +843,69 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
     TRY(CU(cudaStreamSynchronize(d->st)));
     *next = d->h_ids[0];
     return 0;
+}
+
+int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
+{
+    sparse = sparse && d->sparse_ok;
+    cudaEvent_t ev[CUDEV_PROF_N + 1];
+    int rc = 0, made = 0;
+    for (; made <= CUDEV_PROF_N && !rc; made++)
+        rc = CU(cudaEventCreate(&ev[made]));
+    for (int i = 0; i < CUDEV_PROF_N; i++)
+        ms[i] = 0;
+    int32_t seq = 0;
+    if (!rc)
+        rc = cudev_batch(d, 1, &tok, &pos, &seq);
+    if (!rc)
+        rc = cudev_embed(d, 1);
+    for (int il = 0; !rc && il < d->m->hp.n_layer; il++) {
+        rc = CU(cudaEventRecord(ev[0], d->st));
+        if (!rc)
+            rc = attn_qkv(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[1], d->st));
+        if (!rc)
+            rc = attn_core(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[2], d->st));
+        if (!rc)
+            rc = attn_out(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[3], d->st));
+        if (!rc && sparse)
+            rc = cudev_predict(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[4], d->st));
+        if (!rc)
+            rc = cudev_ffn(d, il, 1, sparse, false);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[5], d->st));
+        if (!rc)
+            rc = CU(cudaEventSynchronize(ev[5]));
+        for (int i = 0; !rc && i < 5; i++) {
+            float t = 0;
+            rc = CU(cudaEventElapsedTime(&t, ev[i], ev[i + 1]));
+            ms[i] += t;
+        }
+    }
+    if (!rc)
+        rc = CU(cudaEventRecord(ev[0], d->st));
+    if (!rc)
+        rc = cudev_output(d, 1, 0, NULL);
+    if (!rc)
+        rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
+    if (!rc)
+        rc = CU(cudaEventRecord(ev[1], d->st));
+    if (!rc)
+        rc = CU(cudaEventSynchronize(ev[1]));
+    float t = 0;
+    if (!rc)
+        rc = CU(cudaEventElapsedTime(&t, ev[0], ev[1]));
+    ms[5] = t;
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    return rc;
 }
 
 int cudev_hbm_read(size_t bytes, int reps, double *gbps)

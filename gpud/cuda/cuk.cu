@@ -31,7 +31,7 @@ static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 /* ---- block-type traits: NQ 16-byte words hold E elements (times a scale when HAS_D) ---- */
 
 struct TF32 {
-    enum { E = 4, NQ = 1, HAS_D = 0 };
+    enum { E = 4, NQ = 1, HAS_D = 0, QX = 0 };
     __device__ static void deq(const uint4 *q, float *o)
     {
         o[0] = __uint_as_float(q[0].x), o[1] = __uint_as_float(q[0].y);
@@ -43,7 +43,7 @@ __device__ static inline float h_lo(uint32_t w) { return __half2float(__ushort_a
 __device__ static inline float h_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
 
 struct TF16 {
-    enum { E = 8, NQ = 1, HAS_D = 0 };
+    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
     __device__ static void deq(const uint4 *q, float *o)
     {
         const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
@@ -54,7 +54,7 @@ struct TF16 {
 };
 
 struct TBF16 {
-    enum { E = 8, NQ = 1, HAS_D = 0 };
+    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
     __device__ static void deq(const uint4 *q, float *o)
     {
         const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
@@ -64,8 +64,19 @@ struct TBF16 {
     }
 };
 
+/* Q types dot a Q8-quantized activation (QX): 32 int8 per block with (d, d·Σq), as the CPU's
+ * kernels do; the block's integer dot product is 8 dp4a. */
+__device__ static inline int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a((int)a, (int)b, c); }
+
 struct TQ8 {
-    enum { E = 32, NQ = 2, HAS_D = 1 };
+    enum { E = 32, NQ = 2, HAS_D = 1, QX = 1 };
+    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
+    {
+        int s = 0;
+        s = dp4a(q[0].x, x[0].x, s), s = dp4a(q[0].y, x[0].y, s), s = dp4a(q[0].z, x[0].z, s), s = dp4a(q[0].w, x[0].w, s);
+        s = dp4a(q[1].x, x[1].x, s), s = dp4a(q[1].y, x[1].y, s), s = dp4a(q[1].z, x[1].z, s), s = dp4a(q[1].w, x[1].w, s);
+        return xd.x * (float)s;
+    }
     __device__ static void deq(const uint4 *q, float *o)
     {
 #pragma unroll
@@ -81,7 +92,19 @@ struct TQ8 {
 };
 
 struct TQ4 {
-    enum { E = 32, NQ = 1, HAS_D = 1 };
+    enum { E = 32, NQ = 1, HAS_D = 1, QX = 1 };
+    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
+    {
+        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
+        const uint32_t lo[4] = { x[0].x, x[0].y, x[0].z, x[0].w }, hi[4] = { x[1].x, x[1].y, x[1].z, x[1].w };
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = dp4a(w[i] & 0x0f0f0f0fu, lo[i], s);
+            s = dp4a((w[i] >> 4) & 0x0f0f0f0fu, hi[i], s);
+        }
+        return xd.x * (float)s - 8.0f * xd.y; /* Σ (q - 8) x = Σ q x - 8 Σ x */
+    }
     __device__ static void deq(const uint4 *q, float *o)
     {
         const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
@@ -187,25 +210,22 @@ __device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const __
     *s = T::HAS_D ? __half2float(drow[b]) : 1.0f;
 }
 
-/* acc += dot(lane block, x[b*E..]) in a fixed order: Σ_e w_e x_e (fmaf chain), scaled once. */
+/* acc += dot(lane block b, the token's activation row xr) in a fixed order: float types Σ_e w_e x_e
+ * as an fmaf chain; Q types the integer block dot of the quantized row, scaled once. xr: f32
+ * [n_in] for float types; for Q types int8 [n_in] then float2 (d, d·Σq) [n_in/32]. */
 template <class T>
-__device__ static inline float dot_lb(const uint4 *qq, float s, const float *__restrict__ x, int64_t b, float acc)
+__device__ static inline float dot_lb(const uint4 *qq, float s, const uint8_t *__restrict__ xr, int64_t n_in, int64_t b,
+                                      float acc)
 {
-    float w[T::E];
-    T::deq(qq, w);
-    const float4 *xp = (const float4 *)(x + b * T::E);
-    if constexpr (T::HAS_D) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < T::E / 4; k++) {
-            const float4 xv = __ldg(xp + k);
-            sum = __fmaf_rn(w[4 * k], xv.x, sum);
-            sum = __fmaf_rn(w[4 * k + 1], xv.y, sum);
-            sum = __fmaf_rn(w[4 * k + 2], xv.z, sum);
-            sum = __fmaf_rn(w[4 * k + 3], xv.w, sum);
-        }
-        return __fmaf_rn(s, sum, acc);
+    if constexpr (T::QX) {
+        const uint4 *xp = (const uint4 *)(xr + b * 32);
+        const uint4 xv[2] = { __ldg(xp), __ldg(xp + 1) };
+        const float2 xd = __ldg((const float2 *)(xr + n_in) + b);
+        return __fmaf_rn(s, T::dotq(qq, xv, xd), acc);
     } else {
+        float w[T::E];
+        T::deq(qq, w);
+        const float4 *xp = (const float4 *)((const float *)xr + b * T::E);
 #pragma unroll
         for (int k = 0; k < T::E / 4; k++) {
             const float4 xv = __ldg(xp + k);
@@ -229,7 +249,8 @@ __device__ static inline float warp_sum(float v)
 /* acc[t] = dot(row, x_t) for t < nt (NB compile-time bound), reduced over the warp (all lanes get it). */
 template <class T, int NB>
 __device__ static inline void dot_row(const uint8_t *__restrict__ qrow, const __half *__restrict__ drow, int64_t nb,
-                                      const float *__restrict__ x, int64_t n_in, int nt, int lane, float *acc)
+                                      const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
+                                      float *acc)
 {
 #pragma unroll
     for (int t = 0; t < NB; t++)
@@ -247,7 +268,7 @@ __device__ static inline void dot_row(const uint8_t *__restrict__ qrow, const __
 #pragma unroll
             for (int t = 0; t < NB; t++)
                 if (t < nt)
-                    acc[t] = dot_lb<T>(qq[u], s[u], x + t * n_in, b + 32 * u, acc[t]);
+                    acc[t] = dot_lb<T>(qq[u], s[u], x + t * xs, n_in, b + 32 * u, acc[t]);
     }
     for (; b < nb; b += 32) {
         uint4 qq[T::NQ];
@@ -256,7 +277,7 @@ __device__ static inline void dot_row(const uint8_t *__restrict__ qrow, const __
 #pragma unroll
         for (int t = 0; t < NB; t++)
             if (t < nt)
-                acc[t] = dot_lb<T>(qq, s, x + t * n_in, b, acc[t]);
+                acc[t] = dot_lb<T>(qq, s, x + t * xs, n_in, b, acc[t]);
     }
 #pragma unroll
     for (int t = 0; t < NB; t++)
@@ -265,8 +286,8 @@ __device__ static inline void dot_row(const uint8_t *__restrict__ qrow, const __
 
 template <class T, int NB, int MODE>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
-                                              int64_t n_in, int64_t n_out, const float *__restrict__ x, void *y,
-                                              float thr, int nt)
+                                              int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
+                                              void *y, float thr, int nt)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * GEMV_ROWS + warp;
@@ -274,7 +295,7 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
         return;
     const int64_t nb = n_in / T::E;
     float acc[NB];
-    dot_row<T, NB>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, nb, x, n_in, nt, lane, acc);
+    dot_row<T, NB>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, nb, x, xs, n_in, nt, lane, acc);
     if (lane)
         return;
 #pragma unroll
@@ -293,42 +314,94 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
     }
 }
 
+/* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), CPU's Q8_0 rounding (d stored as f16). */
+__global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+{
+    const int tok = blockIdx.y, lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (blk >= n_in / 32)
+        return;
+    const float v = x[(int64_t)tok * n_in + blk * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
+    const int qv = __float2int_rn(v * id);
+    int sum = qv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint8_t *row = out + (int64_t)tok * xs;
+    row[blk * 32 + lane] = (uint8_t)(int8_t)qv;
+    if (lane == 0) {
+        const float dh = __half2float(__float2half_rn(dd));
+        ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
+    }
+}
+
+extern "C" size_t cuk_xq_row_bytes(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
+
+/* The activation rows as the kernels of type T read them: f32 as is, or quantized into xq. */
+template <class T>
+static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t **xr, int64_t *xs, cudaStream_t st)
+{
+    if constexpr (T::QX) {
+        if (!xq)
+            return -(int)cudaErrorInvalidValue;
+        *xs = (int64_t)cuk_xq_row_bytes(n_in);
+        k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
+        *xr = (const uint8_t *)xq;
+        return launched();
+    } else {
+        *xr = (const uint8_t *)x;
+        *xs = n_in * (int64_t)sizeof(float);
+        return 0;
+    }
+}
+
 template <class T, int NB>
-static int gemv_launch(const struct cuk_w *w, const float *x, int nt, void *y, int mode, float thr, cudaStream_t st)
+static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int nt, void *y, int mode, float thr,
+                       cudaStream_t st)
 {
     const unsigned grid = (unsigned)((w->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     const uint8_t *q = (const uint8_t *)w->q;
     const __half *d = (const __half *)w->d;
     switch (mode) {
-    case CUK_SET: k_gemv<T, NB, CUK_SET><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, y, thr, nt); break;
-    case CUK_ADD: k_gemv<T, NB, CUK_ADD><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, y, thr, nt); break;
-    case CUK_RELU: k_gemv<T, NB, CUK_RELU><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, y, thr, nt); break;
-    default: k_gemv<T, NB, CUK_MASK><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, y, thr, nt); break;
+    case CUK_SET: k_gemv<T, NB, CUK_SET><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
+    case CUK_ADD: k_gemv<T, NB, CUK_ADD><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
+    case CUK_RELU: k_gemv<T, NB, CUK_RELU><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
+    default: k_gemv<T, NB, CUK_MASK><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
     }
     return launched();
 }
 
 template <class T>
-static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, cudaStream_t st)
+static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq, cudaStream_t st)
 {
     const size_t ysz = mode == CUK_MASK ? 1 : sizeof(float);
     for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
         const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
-        const float *xt = x + (size_t)t0 * w->n_in;
+        const uint8_t *xr;
+        int64_t xs;
+        int rc = prep_x<T>(x + (size_t)t0 * w->n_in, w->n_in, nt, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
         void *yt = (uint8_t *)y + (size_t)t0 * w->n_out * ysz;
-        int rc = nt == 1   ? gemv_launch<T, 1>(w, xt, nt, yt, mode, thr, st)
-                 : nt == 2 ? gemv_launch<T, 2>(w, xt, nt, yt, mode, thr, st)
-                 : nt <= 4 ? gemv_launch<T, 4>(w, xt, nt, yt, mode, thr, st)
-                           : gemv_launch<T, 8>(w, xt, nt, yt, mode, thr, st);
+        rc = nt == 1   ? gemv_launch<T, 1>(w, xr, xs, nt, yt, mode, thr, st)
+             : nt == 2 ? gemv_launch<T, 2>(w, xr, xs, nt, yt, mode, thr, st)
+             : nt <= 4 ? gemv_launch<T, 4>(w, xr, xs, nt, yt, mode, thr, st)
+                       : gemv_launch<T, 8>(w, xr, xs, nt, yt, mode, thr, st);
         if (rc)
             return rc;
     }
     return 0;
 }
 
-extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *st)
+extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq,
+                        void *st)
 {
-    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, S(st)));
+    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, S(st)));
     return 0;
 }
 
@@ -348,9 +421,9 @@ __device__ static inline float glu(int kind, float g, float u)
 template <class T, int NB>
 __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, const __half *__restrict__ gd,
                                              const uint8_t *__restrict__ uq, const __half *__restrict__ ud,
-                                             int64_t n_in, int64_t n_out, const float *__restrict__ x, float *act,
-                                             int kind, const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
-                                             int64_t idx_stride, bool compact, int nt)
+                                             int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
+                                             float *act, int kind, const int32_t *__restrict__ idx,
+                                             const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int nt)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t j = (int64_t)blockIdx.x * GEMV_ROWS + warp;
@@ -359,11 +432,11 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
     if (j >= n)
         return;
     const int64_t r = idx ? idx[tok * idx_stride + j] : j;
-    const float *xt = x + (int64_t)tok * n_in;
+    const uint8_t *xt = x + (int64_t)tok * xs;
     const int64_t nb = n_in / T::E, rq = r * nb * (16 * T::NQ);
     float ag[NB], au[NB];
-    dot_row<T, NB>(gq + rq, T::HAS_D ? gd + r * nb : nullptr, nb, xt, n_in, nt, lane, ag);
-    dot_row<T, NB>(uq + rq, T::HAS_D ? ud + r * nb : nullptr, nb, xt, n_in, nt, lane, au);
+    dot_row<T, NB>(gq + rq, T::HAS_D ? gd + r * nb : nullptr, nb, xt, xs, n_in, nt, lane, ag);
+    dot_row<T, NB>(uq + rq, T::HAS_D ? ud + r * nb : nullptr, nb, xt, xs, n_in, nt, lane, au);
     if (lane)
         return;
 #pragma unroll
@@ -377,22 +450,31 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
 
 template <class T>
 static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, int B, float *act, int kind,
-                 const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, cudaStream_t st)
+                 const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, cudaStream_t st)
 {
     const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
     const __half *gd = (const __half *)g->d, *ud = (const __half *)u->d;
     const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
+    const uint8_t *xr;
+    int64_t xs;
     if (idx) {
-        k_glu<T, 1><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, x, act, kind, idx, cnt,
-                                                           idx_stride, compact, 1);
+        if (B > GEMV_MAX_NB)
+            return -(int)cudaErrorInvalidValue;
+        int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
+        k_glu<T, 1><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, idx,
+                                                           cnt, idx_stride, compact, 1);
         return launched();
     }
     for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
         const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
-        const float *xt = x + (size_t)t0 * g->n_in;
+        int rc = prep_x<T>(x + (size_t)t0 * g->n_in, g->n_in, nt, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
         float *at = act + (size_t)t0 * g->n_out;
-#define GLU_L(NB) k_glu<T, NB><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xt, at, kind, nullptr, \
-                                                             nullptr, 0, false, nt)
+#define GLU_L(NB) k_glu<T, NB><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, at, kind, \
+                                                             nullptr, nullptr, 0, false, nt)
         if (nt == 1)
             GLU_L(1);
         else if (nt == 2)
@@ -402,7 +484,7 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
         else
             GLU_L(8);
 #undef GLU_L
-        int rc = launched();
+        rc = launched();
         if (rc)
             return rc;
     }
@@ -411,11 +493,11 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
 
 extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
                        int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
-                       void *st)
+                       void *xq, void *st)
 {
     if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
         return -(int)cudaErrorInvalidValue;
-    CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, S(st)));
+    CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
     return 0;
 }
 
@@ -759,40 +841,57 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
     return launched();
 }
 
-#define ATTN_THREADS 128
+#define ATTN_WARPS 8
+#define ATTN_UNROLL 4
 
-/* One block per (token, head): scores over the token's own sequence up to its position in shared
- * memory (one warp per cell), softmax, then each thread one output dim summed over the cells in order. */
-template <class C>
-__global__ void __launch_bounds__(ATTN_THREADS) k_attn(struct cuk_attn_geom g, const float *q, const C *kc, const C *vc,
-                                                       const int32_t *pos, const int32_t *seq, float *out)
+/* One block per (token, head), 8 warps. Lane l holds dims [l·DL, l·DL + DL) of the head. Scores:
+ * warp w takes cells w, w+8, ... (four in flight), one warp sum each, into shared memory; softmax;
+ * then warp w sums p_t · v_t over the same cells for its lane's dims, and the 8 warps' partial
+ * outputs are added in warp order. Each token attends to its own sequence's cells 0..pos. */
+template <class C, int DL>
+__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn(struct cuk_attn_geom g, const float *q, const C *kc, const C *vc,
+                                                          const int32_t *pos, const int32_t *seq, float *out)
 {
     extern __shared__ float sm[];
     __shared__ float red[32];
-    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, kvh = h / (g.n_head / g.n_head_kv);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = ATTN_THREADS / 32;
+    const int tok = blockIdx.x, h = blockIdx.y, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const int32_t n_kv = pos[tok] + 1;
-    float *qs = sm, *sc = sm + D;
+    float *sc = sm;                 /* n_ctx scores */
+    float *po = sm + g.n_ctx;       /* ATTN_WARPS × D partial outputs */
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
-    for (int i = threadIdx.x; i < D; i += ATTN_THREADS)
-        qs[i] = qt[i];
-    __syncthreads();
-    const C *kb = kc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D;
-    const C *vb = vc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D;
+    float qr[DL];
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        qr[k] = qt[lane * DL + k];
+    const C *kb = kc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D + lane * DL;
+    const C *vb = vc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D + lane * DL;
     const float scale = 1.0f / sqrtf((float)D);
-    for (int32_t t = warp; t < n_kv; t += nw) {
-        const C *kr = kb + (int64_t)t * KV;
-        float s = 0.0f;
-        for (int i = lane; i < D; i += 32)
-            s = __fmaf_rn(qs[i], cload(kr + i), s);
-        s = warp_sum(s);
-        if (lane == 0)
-            sc[t] = s * scale;
+    for (int32_t t0 = warp; t0 < n_kv; t0 += ATTN_WARPS * ATTN_UNROLL) {
+        float s[ATTN_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ATTN_UNROLL; u++) {
+            const int32_t t = t0 + u * ATTN_WARPS;
+            s[u] = 0.0f;
+            if (t < n_kv) {
+                const C *kr = kb + (int64_t)t * KV;
+#pragma unroll
+                for (int k = 0; k < DL; k++)
+                    s[u] = __fmaf_rn(qr[k], cload(kr + k), s[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATTN_UNROLL; u++) {
+            const int32_t t = t0 + u * ATTN_WARPS;
+            const float v = warp_sum(s[u]);
+            if (lane == 0 && t < n_kv)
+                sc[t] = v * scale;
+        }
     }
     __syncthreads();
     float mx = -INFINITY;
-    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_THREADS)
+    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_WARPS * 32)
         mx = fmaxf(mx, sc[t]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -801,46 +900,88 @@ __global__ void __launch_bounds__(ATTN_THREADS) k_attn(struct cuk_attn_geom g, c
         red[warp] = mx;
     __syncthreads();
     mx = red[0];
-    for (int i = 1; i < nw; i++)
+    for (int i = 1; i < ATTN_WARPS; i++)
         mx = fmaxf(mx, red[i]);
     __syncthreads();
     float sum = 0.0f;
-    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_THREADS) {
+    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_WARPS * 32) {
         const float e = expf(sc[t] - mx);
         sc[t] = e;
         sum += e;
     }
     sum = block_sum(sum, red); /* syncs: sc is complete after it */
+    float o[DL];
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        o[k] = 0.0f;
+    for (int32_t t0 = warp; t0 < n_kv; t0 += ATTN_WARPS * ATTN_UNROLL) {
+        float vv[ATTN_UNROLL][DL];
+#pragma unroll
+        for (int u = 0; u < ATTN_UNROLL; u++) {
+            const int32_t t = t0 + u * ATTN_WARPS;
+#pragma unroll
+            for (int k = 0; k < DL; k++)
+                vv[u][k] = t < n_kv ? cload(vb + (int64_t)t * KV + k) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < ATTN_UNROLL; u++) {
+            const int32_t t = t0 + u * ATTN_WARPS;
+            const float p = t < n_kv ? sc[t] : 0.0f;
+#pragma unroll
+            for (int k = 0; k < DL; k++)
+                o[k] = __fmaf_rn(p, vv[u][k], o[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        po[warp * D + lane * DL + k] = o[k];
+    __syncthreads();
     const float inv = 1.0f / sum;
-    float *o = out + ((int64_t)tok * g.n_head + h) * D;
-    for (int i = threadIdx.x; i < D; i += ATTN_THREADS) {
+    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
+    for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
         float a = 0.0f;
-        for (int32_t t = 0; t < n_kv; t++)
-            a = __fmaf_rn(sc[t], cload(vb + (int64_t)t * KV + i), a);
-        o[i] = a * inv;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            a += po[w * D + i];
+        ot[i] = a * inv;
     }
 }
+
+template <class C, int DL>
+static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                       const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
+{
+    const size_t smem = (size_t)(g->n_ctx + ATTN_WARPS * DL * 32) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_attn<C, DL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return -(int)e;
+    }
+    k_attn<C, DL><<<dim3((unsigned)B, (unsigned)g->n_head), ATTN_WARPS * 32, smem, st>>>(
+        *g, q, (const C *)k_cache, (const C *)v_cache, pos, seq, out);
+    return launched();
+}
+
+template <class C>
+static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                  const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
+{
+    switch (g->head_dim) {
+    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
+    }
+}
+
+extern "C" bool cuk_attn_ok(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *pos, const int32_t *seq, float *out, int B, void *st)
 {
-    const size_t smem = (size_t)(g->n_ctx + g->head_dim) * sizeof(float);
-    const dim3 grid((unsigned)B, (unsigned)g->n_head);
-    cudaError_t e;
-    if (g->f16) {
-        if (smem > 48 * 1024 &&
-            (e = cudaFuncSetAttribute(k_attn<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
-            return -(int)e;
-        k_attn<__half><<<grid, ATTN_THREADS, smem, S(st)>>>(*g, q, (const __half *)k_cache, (const __half *)v_cache,
-                                                             pos, seq, out);
-    } else {
-        if (smem > 48 * 1024 &&
-            (e = cudaFuncSetAttribute(k_attn<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
-            return -(int)e;
-        k_attn<float><<<grid, ATTN_THREADS, smem, S(st)>>>(*g, q, (const float *)k_cache, (const float *)v_cache, pos,
-                                                            seq, out);
-    }
-    return launched();
+    if (g->f16)
+        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
+    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
 }
 
 /* ---- greedy sampling ---- */

@@ -45,16 +45,18 @@ enum cuk_mode {
     CUK_MASK = 3,  /* mask (uint8) = W x >= thr (predictor fc2) */
 };
 
-/* y (B, n_out) op= W · x (B, n_in), f32 activations and accumulation. Any B (tokens go in groups
- * of at most 8 per launch). For CUK_MASK, y is a uint8_t (B, n_out) array. x and y strides are
- * n_in and n_out. */
-int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *st);
+/* y (B, n_out) op= W · x (B, n_in), f32 accumulation. Any B (tokens go in groups of at most 8 per
+ * launch). For CUK_MASK, y is a uint8_t (B, n_out) array. x and y strides are n_in and n_out.
+ * Float weight types dot the f32 x; Q8_0/Q4_0 weights dot x quantized per 32-block to int8 (the
+ * CPU's Q8_0 rounding) into xq, a scratch of 8 × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
+int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
+size_t cuk_xq_row_bytes(int64_t n_in);
 
 /* act (B, n) = act(gate · x, up · x) over rows: dense (idx NULL: rows 0..n_out), or for each
- * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts). compact: act[b][j], else
+ * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts; B ≤ 8). xq as for cuk_gemv. compact: act[b][j], else
  * act[b][idx[j]] (scatter into a zeroed n_out-wide row). act_kind: enum pi_act. */
 int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
-            const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *st);
+            const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st);
 
 /* The sparse down projection: for each token b, y[b] op= Σ_j act[b][j] · down_t[idx[b][j]],
  * j < cnt[b] (NULL idx: rows 0..n, cnt NULL: all n_out rows of down_t), act compact as cuk_glu
@@ -104,6 +106,9 @@ int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const floa
  * cells of its own sequence at positions ≤ its own. */
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
              const int32_t *pos, const int32_t *seq, float *out, int B, void *st);
+
+/* Head sizes the attention kernel supports (32, 64, 128, 256). */
+bool cuk_attn_ok(int head_dim);
 
 /* ids[b] = argmax of logits row b (n): the lowest index among equal maxima. */
 int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st);
