@@ -32,10 +32,18 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     const struct act_hdr *ah = g->act.hdr;
     const int32_t nt = ctl->gpud_threads > 0 ? ctl->gpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
     g->be_ops = &be_cpu_ops;
-    const struct be_params bp = { .n_ctx = ctl->n_ctx, .n_batch = ah->n_batch, .n_threads = nt };
+    /* the placement: gpud's backend holds the hot neurons (gpu_idx 1); the rest is cpud's share,
+     * computed on the host here while cpud is down */
+    const struct be_params bp = { .n_ctx = ctl->n_ctx, .n_seq = 1, .n_batch = ah->n_batch, .n_threads = nt,
+                                  .on_device = g->act.gpu_idx };
     if ((rc = g->be_ops->open(&g->be, g->m, &bp)))
         return rc;
     g->use_predictor = pred_available(g->m);
+    g->pred_on_device = g->use_predictor && g->be_ops != &be_cpu_ops && g->be_ops->predict;
+    const struct eval_params ep = { .n_batch = ah->n_batch, .sparse = g->use_predictor, .on_device = g->act.gpu_idx };
+    if ((rc = eval_init(&g->ev, g->m, g->be_ops, g->be, &ep)) || (rc = batch_buf_init(&g->bb, ah->n_batch)))
+        return rc;
+    gpud_route_ffn(g);
     g->n_cold = calloc((size_t)ah->n_layer, sizeof *g->n_cold);
     if (!g->n_cold)
         return pi_fail(PI_E_NOMEM, "gpud: out of memory");
@@ -54,8 +62,9 @@ int gpud_init(struct gpud *g, int argc, char **argv)
 void gpud_fini(struct gpud *g)
 {
     free(g->n_cold);
-    ffn_runs_fini(&g->hot);
-    ffn_runs_fini(&g->cold);
+    if (g->ev.m)
+        eval_fini(&g->ev);
+    batch_buf_fini(&g->bb);
     if (g->be)
         g->be_ops->close(g->be);
     model_free(g->m);

@@ -9,7 +9,8 @@
 
 #include "act.h"
 #include "backend.h"
-#include "ffn_split.h"
+#include "batch.h"
+#include "eval.h"
 #include "model.h"
 #include "stage.h"
 
@@ -25,14 +26,19 @@ struct gpud {
     uint64_t req_id;     /* request being run */
     bool req_dense;      /* the request asked for every neuron (--dense) */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
+    bool pred_on_device; /* the backend runs the predictor itself (a GPU: masks stay there) */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
-    struct ffn_runs hot, cold;
+    struct eval ev;      /* the evaluator, its FFN step routed through the other stages */
+    struct pi_batch_buf bb;
 };
 
 int gpud_init(struct gpud *g, int argc, char **argv);
 /* Serve requests until a stop is requested. */
 int gpud_run(struct gpud *g);
 void gpud_fini(struct gpud *g);
+
+/* Route the evaluator's FFN step through predictord and cpud (pipeline.c). */
+void gpud_route_ffn(struct gpud *g);
 
 /* The pipelined evaluator (gen_eval_fn): the same result as ctx_eval, with the FFN split between
  * gpud, cpud (its share) and predictord (masks), falling back to computing everything here when

@@ -23,7 +23,9 @@
 
 #include "cudev.h"
 #include "ffn_split.h"
-#include "forward.h"
+#include "backend.h"
+#include "batch.h"
+#include "eval.h"
 #include "pi_err.h"
 #include "predictor.h"
 #include "pwri_testmodel.h"
@@ -91,9 +93,12 @@ static void test_type(uint32_t type)
     for (int i = 0; i < 16; i++)
         toks[i] = (int32_t)((i * 37 + 5 + type) % V);
 
-    struct pi_ctx *c = NULL;
+    /* the CPU backend's steps are the reference for the layer-level checks */
+    struct be *c = NULL;
+    const struct be_params cbp = { .n_ctx = 64, .n_seq = 1, .n_batch = 16, .n_threads = 2, .cache_type = BE_CACHE_F32 };
+    CHECK_OK(be_cpu_ops.open(&c, m, &cbp));
+    REQUIRE(c, "%s: cpu backend", tn);
     struct pi_ctx_params cp = { .n_ctx = 64, .n_batch = 16, .n_threads = 2 };
-    CHECK_OK(ctx_new(&c, m, &cp));
     struct cudev *d = NULL, *d16 = NULL;
     struct cudev_params dp = { .n_ctx = 64, .n_seq = 3, .n_batch = 16, .kv_f32 = true };
     CHECK_OK(cudev_open(&d, m, &dp));
@@ -108,24 +113,25 @@ static void test_type(uint32_t type)
     for (int i = 0; i < 16; i++)
         pos[i] = i, seq[i] = 0;
 
+    const struct pi_batch bt = { .n = NP, .tok = toks, .pos = pos, .seq = seq };
     /* embed: exact */
-    CHECK_OK(fwd_embed(c, toks, NP));
+    CHECK_OK(be_cpu_ops.embed(c, &bt));
     CHECK_OK(cudev_batch(d, NP, toks, pos, seq));
     CHECK_OK(cudev_embed(d, NP));
     CHECK_OK(cudev_get_x(d, NP, got));
-    CHECK(memcmp(got, fwd_x(c), (size_t)NP * E * sizeof(float)) == 0, "%s: embeddings differ", tn);
+    CHECK(memcmp(got, be_cpu_x(c), (size_t)NP * E * sizeof(float)) == 0, "%s: embeddings differ", tn);
 
     /* attention, layer 0, both caches */
-    CHECK_OK(fwd_attn(c, 0, NP, 0));
+    CHECK_OK(be_cpu_ops.attn(c, 0, &bt));
     CHECK_OK(cudev_attn(d, 0, NP));
     CHECK_OK(cudev_get_x(d, NP, got));
-    double e = nmse(got, fwd_x(c), NP * E);
+    double e = nmse(got, be_cpu_x(c), NP * E);
     CHECK(e <= 1e-8, "%s: attention (f32 cache) nmse %.3g", tn, e);
     CHECK_OK(cudev_batch(d16, NP, toks, pos, seq));
     CHECK_OK(cudev_embed(d16, NP));
     CHECK_OK(cudev_attn(d16, 0, NP));
     CHECK_OK(cudev_get_x(d16, NP, got));
-    e = nmse(got, fwd_x(c), NP * E);
+    e = nmse(got, be_cpu_x(c), NP * E);
     CHECK(e <= 1e-4, "%s: attention (f16 cache) nmse %.3g", tn, e);
 
     /* predictor on h = x: masks agree */
@@ -133,7 +139,7 @@ static void test_type(uint32_t type)
     CHECK_OK(pool_new(&pool, 2));
     struct ops_scratch ps = { 0 };
     uint8_t *mc = malloc((size_t)NP * F), *mg = malloc((size_t)NP * F);
-    CHECK_OK(pred_eval(pool, &ps, &m->layers[0], fwd_x(c), NP, hp->sparse_threshold, mc, NULL));
+    CHECK_OK(pred_eval(pool, &ps, &m->layers[0], be_cpu_x(c), NP, hp->sparse_threshold, mc, NULL));
     CHECK_OK(cudev_predict(d, 0, NP));
     CHECK_OK(cudev_get_mask(d, NP, mg));
     int64_t diff = 0, on = 0;
@@ -150,10 +156,10 @@ static void test_type(uint32_t type)
     memset(sel, 1, (size_t)F);
     float *xn = malloc((size_t)E * sizeof(float)), *y = malloc((size_t)E * sizeof(float));
     float *x0 = malloc((size_t)NP * E * sizeof(float));
-    memcpy(x0, fwd_x(c), (size_t)NP * E * sizeof(float));
+    memcpy(x0, be_cpu_x(c), (size_t)NP * E * sizeof(float));
     CHECK_OK(ffn_runs_build(&runs, sel, 1, mc, 1, F));
     ops_rmsnorm(xn, x0, m->layers[0].ffn_norm.data, E, hp->norm_eps);
-    CHECK_OK(ffn_partial(pool, &fs, m, 0, xn, 1, &runs, y, NULL));
+    CHECK_OK(ffn_partial(pool, &fs, m, 0, xn, 1, &runs, NULL, y, NULL));
     for (int64_t i = 0; i < E; i++)
         want[i] = x0[i] + y[i];
     CHECK_OK(cudev_set_mask(d, 1, mc));
@@ -170,12 +176,7 @@ static void test_type(uint32_t type)
         CHECK_OK(ctx_new(&cs, m, &cps));
         for (int t = 0; t <= ND; t++) {
             const int32_t n = t ? 1 : NP, p = t ? NP + t - 1 : 0;
-            /* the CPU's sparse batch computes the union of its tokens' masks; one token at a time
-             * each uses its own, as the GPU's batch does */
-            for (int32_t i = 0; sparse && i < n; i++)
-                CHECK_OK(ctx_eval(cs, toks + p + i, 1, p + i, want, false));
-            if (!sparse)
-                CHECK_OK(ctx_eval(cs, toks + p, n, p, want, false));
+            CHECK_OK(ctx_eval(cs, toks + p, n, p, want, false));
             int32_t id = -1, id2 = -1;
             CHECK_OK(cudev_eval(d, toks + p, n, p, 0, sparse, got, &id));
             e = nmse(got, want, V);
@@ -251,7 +252,7 @@ static void test_type(uint32_t type)
 
     cudev_close(d);
     cudev_close(d16);
-    ctx_free(c);
+    be_cpu_ops.close(c);
     pool_free(pool);
     ops_scratch_fini(&ps);
     ffn_runs_fini(&runs);
