@@ -113,16 +113,16 @@ static void test_type(uint32_t type)
     for (int i = 0; i < 16; i++)
         pos[i] = i, seq[i] = 0;
 
-    const struct pi_batch bt = { .n = NP, .tok = toks, .pos = pos, .seq = seq };
+    const struct pi_batch pb = { .n = NP, .tok = toks, .pos = pos, .seq = seq };
     /* embed: exact */
-    CHECK_OK(be_cpu_ops.embed(c, &bt));
+    CHECK_OK(be_cpu_ops.embed(c, &pb));
     CHECK_OK(cudev_batch(d, NP, toks, pos, seq));
     CHECK_OK(cudev_embed(d, NP));
     CHECK_OK(cudev_get_x(d, NP, got));
     CHECK(memcmp(got, be_cpu_x(c), (size_t)NP * E * sizeof(float)) == 0, "%s: embeddings differ", tn);
 
     /* attention, layer 0, both caches */
-    CHECK_OK(be_cpu_ops.attn(c, 0, &bt));
+    CHECK_OK(be_cpu_ops.attn(c, 0, &pb));
     CHECK_OK(cudev_attn(d, 0, NP));
     CHECK_OK(cudev_get_x(d, NP, got));
     double e = nmse(got, be_cpu_x(c), NP * E);

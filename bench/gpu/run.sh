@@ -27,6 +27,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     log "test_cuda_ops"
     timeout 300 "$B/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf >"$OUT/tests.log" 2>&1
     log "test_cuda_ops rc=$? ($(tail -1 "$OUT/tests.log"))"
+    # the backend interface's own test: every backend through the evaluator against the CPU engine
+    timeout 120 "$B/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf >>"$OUT/tests.log" 2>&1
+    log "test_backend_ops rc=$? ($(tail -1 "$OUT/tests.log"))"
 fi
 
 mkdir -p "$SHM"
@@ -47,6 +50,21 @@ for name in $MODELS; do
     esac
 done
 ls -l "$SHM" >>"$OUT/run.log"
+
+if [ -n "${NCU:-}" ]; then # per-kernel counters of a few decode kernels (Nsight Compute, clocks untouched)
+    NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    # skip the prompt's kernels (7 matching per layer, 11 for Q types, + output): profile the first
+    # decode step's first layer
+    for name in $NCU; do
+        log "ncu $name"
+        timeout 150 "$NCU_BIN" --clock-control none -k 'regex:k_gemv|k_glu|k_rope|k_attn|k_axpy|k_chunk|k_quant' \
+            --launch-skip "$( [ "$name" = d4 ] && echo 354 || echo 225)" --launch-count 8 \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
+            "$B/bench/bench_cuda" "$SHM/$name.gguf" --mode "$( [ "${name#s}" != "$name" ] && echo sparse || echo dense)" -n 4 --pp 0 \
+            >"$OUT/ncu_$name.txt" 2>&1
+        log "ncu $name rc=$?"
+    done
+fi
 
 log "hbm floor"
 "$B/bench/bench_cuda" --hbm 8 >>"$OUT/bench.jsonl" 2>>"$OUT/run.log"

@@ -4,6 +4,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ static int cb_check(cublasStatus_t s, const char *what, int line)
 
 struct cu_layer {
     struct cuk_w wq, wk, wv, wo, gate, up, down, down_t, fc1, fc2;
+    struct cuk_w wqkv; /* wq, wk, wv stacked (one GEMV launch); q NULL when their shapes differ */
     float *attn_norm, *ffn_norm, *bq, *bk, *bv;
 };
 
@@ -98,6 +100,8 @@ struct cudev {
     int32_t *ids, *h_ids;    /* (n_batch) device, pinned host */
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
     void *xq;                /* 8 rows of quantized activations for the Q-type GEMV */
+    float *apart;            /* attention chunk partials */
+    float *rope_inv;         /* (rope_dim / 2) RoPE inverse frequencies */
     void *wdeq;              /* largest Q weight as f16 (Q models with n_batch > CUDEV_GEMV_MAX) */
     void *blas_ws;
     size_t blas_ws_bytes;
@@ -160,6 +164,39 @@ static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w)
     return 0;
 }
 
+/* q, k, v of a layer stacked in the arena (q arrays, then scale arrays), so that one GEMV reads them. */
+static int w_place_qkv(struct cudev *d, const struct pi_layer *l, struct cu_layer *c)
+{
+    const struct pi_tensor *t[3] = { &l->wq, &l->wk, &l->wv };
+    struct cuk_w *w[3] = { &c->wq, &c->wk, &c->wv };
+    memset(&c->wqkv, 0, sizeof c->wqkv);
+    if (t[1]->type != t[0]->type || t[2]->type != t[0]->type || t[1]->ne[0] != t[0]->ne[0] ||
+        t[2]->ne[0] != t[0]->ne[0] || !cuk_type_ok(t[0]->type)) {
+        for (int i = 0; i < 3; i++)
+            TRY(w_place(d, t[i], w[i]));
+        return 0;
+    }
+    size_t qb[3], db[3], qs = 0, ds = 0;
+    for (int i = 0; i < 3; i++) {
+        qb[i] = cuk_w_qbytes(t[i]->type, t[i]->ne[0], t[i]->ne[1]);
+        db[i] = cuk_w_dbytes(t[i]->type, t[i]->ne[0], t[i]->ne[1]);
+        if (!qb[i])
+            return pi_fail(PI_E_UNSUPPORTED, "cuda: tensor '%s': row not a whole number of blocks", t[i]->name);
+        qs += qb[i], ds += db[i];
+    }
+    char *q = take(d->w_arena, &d->w_used, qs), *dd = ds ? take(d->w_arena, &d->w_used, ds) : NULL;
+    for (int i = 0; i < 3; i++) {
+        *w[i] = (struct cuk_w){ .type = t[i]->type, .n_in = t[i]->ne[0], .n_out = t[i]->ne[1], .q = q, .d = dd };
+        if (q)
+            q += qb[i];
+        if (dd)
+            dd += db[i];
+    }
+    c->wqkv = (struct cuk_w){ .type = t[0]->type, .n_in = t[0]->ne[0],
+                              .n_out = t[0]->ne[1] + t[1]->ne[1] + t[2]->ne[1], .q = c->wq.q, .d = c->wq.d };
+    return 0;
+}
+
 static int v_place(struct cudev *d, const struct pi_tensor *t, float **out)
 {
     *out = NULL;
@@ -183,9 +220,7 @@ static int place_all(struct cudev *d)
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct pi_layer *l = &m->layers[il];
         struct cu_layer *c = &d->L[il];
-        TRY(w_place(d, &l->wq, &c->wq));
-        TRY(w_place(d, &l->wk, &c->wk));
-        TRY(w_place(d, &l->wv, &c->wv));
+        TRY(w_place_qkv(d, l, c));
         TRY(w_place(d, &l->wo, &c->wo));
         TRY(w_place(d, &l->ffn_gate, &c->gate));
         TRY(w_place(d, &l->ffn_up, &c->up));
@@ -331,6 +366,8 @@ static void place_scratch(struct cudev *d)
     d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
     d->ids = take(s, u, B * 4);
     d->xq = take(s, u, CUDEV_GEMV_MAX * cuk_xq_row_bytes(max_n_in(d)));
+    d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
+    d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
     if (B > CUDEV_GEMV_MAX) {
         d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
         /* the largest weight that would need dequantizing for cuBLAS */
@@ -449,6 +486,10 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         d->k_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il);
         d->v_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il + 1);
     }
+    d->geom = (struct cuk_attn_geom){ .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                      .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
+                                      .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
+                                      .f16 = !p->kv_f32 };
     /* scratch */
     if (!rc) {
         place_scratch(d);
@@ -461,16 +502,23 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     }
     if (!rc && d->blas_ws)
         rc = CB(cublasSetWorkspace(d->blas, d->blas_ws, d->blas_ws_bytes));
+    if (!rc) { /* the CPU's inverse frequencies (ops_rope), so that both rotate by the same angles */
+        const int half = hp->rope_dim / 2;
+        float *inv = malloc((size_t)(half + 1) * sizeof *inv);
+        if (!inv)
+            rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+        for (int i = 0; !rc && i < half; i++)
+            inv[i] = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)hp->rope_dim);
+        if (!rc)
+            rc = CU(cudaMemcpy(d->rope_inv, inv, (size_t)half * sizeof *inv, cudaMemcpyHostToDevice));
+        free(inv);
+    }
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_batch, 3 * (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
         rc = upload_all(d);
-    d->geom = (struct cuk_attn_geom){ .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                      .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
-                                      .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
-                                      .f16 = !p->kv_f32 };
     if (rc) {
         cudev_close(d);
         return rc;
@@ -590,9 +638,13 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
     const struct cu_layer *c = &d->L[layer];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
-    TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
-    TRY(mm(d, &c->wk, d->xn, n, d->k, CUK_SET));
-    TRY(mm(d, &c->wv, d->xn, n, d->v, CUK_SET));
+    if (c->wqkv.q && n <= CUDEV_GEMV_MAX) {
+        TRY(CK(cuk_gemv_split3(&c->wqkv, d->xn, n, d->q, Q, d->k, KV, d->v, d->xq, d->st)));
+    } else {
+        TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
+        TRY(mm(d, &c->wk, d->xn, n, d->k, CUK_SET));
+        TRY(mm(d, &c->wv, d->xn, n, d->v, CUK_SET));
+    }
     if (c->bq)
         TRY(CK(cuk_add_bias(d->q, c->bq, n, Q, d->st)));
     if (c->bk)
@@ -605,8 +657,9 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
 static int attn_core(struct cudev *d, int layer, int32_t n)
 {
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
-    TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], n, d->st)));
-    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, n, d->st));
+    TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
+                          d->st)));
+    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n, d->st));
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }

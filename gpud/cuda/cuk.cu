@@ -210,29 +210,48 @@ __device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const __
     *s = T::HAS_D ? __half2float(drow[b]) : 1.0f;
 }
 
-/* acc += dot(lane block b, the token's activation row xr) in a fixed order: float types Σ_e w_e x_e
- * as an fmaf chain; Q types the integer block dot of the quantized row, scaled once. xr: f32
- * [n_in] for float types; for Q types int8 [n_in] then float2 (d, d·Σq) [n_in/32]. */
+/* A token's activation for lane block b, loaded once and dotted with R rows: f32 [n_in] for float
+ * types; for Q types int8 [n_in] then float2 (d, d·Σq) [n_in/32]. */
+template <class T, bool Q = T::QX> struct XV;
+template <class T> struct XV<T, false> {
+    float4 f[T::E / 4];
+};
+template <class T> struct XV<T, true> {
+    uint4 q[2];
+    float2 d;
+};
+
 template <class T>
-__device__ static inline float dot_lb(const uint4 *qq, float s, const uint8_t *__restrict__ xr, int64_t n_in, int64_t b,
-                                      float acc)
+__device__ static inline void x_load(const uint8_t *__restrict__ xr, int64_t n_in, int64_t b, XV<T> &xv)
 {
     if constexpr (T::QX) {
         const uint4 *xp = (const uint4 *)(xr + b * 32);
-        const uint4 xv[2] = { __ldg(xp), __ldg(xp + 1) };
-        const float2 xd = __ldg((const float2 *)(xr + n_in) + b);
-        return __fmaf_rn(s, T::dotq(qq, xv, xd), acc);
+        xv.q[0] = __ldg(xp), xv.q[1] = __ldg(xp + 1);
+        xv.d = __ldg((const float2 *)(xr + n_in) + b);
+    } else {
+        const float4 *xp = (const float4 *)((const float *)xr + b * T::E);
+#pragma unroll
+        for (int k = 0; k < T::E / 4; k++)
+            xv.f[k] = __ldg(xp + k);
+    }
+}
+
+/* acc += dot(lane block, x) in a fixed order: float types Σ_e w_e x_e as an fmaf chain; Q types the
+ * integer block dot of the quantized activation, scaled once. */
+template <class T>
+__device__ static inline float dot_x(const uint4 *qq, float s, const XV<T> &xv, float acc)
+{
+    if constexpr (T::QX) {
+        return __fmaf_rn(s, T::dotq(qq, xv.q, xv.d), acc);
     } else {
         float w[T::E];
         T::deq(qq, w);
-        const float4 *xp = (const float4 *)((const float *)xr + b * T::E);
 #pragma unroll
         for (int k = 0; k < T::E / 4; k++) {
-            const float4 xv = __ldg(xp + k);
-            acc = __fmaf_rn(w[4 * k], xv.x, acc);
-            acc = __fmaf_rn(w[4 * k + 1], xv.y, acc);
-            acc = __fmaf_rn(w[4 * k + 2], xv.z, acc);
-            acc = __fmaf_rn(w[4 * k + 3], xv.w, acc);
+            acc = __fmaf_rn(w[4 * k], xv.f[k].x, acc);
+            acc = __fmaf_rn(w[4 * k + 1], xv.f[k].y, acc);
+            acc = __fmaf_rn(w[4 * k + 2], xv.f[k].z, acc);
+            acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
         }
         return acc;
     }
@@ -246,71 +265,118 @@ __device__ static inline float warp_sum(float v)
     return v;
 }
 
-/* acc[t] = dot(row, x_t) for t < nt (NB compile-time bound), reduced over the warp (all lanes get it). */
-template <class T, int NB>
-__device__ static inline void dot_row(const uint8_t *__restrict__ qrow, const __half *__restrict__ drow, int64_t nb,
-                                      const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
-                                      float *acc)
+/* acc[r][t] = dot(row r, x_t) for R rows and t < nt (NB compile-time bound), reduced over the warp
+ * (all lanes get it). The R rows' words are in flight together and each activation word is loaded
+ * once for all of them; each (row, token) sum runs in the same order whatever R, NB and nt are. */
+template <class T, int NB, int R>
+__device__ static inline void dot_rows(const uint8_t *const *qrow, const __half *const *drow, int64_t nb,
+                                       const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
+                                       float (*acc)[NB])
 {
 #pragma unroll
-    for (int t = 0; t < NB; t++)
-        acc[t] = 0.0f;
-    enum { U = T::E == 32 ? 2 : 4 }; /* lane blocks in flight per lane */
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            acc[r][t] = 0.0f;
+    enum { U = T::E == 32 ? 2 : 4 }; /* lane blocks in flight per lane and row */
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
-        uint4 qq[U][T::NQ];
-        float s[U];
+        uint4 qq[R][U][T::NQ];
+        float s[R][U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            load_lb<T>(qrow, drow, b + 32 * u, qq[u], &s[u]);
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                load_lb<T>(qrow[r], drow[r], b + 32 * u, qq[r][u], &s[r][u]);
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int t = 0; t < NB; t++)
-                if (t < nt)
-                    acc[t] = dot_lb<T>(qq[u], s[u], x + t * xs, n_in, b + 32 * u, acc[t]);
+                if (t < nt) {
+                    XV<T> xv;
+                    x_load<T>(x + t * xs, n_in, b + 32 * u, xv);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
+                }
     }
     for (; b < nb; b += 32) {
-        uint4 qq[T::NQ];
-        float s;
-        load_lb<T>(qrow, drow, b, qq, &s);
+        uint4 qq[R][T::NQ];
+        float s[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            load_lb<T>(qrow[r], drow[r], b, qq[r], &s[r]);
 #pragma unroll
         for (int t = 0; t < NB; t++)
-            if (t < nt)
-                acc[t] = dot_lb<T>(qq, s, x + t * xs, n_in, b, acc[t]);
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_x<T>(qq[r], s[r], xv, acc[r][t]);
+            }
     }
 #pragma unroll
-    for (int t = 0; t < NB; t++)
-        acc[t] = warp_sum(acc[t]);
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            acc[r][t] = warp_sum(acc[r][t]);
 }
 
-template <class T, int NB, int MODE>
+/* Rows per warp of the GEMV: two for a single token and a tall matrix (twice the bytes in flight,
+ * the activation loaded once for both), else one (batches: registers; 4096-row matrices: enough
+ * warps to fill the GPU only with one row each). A row's sums are the same either way. */
+#define GEMV_R2_MIN_ROWS 8192
+
+template <class T, int NB, int MODE, int R>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
-                                              void *y, float thr, int nt)
+                                              void *y, float thr, int nt, float *y1, float *y2, int64_t n0, int64_t n1)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * GEMV_ROWS + warp;
-    if (r >= n_out)
+    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_ROWS + warp) * R;
+    if (r0 >= n_out)
         return;
     const int64_t nb = n_in / T::E;
-    float acc[NB];
-    dot_row<T, NB>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, nb, x, xs, n_in, nt, lane, acc);
+    const uint8_t *qr[R];
+    const __half *dr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) { /* a row past the end repeats the last one, and is not stored */
+        const int64_t r = r0 + i < n_out ? r0 + i : n_out - 1;
+        qr[i] = q + r * nb * (16 * T::NQ);
+        dr[i] = T::HAS_D ? d + r * nb : nullptr;
+    }
+    float acc[R][NB];
+    dot_rows<T, NB, R>(qr, dr, nb, x, xs, n_in, nt, lane, acc);
     if (lane)
         return;
 #pragma unroll
-    for (int t = 0; t < NB; t++) {
-        if (t >= nt)
+    for (int i = 0; i < R; i++) {
+        const int64_t r = r0 + i;
+        if (r >= n_out)
             break;
-        const int64_t o = t * n_out + r;
-        if (MODE == CUK_SET)
-            ((float *)y)[o] = acc[t];
-        else if (MODE == CUK_ADD)
-            ((float *)y)[o] += acc[t];
-        else if (MODE == CUK_RELU)
-            ((float *)y)[o] = acc[t] > 0.0f ? acc[t] : 0.0f;
-        else
-            ((uint8_t *)y)[o] = acc[t] >= thr;
+#pragma unroll
+        for (int t = 0; t < NB; t++) {
+            if (t >= nt)
+                break;
+            const float v = acc[i][t];
+            const int64_t o = t * n_out + r;
+            if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
+                if (r < n0)
+                    ((float *)y)[t * n0 + r] = v;
+                else if (r < n0 + n1)
+                    y1[t * n1 + r - n0] = v;
+                else
+                    y2[t * (n_out - n0 - n1) + r - n0 - n1] = v;
+            } else if (MODE == CUK_SET)
+                ((float *)y)[o] = v;
+            else if (MODE == CUK_ADD)
+                ((float *)y)[o] += v;
+            else if (MODE == CUK_RELU)
+                ((float *)y)[o] = v > 0.0f ? v : 0.0f;
+            else
+                ((uint8_t *)y)[o] = v >= thr;
+        }
     }
 }
 
@@ -360,24 +426,46 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
     }
 }
 
+struct split3 {
+    float *y1, *y2;
+    int64_t n0, n1;
+};
+
 template <class T, int NB>
 static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int nt, void *y, int mode, float thr,
-                       cudaStream_t st)
+                       const struct split3 *sp, int t0, cudaStream_t st)
 {
-    const unsigned grid = (unsigned)((w->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
+    constexpr int R2 = NB == 1 ? 2 : 1;
+    const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
+    const int64_t per_block = GEMV_ROWS * (two ? 2 : 1);
+    const unsigned grid = (unsigned)((w->n_out + per_block - 1) / per_block);
     const uint8_t *q = (const uint8_t *)w->q;
     const __half *d = (const __half *)w->d;
+#define GEMV_L(M, Y, Y1, Y2)                                                                                           \
+    do {                                                                                                               \
+        if (two)                                                                                                       \
+            k_gemv<T, NB, M, R2><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,             \
+                                                       sp ? sp->n0 : 0, sp ? sp->n1 : 0);                              \
+        else                                                                                                           \
+            k_gemv<T, NB, M, 1><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,              \
+                                                      sp ? sp->n0 : 0, sp ? sp->n1 : 0);                               \
+    } while (0)
     switch (mode) {
-    case CUK_SET: k_gemv<T, NB, CUK_SET><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
-    case CUK_ADD: k_gemv<T, NB, CUK_ADD><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
-    case CUK_RELU: k_gemv<T, NB, CUK_RELU><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
-    default: k_gemv<T, NB, CUK_MASK><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, nt); break;
+    case CUK_SET: GEMV_L(CUK_SET, y, nullptr, nullptr); break;
+    case CUK_ADD: GEMV_L(CUK_ADD, y, nullptr, nullptr); break;
+    case CUK_RELU: GEMV_L(CUK_RELU, y, nullptr, nullptr); break;
+    case CUK_MASK: GEMV_L(CUK_MASK, y, nullptr, nullptr); break;
+    default:
+        GEMV_L(CUK_SPLIT3, (float *)y + t0 * sp->n0, sp->y1 + t0 * sp->n1, sp->y2 + t0 * (w->n_out - sp->n0 - sp->n1));
+        break;
     }
+#undef GEMV_L
     return launched();
 }
 
 template <class T>
-static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq, cudaStream_t st)
+static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq,
+                  const struct split3 *sp, cudaStream_t st)
 {
     const size_t ysz = mode == CUK_MASK ? 1 : sizeof(float);
     for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
@@ -387,11 +475,11 @@ static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mod
         int rc = prep_x<T>(x + (size_t)t0 * w->n_in, w->n_in, nt, xq, &xr, &xs, st);
         if (rc)
             return rc;
-        void *yt = (uint8_t *)y + (size_t)t0 * w->n_out * ysz;
-        rc = nt == 1   ? gemv_launch<T, 1>(w, xr, xs, nt, yt, mode, thr, st)
-             : nt == 2 ? gemv_launch<T, 2>(w, xr, xs, nt, yt, mode, thr, st)
-             : nt <= 4 ? gemv_launch<T, 4>(w, xr, xs, nt, yt, mode, thr, st)
-                       : gemv_launch<T, 8>(w, xr, xs, nt, yt, mode, thr, st);
+        void *yt = mode == CUK_SPLIT3 ? y : (uint8_t *)y + (size_t)t0 * w->n_out * ysz;
+        rc = nt == 1   ? gemv_launch<T, 1>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+             : nt == 2 ? gemv_launch<T, 2>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+             : nt <= 4 ? gemv_launch<T, 4>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+                       : gemv_launch<T, 8>(w, xr, xs, nt, yt, mode, thr, sp, t0, st);
         if (rc)
             return rc;
     }
@@ -401,7 +489,17 @@ static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mod
 extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq,
                         void *st)
 {
-    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, S(st)));
+    if (mode == CUK_SPLIT3)
+        return -(int)cudaErrorInvalidValue;
+    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
+    return 0;
+}
+
+extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,
+                               int64_t n1, float *y2, void *xq, void *st)
+{
+    const struct split3 sp = { y1, y2, n0, n1 };
+    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y0, CUK_SPLIT3, 0.0f, xq, &sp, S(st)));
     return 0;
 }
 
@@ -434,9 +532,11 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
     const int64_t r = idx ? idx[tok * idx_stride + j] : j;
     const uint8_t *xt = x + (int64_t)tok * xs;
     const int64_t nb = n_in / T::E, rq = r * nb * (16 * T::NQ);
-    float ag[NB], au[NB];
-    dot_row<T, NB>(gq + rq, T::HAS_D ? gd + r * nb : nullptr, nb, xt, xs, n_in, nt, lane, ag);
-    dot_row<T, NB>(uq + rq, T::HAS_D ? ud + r * nb : nullptr, nb, xt, xs, n_in, nt, lane, au);
+    const uint8_t *qr[2] = { gq + rq, uq + rq };
+    const __half *dr[2] = { T::HAS_D ? gd + r * nb : nullptr, T::HAS_D ? ud + r * nb : nullptr };
+    float acc[2][NB];
+    dot_rows<T, NB, 2>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
+    const float *ag = acc[0], *au = acc[1];
     if (lane)
         return;
 #pragma unroll
@@ -801,175 +901,204 @@ template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __f
 __device__ static inline float cload(const float *p) { return *p; }
 __device__ static inline float cload(const __half *p) { return __half2float(*p); }
 
+/* One block per (token, head): thread i rotates pair i by pos · inv_freq[i] (inv_freq from the
+ * host, as ops_rope computes it); the blocks of the kv heads then store their rotated k and their v
+ * into the cell (seq, pos). Many small blocks: this is latency, not bandwidth. */
 template <class C>
 __global__ void k_rope_store(struct cuk_attn_geom g, float *q, float *k, const float *v, const int32_t *pos,
-                             const int32_t *seq, C *kc, C *vc)
+                             const int32_t *seq, C *kc, C *vc, const float *inv_freq)
 {
-    const int tok = blockIdx.x, D = g.head_dim, half = g.rope_dim / 2;
+    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, half = g.rope_dim / 2;
     const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
     const int32_t p = pos[tok];
-    float *qt = q + tok * Q, *kt = k + tok * KV;
-    const int n_pairs = (g.n_head + g.n_head_kv) * half;
-    for (int w = threadIdx.x; w < n_pairs; w += blockDim.x) {
-        const int h = w / half, i = w % half;
-        float *vec = h < g.n_head ? qt + (int64_t)h * D : kt + (int64_t)(h - g.n_head) * D;
-        /* fp32 angle as ops_rope: inv_freq = 1 / theta^(2i/d) */
-        const float inv_freq = 1.0f / powf(g.rope_theta, (float)(2 * i) / (float)g.rope_dim);
-        const float ang = (float)p * inv_freq;
-        float s, c;
-        sincosf(ang, &s, &c);
+    float *vec = h < g.n_head ? q + tok * Q + (int64_t)h * D : k + tok * KV + (int64_t)(h - g.n_head) * D;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float sn, c;
+        sincosf((float)p * inv_freq[i], &sn, &c);
         const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
         const float x0 = vec[a], x1 = vec[b];
-        vec[a] = x0 * c - x1 * s;
-        vec[b] = x0 * s + x1 * c;
+        vec[a] = x0 * c - x1 * sn;
+        vec[b] = x0 * sn + x1 * c;
     }
+    if (h < g.n_head)
+        return;
     __syncthreads();
-    const int64_t cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV;
-    for (int64_t i = threadIdx.x; i < KV; i += blockDim.x) {
-        cstore<C>(kc + cell + i, kt[i]);
-        cstore<C>(vc + cell + i, v[tok * KV + i]);
+    const int64_t off = (int64_t)(h - g.n_head) * D, cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + off;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        cstore<C>(kc + cell + i, vec[i]);
+        cstore<C>(vc + cell + i, v[tok * KV + off + i]);
     }
 }
 
 extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
-                              const int32_t *seq, void *k_cache, void *v_cache, int B, void *st)
+                              const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st)
 {
+    const dim3 grid((unsigned)B, (unsigned)(g->n_head + g->n_head_kv));
     if (g->f16)
-        k_rope_store<__half><<<(unsigned)B, 256, 0, S(st)>>>(*g, q, k, v, pos, seq, (__half *)k_cache, (__half *)v_cache);
+        k_rope_store<__half><<<grid, 64, 0, S(st)>>>(*g, q, k, v, pos, seq, (__half *)k_cache, (__half *)v_cache,
+                                                      inv_freq);
     else
-        k_rope_store<float><<<(unsigned)B, 256, 0, S(st)>>>(*g, q, k, v, pos, seq, (float *)k_cache, (float *)v_cache);
+        k_rope_store<float><<<grid, 64, 0, S(st)>>>(*g, q, k, v, pos, seq, (float *)k_cache, (float *)v_cache,
+                                                     inv_freq);
     return launched();
 }
 
-#define ATTN_WARPS 8
-#define ATTN_UNROLL 4
+#define ATTN_WARPS 4
+#define ATTN_CHUNK 32 /* cells per block: the split of the cells is fixed, whatever the batch */
+#define ATTN_GROUP 64 /* tokens per launch pair (bounds the partial buffer) */
 
-/* One block per (token, head), 8 warps. Lane l holds dims [l·DL, l·DL + DL) of the head. Scores:
- * warp w takes cells w, w+8, ... (four in flight), one warp sum each, into shared memory; softmax;
- * then warp w sums p_t · v_t over the same cells for its lane's dims, and the 8 warps' partial
- * outputs are added in warp order. Each token attends to its own sequence's cells 0..pos. */
+/* Split-K attention ("flash decoding"), pass 1: one block per (token, head, chunk of 32 cells of the
+ * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
+ * cells (4 in flight) into shared memory; every warp then derives the chunk's max m and
+ * l = Σ exp(s − m) in the same order; the warps' partial Σ exp(s − m)·v are added in warp order. */
 template <class C, int DL>
-__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn(struct cuk_attn_geom g, const float *q, const C *kc, const C *vc,
-                                                          const int32_t *pos, const int32_t *seq, float *out)
+__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, const C *kc,
+                                                               const C *vc, const int32_t *pos, const int32_t *seq,
+                                                               float *part, int n_chunk)
 {
-    extern __shared__ float sm[];
-    __shared__ float red[32];
-    const int tok = blockIdx.x, h = blockIdx.y, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
+    __shared__ float sc[ATTN_CHUNK];
+    __shared__ float po[ATTN_WARPS][DL * 32];
+    const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
+    if (c0 >= n_kv)
+        return;
+    const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
     const int64_t KV = (int64_t)g.n_head_kv * D;
-    const int32_t n_kv = pos[tok] + 1;
-    float *sc = sm;                 /* n_ctx scores */
-    float *po = sm + g.n_ctx;       /* ATTN_WARPS × D partial outputs */
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     float qr[DL];
 #pragma unroll
     for (int k = 0; k < DL; k++)
         qr[k] = qt[lane * DL + k];
-    const C *kb = kc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D + lane * DL;
-    const C *vb = vc + (int64_t)seq[tok] * g.n_ctx * KV + (int64_t)kvh * D + lane * DL;
+    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
+    const C *kb = kc + base, *vb = vc + base;
     const float scale = 1.0f / sqrtf((float)D);
-    for (int32_t t0 = warp; t0 < n_kv; t0 += ATTN_WARPS * ATTN_UNROLL) {
-        float s[ATTN_UNROLL];
 #pragma unroll
-        for (int u = 0; u < ATTN_UNROLL; u++) {
-            const int32_t t = t0 + u * ATTN_WARPS;
+    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
+        float s[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
             s[u] = 0.0f;
-            if (t < n_kv) {
-                const C *kr = kb + (int64_t)t * KV;
+            if (t < nc)
 #pragma unroll
                 for (int k = 0; k < DL; k++)
-                    s[u] = __fmaf_rn(qr[k], cload(kr + k), s[u]);
-            }
+                    s[u] = __fmaf_rn(qr[k], cload(kb + (int64_t)t * KV + k), s[u]);
         }
 #pragma unroll
-        for (int u = 0; u < ATTN_UNROLL; u++) {
-            const int32_t t = t0 + u * ATTN_WARPS;
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
             const float v = warp_sum(s[u]);
-            if (lane == 0 && t < n_kv)
+            if (lane == 0 && t < nc)
                 sc[t] = v * scale;
         }
     }
     __syncthreads();
-    float mx = -INFINITY;
-    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_WARPS * 32)
-        mx = fmaxf(mx, sc[t]);
+    static_assert(ATTN_CHUNK == 32 || ATTN_CHUNK == 64, "one or two cells per lane");
+    float m = fmaxf(lane < nc ? sc[lane] : -INFINITY,
+                    ATTN_CHUNK > 32 && lane + 32 < nc ? sc[(lane + 32) % ATTN_CHUNK] : -INFINITY);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0)
-        red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int i = 1; i < ATTN_WARPS; i++)
-        mx = fmaxf(mx, red[i]);
-    __syncthreads();
-    float sum = 0.0f;
-    for (int32_t t = threadIdx.x; t < n_kv; t += ATTN_WARPS * 32) {
-        const float e = expf(sc[t] - mx);
-        sc[t] = e;
-        sum += e;
-    }
-    sum = block_sum(sum, red); /* syncs: sc is complete after it */
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = (lane < nc ? expf(sc[lane] - m) : 0.0f) +
+              (ATTN_CHUNK > 32 && lane + 32 < nc ? expf(sc[(lane + 32) % ATTN_CHUNK] - m) : 0.0f);
+    l = warp_sum(l);
     float o[DL];
 #pragma unroll
     for (int k = 0; k < DL; k++)
         o[k] = 0.0f;
-    for (int32_t t0 = warp; t0 < n_kv; t0 += ATTN_WARPS * ATTN_UNROLL) {
-        float vv[ATTN_UNROLL][DL];
 #pragma unroll
-        for (int u = 0; u < ATTN_UNROLL; u++) {
-            const int32_t t = t0 + u * ATTN_WARPS;
+    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
+        float vv[4][DL], p[4];
 #pragma unroll
-            for (int k = 0; k < DL; k++)
-                vv[u][k] = t < n_kv ? cload(vb + (int64_t)t * KV + k) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < ATTN_UNROLL; u++) {
-            const int32_t t = t0 + u * ATTN_WARPS;
-            const float p = t < n_kv ? sc[t] : 0.0f;
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
+            p[u] = t < nc ? expf(sc[t] - m) : 0.0f;
 #pragma unroll
             for (int k = 0; k < DL; k++)
-                o[k] = __fmaf_rn(p, vv[u][k], o[k]);
+                vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
         }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int k = 0; k < DL; k++)
+                o[k] = __fmaf_rn(p[u], vv[u][k], o[k]);
     }
 #pragma unroll
     for (int k = 0; k < DL; k++)
-        po[warp * D + lane * DL + k] = o[k];
+        po[warp][lane * DL + k] = o[k];
     __syncthreads();
-    const float inv = 1.0f / sum;
-    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
+    float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
     for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
         float a = 0.0f;
+#pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++)
-            a += po[w * D + i];
-        ot[i] = a * inv;
+            a += po[w][i];
+        pt[i] = a;
     }
+    if (threadIdx.x == 0)
+        pt[D] = m, pt[D + 1] = l;
+}
+
+/* Pass 2: the chunks of (token, head) merged in chunk order: out = Σ o_c e^(m_c − M) / Σ l_c e^(m_c − M). */
+__global__ void k_attn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out, int n_chunk)
+{
+    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
+    const int nc = (pos[tok] + 1 + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
+    float M = -INFINITY;
+#pragma unroll 8
+    for (int c = 0; c < nc; c++)
+        M = fmaxf(M, pt[c * (D + 2) + D]);
+    float L = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < nc; c++)
+        L += pt[c * (D + 2) + D + 1] * expf(pt[c * (D + 2) + D] - M);
+    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < nc; c++)
+            a += pt[c * (D + 2) + i] * expf(pt[c * (D + 2) + D] - M);
+        ot[i] = a / L;
+    }
+}
+
+extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
+{
+    const int64_t nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK, nt = B < ATTN_GROUP ? B : ATTN_GROUP;
+    return (size_t)(nt * g->n_head * nch * (g->head_dim + 2));
 }
 
 template <class C, int DL>
 static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                       const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
+                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, cudaStream_t st)
 {
-    const size_t smem = (size_t)(g->n_ctx + ATTN_WARPS * DL * 32) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(k_attn<C, DL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return -(int)e;
+    const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const int64_t Q = (int64_t)g->n_head * g->head_dim;
+    for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
+        const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
+        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nch), ATTN_WARPS * 32, 0, st>>>(
+            *g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0, seq + t0, part, nch);
+        int rc = launched();
+        if (rc)
+            return rc;
+        k_attn_merge<<<dim3((unsigned)nt, (unsigned)g->n_head), 128, 0, st>>>(*g, pos + t0, part, out + t0 * Q, nch);
+        if ((rc = launched()))
+            return rc;
     }
-    k_attn<C, DL><<<dim3((unsigned)B, (unsigned)g->n_head), ATTN_WARPS * 32, smem, st>>>(
-        *g, q, (const C *)k_cache, (const C *)v_cache, pos, seq, out);
-    return launched();
+    return 0;
 }
 
 template <class C>
 static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                  const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
+                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, cudaStream_t st)
 {
     switch (g->head_dim) {
-    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, B, st);
-    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, B, st);
-    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, B, st);
-    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
+    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
+    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
+    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
     default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
 }
@@ -977,11 +1106,11 @@ static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_c
 extern "C" bool cuk_attn_ok(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                        const int32_t *pos, const int32_t *seq, float *out, int B, void *st)
+                        const int32_t *pos, const int32_t *seq, float *out, float *part, int B, void *st)
 {
     if (g->f16)
-        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
-    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
+        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, S(st));
+    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, S(st));
 }
 
 /* ---- greedy sampling ---- */

@@ -43,6 +43,7 @@ enum cuk_mode {
     CUK_ADD = 1,   /* y += W x (residual) */
     CUK_RELU = 2,  /* y = max(W x, 0) (predictor fc1) */
     CUK_MASK = 3,  /* mask (uint8) = W x >= thr (predictor fc2) */
+    CUK_SPLIT3 = 4, /* cuk_gemv_split3 only */
 };
 
 /* y (B, n_out) op= W · x (B, n_in), f32 accumulation. Any B (tokens go in groups of at most 8 per
@@ -51,6 +52,10 @@ enum cuk_mode {
  * CPU's Q8_0 rounding) into xq, a scratch of 8 × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
 int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
 size_t cuk_xq_row_bytes(int64_t n_in);
+/* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1
+ * to y1 (B, n1), the rest to y2. */
+int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1, int64_t n1,
+                    float *y2, void *xq, void *st);
 
 /* act (B, n) = act(gate · x, up · x) over rows: dense (idx NULL: rows 0..n_out), or for each
  * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts; B ≤ 8). xq as for cuk_gemv. compact: act[b][j], else
@@ -99,14 +104,15 @@ struct cuk_attn_geom {
 };
 
 /* Rotate q (B, n_head·d) and k (B, n_kv·d) in place at pos[b], then store k and v into the cache
- * cells (seq[b], pos[b]). */
+ * cells (seq[b], pos[b]). inv_freq (rope_dim / 2): 1 / theta^(2i / rope_dim), from the host. */
 int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
-                   const int32_t *seq, void *k_cache, void *v_cache, int B, void *st);
+                   const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st);
 /* out (B, n_head·d) = softmax(q · K[seq[b]][0..pos[b]] / sqrt(d)) · V[...]: each token attends to the
- * cells of its own sequence at positions ≤ its own. */
+ * cells of its own sequence at positions ≤ its own, split into fixed chunks of 32 cells merged in
+ * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats. */
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-             const int32_t *pos, const int32_t *seq, float *out, int B, void *st);
-
+             const int32_t *pos, const int32_t *seq, float *out, float *part, int B, void *st);
+size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
 /* Head sizes the attention kernel supports (32, 64, 128, 256). */
 bool cuk_attn_ok(int head_dim);
 
