@@ -158,28 +158,6 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     return 0;
 }
 
-int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits)
-{
-    struct gpud *g = self;
-    struct eval *e = &g->ev;
-    const int32_t nb = e->n_batch, n_ctx = e->ops->n_ctx(e->be);
-    if (pos < 0 || (int64_t)pos + n > n_ctx)
-        return pi_fail(PI_E_RANGE, "gpud: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1, n_ctx);
-    e->sparse = g->use_predictor && !g->req_dense;
-    for (int32_t done = 0; done < n; done += nb) {
-        const int32_t B = n - done < nb ? n - done : nb;
-        const bool last = done + B == n;
-        batch_buf_clear(&g->bb);
-        for (int32_t i = 0; i < B; i++)
-            batch_buf_add(&g->bb, toks[done + i], pos + done + i, 0, last && i == B - 1);
-        const struct pi_batch b = batch_view(&g->bb);
-        int rc = eval_batch(e, &b, last ? logits : NULL);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
 void gpud_route_ffn(struct gpud *g)
 {
     g->ev.ffn_fn = ffn_step;

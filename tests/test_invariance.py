@@ -10,7 +10,12 @@ mask did not predict, only computing each token with its own mask keeps results 
      gpud, predictord or cpud is killed with SIGKILL in the middle of their generation as when
      nothing is killed (a replayed request prefills prompt + generated tokens in one batch; a
      predictord outage makes gpud evaluate the same predictor; a cpud outage makes gpud compute
-     the cold share with cpud's kernels).
+     the cold share with cpud's kernels);
+  4. continuous batching: 8 requests with different prompts and lengths (4 greedy, 4 sampled with
+     fixed seeds), some joining while others decode, through an instance with --parallel 4 give
+     bitwise the tokens and logits rows they give through --parallel 1; `pictl status` shows the
+     slots and the queue; Ctrl-C of a client and kill -9 of another cancel their requests and free
+     their slots while the others complete unchanged.
 
 usage: test_invariance.py PICTL MODEL.gguf CALIB_TEXT"""
 import json, os, shutil, signal, subprocess, sys, tempfile, time
@@ -163,6 +168,82 @@ try:
             if repeat:
                 check(fb > 0, f"{tag}: gpud never ran a layer without {stage}: the outage path was not tested")
             print(f"{tag} under 4 requests: tokens and logits bitwise identical ({fb} layers without {stage})")
+
+    # 4. batched = alone
+    stop()
+    BATCH_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo, Romeo", "First Citizen:\nWe are accounted poor citizens",
+                     "Q: What is", "KING RICHARD III:\nNow is the winter of our discontent\nMade glorious",
+                     "A", "To be, or not to be, that is the question:", "MENENIUS:\nWhat work's, my countrymen"]
+    LENS = [40, 64, 24, 80, 32, 56, 48, 72]
+
+    def bcmd(i, tag):
+        js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
+        samp = ["--temp", "0"] if i % 2 == 0 else ["--temp", "1", "--seed", str(100 + i)]
+        return [pictl, "generate", "--name", name, "-p", BATCH_PROMPTS[i], "-n", str(LENS[i]), "--ignore-eos",
+                *samp, "--json-stats", js, "--dump-logits", lg]
+
+    def batch_round(tag, staggered):
+        procs = {}
+        for i in range(4):
+            procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if staggered:  # the others join while the first ones decode
+            got = b""
+            while len(got) < 16:
+                c = procs[0].stdout.read(1)
+                if not c:
+                    break
+                got += c
+        for i in range(4, 8):
+            procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, seen_queue = {}, 0
+        while any(p.poll() is None for p in procs.values()):
+            st = status()
+            if st:
+                seen_queue = max(seen_queue, st["queued"])
+            time.sleep(0.01)
+        for i, p in procs.items():
+            _, err = p.communicate(timeout=600)
+            if check(p.returncode == 0, f"{tag} request {i}: exited {p.returncode}: {err[-300:]!r}"):
+                out[i] = result(f"{tag}-{i}")
+        return out, seen_queue
+
+    for model, kind in ((dense_model, "dense"), (cal, "sparse")):
+        if not start(model, "--parallel", "1"):
+            continue
+        alone, _ = batch_round(f"alone-{kind}", False)
+        stop()
+        if not start(model, "--parallel", "4"):
+            continue
+        st = status()
+        check(st["parallel"] == 4 and len(st["slots"]) == 4, f"{kind}: status shows {st.get('parallel')} slots")
+        batched, queued = batch_round(f"batched-{kind}", True)
+        check(queued > 0, f"{kind}: 8 requests on 4 sequences never showed a queue in pictl status")
+        for i in alone:
+            if i in batched:
+                check(batched[i][0] == alone[i][0], f"{kind} request {i}: batched tokens differ from alone")
+                check(batched[i][1] == alone[i][1], f"{kind} request {i}: batched logits differ from alone")
+        print(f"{kind}: 8 requests batched on 4 sequences = alone, bitwise (queue seen: {queued})")
+
+        # cancel: a client interrupted (SIGINT) and a client killed free their slots; others go on
+        long = [pictl, "generate", "--name", name, "-p", "ROMEO:", "-n", "100000", "--ignore-eos", "--temp", "0"]
+        a = subprocess.Popen(long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        b = subprocess.Popen(long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ok = subprocess.Popen(bcmd(0, f"cancel-{kind}-0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for p in (a, b):
+            p.stdout.read(8)
+        a.send_signal(signal.SIGINT)
+        b.kill()
+        a.communicate(timeout=60)
+        b.communicate(timeout=60)
+        _, err = ok.communicate(timeout=600)
+        if check(ok.returncode == 0, f"{kind}: request beside the cancelled ones failed: {err[-300:]!r}"):
+            check(result(f"cancel-{kind}-0") == alone[0], f"{kind}: request beside the cancelled ones differs")
+        end = time.time() + 10
+        while time.time() < end and status()["requests"]:
+            time.sleep(0.05)
+        left = status()["requests"]
+        check(not left, f"{kind}: cancelled requests still hold slots: {left}")
+        stop()
 finally:
     stop()
     shutil.rmtree(tmp, ignore_errors=True)

@@ -144,7 +144,8 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     if (o->dump_logits && (rc = prepare_logits_file(o->dump_logits, logits_abs, sizeof logits_abs)))
         goto out;
     if (!(req = build_request(o, logits_abs))) {
-        rc = pi_fail(PI_E_NOMEM, "cannot build the request");
+        /* jansson refuses strings that are not UTF-8 (run_opts_parse checked the prompt) */
+        rc = pi_fail(PI_E_INVAL, "cannot build the request: the --dump-logits path is not UTF-8, or out of memory");
         goto out;
     }
     if ((rc = inst_command(name, req, INST_REQ_TIMEOUT_MS, &reply)))
@@ -164,12 +165,13 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
-    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", "release", "slot", slot, "id", id);
+    /* interrupted (Ctrl-C): cancel the request, which frees its slot once gpud has stopped it */
+    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", rc == -EINTR ? "cancel" : "release", "slot", slot, "id", id);
     json_t *rel_reply = NULL;
-    if (rel && rc != -EINTR) {
+    if (rel) {
         int rrc = inst_command(name, rel, INST_REQ_TIMEOUT_MS, &rel_reply);
         if (rrc && !rc)
-            rc = rrc;
+            rc = rrc; /* (a failed cancel leaves the request to the supervisor's client sweep) */
     }
     json_decref(rel);
     json_decref(rel_reply);
@@ -190,16 +192,6 @@ out:
     model_free(m);
     shm_detach(&seg);
     return rc;
-}
-
-static void generate_usage(void)
-{
-    printf("usage: pictl generate -p PROMPT [options]   (a completion from a running instance)\n"
-           "  --name NAME              instance (default %s)\n"
-           "  -p, --prompt TEXT / -f, --file FILE\n"
-           "  -n N, --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N,\n"
-           "  --seed S, --ignore-eos, --dump-logits FILE, --json-stats FILE   as in 'pictl run --help'\n",
-           INST_DEFAULT_NAME);
 }
 
 int pictl_take_name(int argc, char **argv, const char **name)
@@ -223,14 +215,9 @@ int pictl_take_name(int argc, char **argv, const char **name)
 int cmd_generate(int argc, char **argv)
 {
     const char *name = INST_DEFAULT_NAME;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            generate_usage();
-            return 0;
-        }
     argc = pictl_take_name(argc, argv, &name);
     struct run_opts o;
-    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
+    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_GENERATE); /* refuses what the instance fixed */
     if (rc)
         return rc > 0 ? 0 : 2;
     if ((rc = inst_check_name(name))) {
@@ -265,7 +252,9 @@ int run_pipeline(const struct run_opts *o)
     sa.sa_handler = on_run_signal;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    /* one request: one sequence (the KV cache holds -c cells, as in-process) */
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                             .n_parallel = 1,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };
