@@ -106,6 +106,8 @@ struct cudev {
     void *blas_ws;
     size_t blas_ws_bytes;
     bool mask_valid;         /* idx/cnt hold the compacted mask */
+    bool capturing;          /* a decode graph is being captured */
+    int32_t max_pos;         /* largest position of the batch on the device */
     /* decode graphs: [sparse] */
     cudaGraphExec_t graph[2];
     int64_t max_rank;
@@ -617,7 +619,9 @@ int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *p
     }
     /* the pinned copy may still be read by an earlier async copy */
     TRY(CU(cudaStreamSynchronize(d->st)));
+    d->max_pos = 0;
     for (int32_t i = 0; i < n; i++) {
+        d->max_pos = pos[i] > d->max_pos ? pos[i] : d->max_pos;
         d->h_batch[i] = tok[i];
         d->h_batch[B + i] = pos[i];
         d->h_batch[2 * B + i] = seq ? seq[i] : 0;
@@ -659,7 +663,9 @@ static int attn_core(struct cudev *d, int layer, int32_t n)
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
     TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
                           d->st)));
-    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n, d->st));
+    /* a captured graph replays at other positions: launch for the whole context there */
+    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n,
+                       d->capturing ? -1 : d->max_pos, d->st));
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
@@ -860,6 +866,7 @@ static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
 {
     cudaGraph_t g = NULL;
     TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
+    d->capturing = true;
     const int32_t B = d->p.n_batch;
     int rc = CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
     if (!rc)
@@ -871,6 +878,7 @@ static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
     if (!rc)
         rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, sizeof(int32_t), cudaMemcpyDeviceToHost, d->st));
     const int rc2 = CU(cudaStreamEndCapture(d->st, &g));
+    d->capturing = false;
     if (!rc)
         rc = rc2;
     if (!rc)

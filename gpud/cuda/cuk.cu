@@ -1072,13 +1072,15 @@ extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
 
 template <class C, int DL>
 static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, cudaStream_t st)
+                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+                       cudaStream_t st)
 {
-    const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
+    const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
     for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
         const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
-        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nch), ATTN_WARPS * 32, 0, st>>>(
+        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
             *g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0, seq + t0, part, nch);
         int rc = launched();
         if (rc)
@@ -1092,13 +1094,13 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void
 
 template <class C>
 static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, cudaStream_t st)
+                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t mp, cudaStream_t st)
 {
     switch (g->head_dim) {
-    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
-    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
-    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
-    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, st);
+    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
     default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
 }
@@ -1106,11 +1108,12 @@ static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_c
 extern "C" bool cuk_attn_ok(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                        const int32_t *pos, const int32_t *seq, float *out, float *part, int B, void *st)
+                        const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+                        void *st)
 {
     if (g->f16)
-        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, S(st));
-    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, S(st));
+        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
+    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
 }
 
 /* ---- greedy sampling ---- */

@@ -109,9 +109,10 @@ int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const floa
                    const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st);
 /* out (B, n_head·d) = softmax(q · K[seq[b]][0..pos[b]] / sqrt(d)) · V[...]: each token attends to the
  * cells of its own sequence at positions ≤ its own, split into fixed chunks of 32 cells merged in
- * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats. */
+ * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats.
+ * max_pos: the largest pos[b] when the host knows it (fewer empty blocks launched), else -1. */
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-             const int32_t *pos, const int32_t *seq, float *out, float *part, int B, void *st);
+             const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
 size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
 /* Head sizes the attention kernel supports (32, 64, 128, 256). */
 bool cuk_attn_ok(int head_dim);
