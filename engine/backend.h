@@ -108,6 +108,12 @@ const struct be_ops *be_find(const char *name);
 /* Names of the backends built in, NULL-terminated. */
 const char *const *be_names(void);
 
+/* Open the backend `name`: "cpu", "cuda", or "auto" (NULL too: cuda when it is built and a device
+ * opens, else cpu; why cuda was not taken goes to *why, which may be NULL). A cache_type < 0 takes
+ * the backend's default (f32 on the CPU, f16 on a GPU). 0 or a negative code with a message. */
+int be_open_named(const char *name, const struct pi_model *m, const struct be_params *p, int cache_type,
+                  const struct be_ops **ops, struct be **out, char *why, size_t why_len);
+
 /* ---- the CPU backend's extras (in-process tools: calibration records activations) ---- */
 
 /* Called in every layer's dense FFN with its input h (B, n_embd) before ffn_norm and the

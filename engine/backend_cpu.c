@@ -8,6 +8,7 @@
  * ffn_down and runs dense; otherwise ffn_partial (ffn_split.c) over the neurons it holds (sparse:
  * the union of the batch's masks, each token restricted to its own mask). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -423,6 +424,38 @@ static const char *const names[] = {
 };
 
 const char *const *be_names(void) { return names; }
+
+int be_open_named(const char *name, const struct pi_model *m, const struct be_params *p, int cache_type,
+                  const struct be_ops **ops, struct be **out, char *why, size_t why_len)
+{
+    const bool any = !name || !strcmp(name, "auto");
+    if (why && why_len)
+        why[0] = '\0';
+    struct be_params bp = *p;
+    if (any || strcmp(name, "cpu")) {
+        const struct be_ops *o = be_find(any ? "cuda" : name);
+        if (!o && !any)
+            return pi_fail(PI_E_UNSUPPORTED, "backend '%s' is not built in (built: cpu%s)", name,
+                           be_find("cuda") ? ", cuda" : "");
+        if (o) {
+            bp.cache_type = cache_type >= 0 ? (enum be_cache_type)cache_type : BE_CACHE_F16;
+            int rc = o->open(out, m, &bp);
+            if (!rc) {
+                *ops = o;
+                return 0;
+            }
+            if (!any)
+                return rc;
+            if (why && why_len)
+                snprintf(why, why_len, "cuda: %s: %s", pi_strerror(rc), pi_errmsg());
+        } else if (why && why_len) {
+            snprintf(why, why_len, "cuda: not built in (the CUDA toolkit was not found at build time)");
+        }
+    }
+    bp.cache_type = cache_type >= 0 ? (enum be_cache_type)cache_type : BE_CACHE_F32;
+    *ops = &be_cpu_ops;
+    return be_cpu_ops.open(out, m, &bp);
+}
 
 const struct be_ops *be_find(const char *name)
 {

@@ -151,7 +151,9 @@ int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
 
 struct pi_ctx {
     const struct pi_model *m;
+    const struct be_ops *ops;
     struct be *be;
+    struct pi_pool *host;   /* host threads beside a device backend (the CPU backend has its own) */
     struct eval ev;
     struct pi_batch_buf bb;
     int32_t n_ctx, n_batch;
@@ -165,12 +167,14 @@ int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_p
     c->m = m;
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->hp.n_ctx_train;
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
-    const struct be_params bp = { .n_ctx = c->n_ctx, .n_seq = p->n_seq, .n_batch = c->n_batch,
-                                  .n_threads = p->n_threads > 0 ? p->n_threads : 1, .cache_type = p->cache_type };
-    int rc = be_cpu_ops.open(&c->be, m, &bp);
+    const int nt = p->n_threads > 0 ? p->n_threads : 1;
+    const struct be_params bp = { .n_ctx = c->n_ctx, .n_seq = p->n_seq, .n_batch = c->n_batch, .n_threads = nt };
+    int rc = be_open_named(p->backend ? p->backend : "cpu", m, &bp, p->cache_type, &c->ops, &c->be, NULL, 0);
+    if (!rc && c->ops != &be_cpu_ops)
+        rc = pool_new(&c->host, nt);
     if (!rc) {
-        const struct eval_params ep = { .n_batch = c->n_batch, .sparse = p->sparse };
-        rc = eval_init(&c->ev, m, &be_cpu_ops, c->be, &ep);
+        const struct eval_params ep = { .n_batch = c->n_batch, .sparse = p->sparse, .pool = c->host };
+        rc = eval_init(&c->ev, m, c->ops, c->be, &ep);
     }
     if (!rc)
         rc = batch_buf_init(&c->bb, c->n_batch);
@@ -189,16 +193,23 @@ void ctx_free(struct pi_ctx *c)
     if (c->ev.m)
         eval_fini(&c->ev);
     batch_buf_fini(&c->bb);
-    be_cpu_ops.close(c->be);
+    if (c->be)
+        c->ops->close(c->be);
+    pool_free(c->host);
     free(c);
 }
 
+const char *ctx_backend(const struct pi_ctx *c) { return c->ops->name; }
 int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
 bool ctx_is_sparse(const struct pi_ctx *c) { return c->ev.sparse; }
 struct eval *ctx_eval_state(struct pi_ctx *c) { return &c->ev; }
-void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user) { be_cpu_set_ffn_hook(c->be, fn, user); }
-struct pi_pool *ctx_pool(struct pi_ctx *c) { return be_cpu_pool(c->be); }
-float *ctx_x(struct pi_ctx *c) { return be_cpu_x(c->be); }
+void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user)
+{
+    if (c->ops == &be_cpu_ops)
+        be_cpu_set_ffn_hook(c->be, fn, user);
+}
+struct pi_pool *ctx_pool(struct pi_ctx *c) { return c->host ? c->host : be_cpu_pool(c->be); }
+float *ctx_x(struct pi_ctx *c) { return c->ops == &be_cpu_ops ? be_cpu_x(c->be) : NULL; }
 
 int ctx_ffn(struct pi_ctx *c, int layer, int32_t B)
 {

@@ -88,7 +88,8 @@ struct pi_ctx_params {
     int32_t n_batch;   /* most tokens per eval call (prefill chunk); 0 = 64 */
     int32_t n_threads; /* >= 1 */
     int32_t n_seq;     /* sequences; 0 = 1 */
-    enum be_cache_type cache_type; /* KV cache elements (default f32) */
+    int32_t cache_type;  /* KV cache elements, enum be_cache_type; < 0: the backend's default */
+    const char *backend; /* "cpu" (NULL too), "cuda", or "auto" (be_open_named) */
     /* Sparse FFN: when the model has predictors (a PowerInfer file), each token's FFN computes only
      * the neurons its predictor marks active. Ignored otherwise. */
     bool sparse;
@@ -101,7 +102,9 @@ int32_t ctx_n_ctx(const struct pi_ctx *c);
 bool ctx_is_sparse(const struct pi_ctx *c);
 struct eval *ctx_eval_state(struct pi_ctx *c);
 
-/* calibration's recorder: see be_ffn_hook (dense FFN only) */
+/* The backend the context runs on. */
+const char *ctx_backend(const struct pi_ctx *c);
+/* calibration's recorder: see be_ffn_hook (dense FFN only; CPU backend only) */
 void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user);
 
 /* FFN counters of one layer since ctx_new or the last reset, for benchmarks: neurons computed

@@ -12,6 +12,7 @@
 #include "futex.h"
 #include "pi_err.h"
 #include "predictor.h"
+#include "threadpool.h"
 
 /* A request that killed gpud this many times is failed instead of replayed again. */
 #define GPUD_MAX_REPLAYS 3
@@ -29,18 +30,25 @@ int gpud_init(struct gpud *g, int argc, char **argv)
         return rc;
     const struct act_hdr *ah = g->act.hdr;
     const int32_t nt = ctl->gpud_threads > 0 ? ctl->gpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
-    g->be_ops = &be_cpu_ops;
     /* the placement: gpud's backend holds the hot neurons (gpu_idx 1); the rest is cpud's share,
      * computed on the host here while cpud is down */
     const int32_t n_seq = ctl->n_parallel > 0 ? ctl->n_parallel : 1;
     const struct be_params bp = { .n_ctx = ctl->n_ctx, .n_seq = n_seq, .n_batch = ah->n_batch, .n_threads = nt,
-                                  .cache_type = (enum be_cache_type)ctl->cache_type,
                                   .on_device = g->act.gpu_idx };
-    if ((rc = g->be_ops->open(&g->be, g->m, &bp)))
+    char backend[sizeof ctl->backend + 1], why[PI_MSG_MAX];
+    snprintf(backend, sizeof backend, "%.*s", (int)sizeof ctl->backend, ctl->backend[0] ? ctl->backend : "auto");
+    if ((rc = be_open_named(backend, g->m, &bp, ctl->cache_type, &g->be_ops, &g->be, why, sizeof why)))
+        return rc;
+    if (why[0])
+        fprintf(stderr, "gpud: --backend %s: not using cuda (%s)\n", backend, why);
+    snprintf(ctl->backend_used, sizeof ctl->backend_used, "%s", g->be_ops->name);
+    /* a device backend leaves the host share (cpud's, while cpud is down) to host threads */
+    if (g->be_ops != &be_cpu_ops && (rc = pool_new(&g->host_pool, nt)))
         return rc;
     g->use_predictor = pred_available(g->m);
     g->pred_on_device = g->use_predictor && g->be_ops != &be_cpu_ops && g->be_ops->predict;
-    const struct eval_params ep = { .n_batch = ah->n_batch, .sparse = g->use_predictor, .on_device = g->act.gpu_idx };
+    const struct eval_params ep = { .n_batch = ah->n_batch, .sparse = g->use_predictor, .on_device = g->act.gpu_idx,
+                                    .pool = g->host_pool };
     if ((rc = eval_init(&g->ev, g->m, g->be_ops, g->be, &ep)) || (rc = batch_buf_init(&g->bb, ah->n_batch)))
         return rc;
     gpud_route_ffn(g);
@@ -70,6 +78,7 @@ void gpud_fini(struct gpud *g)
     batch_buf_fini(&g->bb);
     if (g->be)
         g->be_ops->close(g->be);
+    pool_free(g->host_pool);
     model_free(g->m);
     shm_detach(&g->act_seg);
     stage_fini(&g->rt);

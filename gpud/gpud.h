@@ -20,6 +20,7 @@ struct gpud {
     struct pi_model *m;
     const struct be_ops *be_ops; /* the device gpud runs on (the CPU backend until CUDA lands) */
     struct be *be;
+    struct pi_pool *host_pool;   /* host threads beside a device backend (NULL for the CPU one) */
     struct shm_seg act_seg;
     struct act_view act;
     uint64_t epoch;      /* this session's epoch */

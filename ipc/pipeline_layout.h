@@ -180,7 +180,10 @@ struct pi_ctl {
     _Atomic uint64_t load_ns;          /* loaderd: time the load took */
     char load_method[64];              /* loaderd: "io_uring O_DIRECT", "io_uring buffered", "pread" */
     uint64_t supervisor_pid;
-    uint64_t reserved1[7];
+    char backend[16];                /* supervisor (--backend): "cpu", "cuda" or "auto" for gpud; gpud
+                                        writes the one it opened into backend_used */
+    char backend_used[16];
+    uint64_t reserved1[3];
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];

@@ -134,6 +134,7 @@ static int create_ctl(struct sup *s)
     ctl->n_ctx = c->n_ctx;
     ctl->n_parallel = c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL;
     ctl->cache_type = c->cache_type;
+    snprintf(ctl->backend, sizeof ctl->backend, "%s", c->backend[0] ? c->backend : "auto");
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
@@ -359,8 +360,10 @@ static void give_up(struct sup *s, enum pi_stage id, const char *how)
     st->next_spawn_ns = 0;
     atomic_store_explicit(&info(s, id)->state, PI_STAGE_FAILED, memory_order_relaxed);
     const bool required = stage_required(s, id);
-    set_error(s, "%s died %d times within %d s (last: %s)%s", stage_name(id), SUP_GIVEUP_DEATHS,
-              SUP_GIVEUP_WINDOW_MS / 1000, how, required ? "" : "; continuing without it");
+    const char *last = info(s, id)->last_error;
+    set_error(s, "%s died %d times within %d s (last: %s%s%.*s)%s", stage_name(id), SUP_GIVEUP_DEATHS,
+              SUP_GIVEUP_WINDOW_MS / 1000, how, last[0] ? ": " : "", (int)sizeof info(s, id)->last_error, last,
+              required ? "" : "; continuing without it");
     if (!required)
         return;
     if (!s->served) {

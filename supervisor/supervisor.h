@@ -59,7 +59,8 @@ struct sup_config {
     const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
     int32_t n_threads, n_ctx;       /* n_ctx: KV cells per sequence */
     int32_t n_parallel;             /* sequences gpud runs at once (--parallel) */
-    int32_t cache_type;             /* KV cache elements (--cache-type, enum be_cache_type) */
+    int32_t cache_type;             /* KV cache elements (--cache-type, enum be_cache_type); -1: default */
+    char backend[16];               /* gpud's device (--backend): cpu, cuda, auto */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
     bool reset_gpu_index, disable_gpu_index;

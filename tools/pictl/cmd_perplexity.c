@@ -60,7 +60,7 @@ int cmd_perplexity(int argc, char **argv)
         goto out;
     }
     struct pi_ctx_params cp = { .n_ctx = n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense,
-                                .cache_type = (enum be_cache_type)o.cache_type };
+                                .cache_type = o.cache_type, .backend = o.backend };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("perplexity", "create context", rc);
         goto out;

@@ -100,7 +100,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     struct pi_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense,
-                                .cache_type = (enum be_cache_type)o.cache_type };
+                                .cache_type = o.cache_type, .backend = o.backend };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("run", "create context", rc);
         goto out;
@@ -125,9 +125,11 @@ int cmd_run(int argc, char **argv)
     }
     lf = NULL;
     fprintf(stderr,
-            "[perf] model %s (%s%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
+            "[perf] model %s (%s%s%s%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
             "%.1f ms, %.2f tok/s%s\n",
-            m->name, quant_traits(m->layers[0].wq.type)->name, ctx_is_sparse(c) ? ", sparse" : "", o.n_threads, st.n_prompt, st.prefill_ms,
+            m->name, quant_traits(m->layers[0].wq.type)->name, ctx_is_sparse(c) ? ", sparse" : "",
+            strcmp(ctx_backend(c), "cpu") ? ", " : "", strcmp(ctx_backend(c), "cpu") ? ctx_backend(c) : "",
+            o.n_threads, st.n_prompt, st.prefill_ms,
             st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0.0, st.n_gen, st.decode_ms,
             st.decode_ms > 0 ? st.n_gen * 1e3 / st.decode_ms : 0.0,
             st.hit_context_end ? " (stopped: context full)" : "");

@@ -211,6 +211,8 @@ int inst_start(const struct start_opts *o)
                        PI_REQ_MAX_TOKENS - 1);
     if (!(o->gpu_ffn_share >= 0.0f && o->gpu_ffn_share <= 1.0f))
         return pi_fail(PI_E_RANGE, "--gpu-ffn-share %g is not in [0, 1]", (double)o->gpu_ffn_share);
+    if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "auto") && !be_find(o->backend))
+        return pi_fail(PI_E_UNSUPPORTED, "backend '%s' is not built in (built: cpu)", o->backend);
     /* fail fast, with the reader's message, before anything exists */
     if ((rc = model_load(&m, o->model)))
         return rc;
@@ -224,6 +226,7 @@ int inst_start(const struct start_opts *o)
                               .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1,
                               .http = o->http != NULL };
     snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
+    snprintf(cfg.backend, sizeof cfg.backend, "%s", o->backend ? o->backend : "auto");
     char abs_path[PATH_MAX];
     if (!realpath(o->model, abs_path)) {
         rc = pi_fail(errno, "cannot resolve '%s': %s", o->model, strerror(errno));
@@ -294,7 +297,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
        OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
@@ -305,6 +308,7 @@ static const struct option start_long[] = {
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
     { "parallel", required_argument, NULL, OPT_PARALLEL },
     { "cache-type", required_argument, NULL, OPT_CACHE_TYPE },
+    { "backend", required_argument, NULL, OPT_BACKEND },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
@@ -328,7 +332,9 @@ static void start_usage(void)
            "                           holds -c x --parallel cells\n"
            "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
            "                           further requests wait queued in order\n"
-           "  --cache-type f32|f16     KV cache element type (default f32; f16 halves its memory)\n"
+           "  --cache-type f32|f16     KV cache element type (default f32 on the CPU, f16 on a GPU)\n"
+           "  --backend cpu|cuda|auto  gpud's device (default auto: cuda when a GPU is present; gpud's log\n"
+           "                           says why not)\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
@@ -382,7 +388,7 @@ int cmd_start(int argc, char **argv)
     static char key[512];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
-                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0 };
+                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0, .cache_type = -1 };
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:t:c:h", start_long, NULL)) != -1) {
@@ -398,6 +404,13 @@ int cmd_start(int argc, char **argv)
                 fprintf(stderr, "pictl start: --gpu-ffn-share expects a number in [0, 1], got '%s'\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "pictl start: --backend expects cpu, cuda or auto, got '%s'\n", optarg);
+                return 2;
+            }
+            o.backend = optarg;
             break;
         case OPT_CACHE_TYPE:
             if (strcmp(optarg, "f32") && strcmp(optarg, "f16")) {

@@ -34,7 +34,8 @@ struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
     int32_t n_parallel;     /* sequences gpud runs at once; 0 = SUP_DEFAULT_PARALLEL */
-    int32_t cache_type;     /* KV cache elements (enum be_cache_type) */
+    int32_t cache_type;     /* KV cache elements (enum be_cache_type); -1: the backend's default */
+    const char *backend;    /* gpud's device: "cpu", "cuda", "auto" (NULL = auto) */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */

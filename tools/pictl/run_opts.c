@@ -32,7 +32,7 @@
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
-    OPT_DISABLE_IDX, OPT_AUDIT, OPT_CACHE_TYPE,
+    OPT_DISABLE_IDX, OPT_AUDIT, OPT_CACHE_TYPE, OPT_BACKEND,
 };
 
 /* Which commands a flag applies to (bit per enum run_opts_cmd). */
@@ -61,7 +61,9 @@ static const struct run_flag flags[] = {
       "context length (default: run 2048 or the model's; perplexity 512)" },
     { { "batch-size", required_argument, NULL, 'b' }, F_RUN | F_PPL, "N", "prompt tokens per evaluation (default 64)" },
     { { "cache-type", required_argument, NULL, OPT_CACHE_TYPE }, F_RUN | F_PPL, "f32|f16",
-      "KV cache element type (default f32; f16 halves its memory)" },
+      "KV cache element type (default f32 on the CPU, f16 on a GPU)" },
+    { { "backend", required_argument, NULL, OPT_BACKEND }, F_RUN | F_PPL, "cpu|cuda|auto",
+      "compute device (default auto: cuda when a GPU is present)" },
     { { "temp", required_argument, NULL, OPT_TEMP }, F_SAMPLE, "T", "temperature (default 0.8; 0 = greedy)" },
     { { "top-k", required_argument, NULL, OPT_TOP_K }, F_SAMPLE, "K", "(default 40, 0 = off)" },
     { { "top-p", required_argument, NULL, OPT_TOP_P }, F_SAMPLE, "P", "(default 0.95, 1 = off)" },
@@ -247,6 +249,8 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     o->n_threads = ncpu > 0 ? (int32_t)ncpu : 1;
     o->gen.n_predict = DEFAULT_N_PREDICT;
     o->vram_budget_gib = -1.0;
+    o->cache_type = -1;
+    o->backend = "auto";
     samp_defaults(&o->gen.samp);
     const char *prompt = NULL, *name = cmd_names[cmd];
     struct option long_opts[N_FLAGS + 1];
@@ -306,6 +310,14 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case OPT_IGNORE_EOS: o->gen.ignore_eos = true; break;
         case OPT_INPROC: o->inproc = true; break;
         case OPT_DENSE: o->dense = true; break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                fprintf(stderr, "pictl %s: --backend expects cpu, cuda or auto, got '%s'\n", name, optarg);
+                rc = -PI_E_INVAL;
+            } else {
+                o->backend = optarg;
+            }
+            break;
         case OPT_CACHE_TYPE:
             if (!strcmp(optarg, "f32") || !strcmp(optarg, "f16")) {
                 o->cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;

@@ -22,7 +22,8 @@ struct run_opts {
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     bool seed_given;
-    int32_t cache_type;    /* --cache-type: enum be_cache_type */
+    int32_t cache_type;    /* --cache-type: enum be_cache_type; -1: the backend's default */
+    const char *backend;   /* --backend cpu|cuda|auto (default auto: cuda when a device opens) */
 };
 
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
