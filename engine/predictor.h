@@ -4,7 +4,7 @@
  *
  * h (B, n_embd) is the FFN input before ffn_norm (the residual after attention); fc1 ne {n_embd, r},
  * fc2 ne {r, n_ff}, no biases, raw logits; threshold = powerinfer.sparse_threshold (default 0).
- * predictord runs this per layer; the in-process sparse mode (forward.c) too. */
+ * predictord runs this per layer; the in-process sparse mode (eval.c, on the host or the backend's predict op) too. */
 #ifndef PI_PREDICTOR_H
 #define PI_PREDICTOR_H
 

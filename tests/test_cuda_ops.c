@@ -2,7 +2,7 @@
  *
  * Random PowerInfer-layout models (pwri_testmodel: F32 attention, FFN weights of each GPU type,
  * ffn_down and ffn_down_t, a random predictor), and each step compared with the CPU kernels of
- * forward.c / ffn_split.c / predictor.c by normalized MSE ‖gpu − cpu‖² / ‖cpu‖²:
+ * backend_cpu.c / ffn_split.c / predictor.c by normalized MSE ‖gpu − cpu‖² / ‖cpu‖²:
  *   embed (exact), attention (layer 0, f32 and f16 caches), predictor masks (agreement), the dense
  *   FFN and the sparse FFN over a given mask, whole-model logits for a prompt + decode steps through
  *   the GEMV path and through the cuBLAS (prefill) path, the CUDA-graph decode step's greedy id;
