@@ -138,7 +138,7 @@ try:
                 got = inproc(model, i, t, f"{kind}-t{t}-{i}")
                 check(got[0] == base[0], f"{kind} prompt {i}: tokens at -t {t} differ from -t 1")
                 check(got[1] == base[1], f"{kind} prompt {i}: logits at -t {t} differ from -t 1 (not bitwise)")
-        print(f"{kind}: -t 1, 2, 3 bitwise identical")
+        print(f"{kind}: -t 1, 2, 3 compared (FAIL lines above, if any)")
 
     # 2. pipeline, every neuron in gpud (the in-process placement) = in-process
     if start(cal):
@@ -149,7 +149,7 @@ try:
                 check(got[0] == want[0], f"pipeline prompt {i}: tokens differ from in-process")
                 check(got[1] == want[1], f"pipeline prompt {i}: logits differ from in-process (not bitwise)")
         stop()
-        print("pipeline = in-process, bitwise, on the calibrated model")
+        print("pipeline vs in-process on the calibrated model: see FAIL lines above, if any")
 
     # 3. FFN split between gpud and cpud; kill -9 each stage under 4 concurrent requests
     if start(cal, "--gpu-ffn-share", "0.5"):
@@ -157,6 +157,8 @@ try:
         check(len(base) == len(PROMPTS), "undisturbed concurrent requests failed")
         seeded = [base[i][0] for i in (2, 3) if i in base]
         check(len(seeded) < 2 or seeded[0] != seeded[1], "the two seeded requests drew the same tokens")
+        # a backend that runs the predictor itself (a GPU) never asks predictord: no outage to test
+        pred_here = status()["backend"] != "cpu"
         for stage, repeat in (("gpud", False), ("predictord", False), ("cpud", False), ("predictord", True),
                               ("cpud", True)):
             fb = status()["stages"]["gpud"]["fallbacks"]
@@ -167,9 +169,11 @@ try:
                     check(got[i][0] == base[i][0], f"{tag}: request {i} tokens differ")
                     check(got[i][1] == base[i][1], f"{tag}: request {i} logits differ (not bitwise)")
             fb = status()["stages"]["gpud"]["fallbacks"] - fb
-            if repeat:
+            if repeat and not (stage == "predictord" and pred_here):
                 check(fb > 0, f"{tag}: gpud never ran a layer without {stage}: the outage path was not tested")
-            print(f"{tag} under 4 requests: tokens and logits bitwise identical ({fb} layers without {stage})")
+            same = all(i in got and got[i] == base[i] for i in base)
+            print(f"{tag} under 4 requests: tokens and logits {'bitwise identical' if same else 'DIFFERENT'} "
+                  f"({fb} layers without {stage})")
 
     # 4. batched = alone
     stop()
@@ -224,7 +228,9 @@ try:
             if i in batched:
                 check(batched[i][0] == alone[i][0], f"{kind} request {i}: batched tokens differ from alone")
                 check(batched[i][1] == alone[i][1], f"{kind} request {i}: batched logits differ from alone")
-        print(f"{kind}: 8 requests batched on 4 sequences = alone, bitwise (queue seen: {queued})")
+        same = all(i in batched and batched[i] == alone[i] for i in alone)
+        print(f"{kind}: 8 requests batched on 4 sequences {'= alone, bitwise' if same else 'DIFFER from alone'} "
+              f"(queue seen: {queued})")
 
         # cancel: a client interrupted (SIGINT) and a client killed free their slots; others go on
         long = [pictl, "generate", "--name", name, "-p", "ROMEO:", "-n", "100000", "--ignore-eos", "--temp", "0"]
