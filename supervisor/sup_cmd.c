@@ -214,11 +214,14 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;
     r->replays = 0;
+    atomic_store_explicit(&r->cancel, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, -1, memory_order_relaxed);
     r->errmsg[0] = '\0';
     snprintf(r->logits_path, sizeof r->logits_path, "%s", dump);
     memcpy(r->tokens, ids, n_ids * sizeof *ids);
     atomic_store_explicit(&r->n_gen, 0, memory_order_relaxed);
     s->req_owner[slot] = (pid_t)client;
+    s->req_autorelease[slot] = false;
     /* release: gpud acquires QUEUED and then reads every field written above */
     atomic_store_explicit(&r->state, PI_REQ_QUEUED, memory_order_release);
     /* release: a gpud that sees the new req_seq (acquire) also sees the QUEUED slot */
@@ -228,6 +231,39 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
 out:
     free(ids);
     return reply;
+}
+
+/* Ask gpud to stop request r (it ends it as FAILED "cancelled" at its next step) and free the slot
+ * once it has. */
+static void cancel_request(struct sup *s, int slot)
+{
+    struct pi_request *r = &s->ctl->reqs[slot];
+    atomic_store_explicit(&r->cancel, 1, memory_order_relaxed);
+    s->req_autorelease[slot] = true;
+    /* release: a sleeping gpud wakes and looks at the table */
+    atomic_fetch_add_explicit(&s->ctl->req_seq, 1, memory_order_release);
+    pi_futex_wake_all(&s->ctl->req_seq);
+}
+
+static json_t *sup_cmd_cancel(struct sup *s, json_t *req, char *err)
+{
+    static const char *const known[] = { "cmd", "slot", "id", NULL };
+    long long slot = -1, id = -1;
+    if (check_keys(req, known, err) || get_int(req, "slot", 0, PI_MAX_REQUESTS - 1, &slot, err) <= 0 ||
+        get_int(req, "id", 1, INT64_MAX, &id, err) <= 0)
+        return sup_reply_error("%s", err[0] ? err : "fields 'slot' and 'id' (integers) are required");
+    struct pi_request *r = &s->ctl->reqs[slot];
+    const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+    if (st == PI_REQ_FREE || r->id != (uint64_t)id)
+        return sup_reply_error("slot %lld does not hold request %lld", slot, id);
+    sup_log("cancelling request %lld (slot %lld, %s)", id, slot, inst_req_state_name(st));
+    if (st == PI_REQ_DONE || st == PI_REQ_FAILED) {
+        atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
+        s->req_owner[slot] = 0;
+    } else {
+        cancel_request(s, (int)slot);
+    }
+    return reply_ok();
 }
 
 static json_t *sup_cmd_release(struct sup *s, json_t *req, char *err)
@@ -268,6 +304,8 @@ json_t *sup_handle(struct sup *s, const char *msg, size_t len)
         reply = sup_cmd_generate(s, req, err);
     else if (!strcmp(cmd, "release"))
         reply = sup_cmd_release(s, req, err);
+    else if (!strcmp(cmd, "cancel"))
+        reply = sup_cmd_cancel(s, req, err);
     else if (!strcmp(cmd, "restart"))
         reply = sup_cmd_restart(s, req, err);
     else if (!strcmp(cmd, "stop")) {
@@ -276,7 +314,7 @@ json_t *sup_handle(struct sup *s, const char *msg, size_t len)
         s->stop_reply = true;
         reply = NULL;
     } else
-        reply = sup_reply_error("unknown command '%.64s' (status, generate, release, restart, stop)", cmd);
+        reply = sup_reply_error("unknown command '%.64s' (status, generate, cancel, release, restart, stop)", cmd);
     json_decref(req);
     if (!reply && !s->stop_reply)
         reply = sup_reply_error("out of memory building the reply");
@@ -288,11 +326,17 @@ void sup_sweep_requests(struct sup *s)
     for (int i = 0; i < PI_MAX_REQUESTS; i++) {
         struct pi_request *r = &s->ctl->reqs[i];
         const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
-        if ((st == PI_REQ_DONE || st == PI_REQ_FAILED) && s->req_owner[i] > 0 && !inst_pid_alive(s->req_owner[i])) {
-            sup_log("freeing slot %d (request %llu): its client %d is gone", i, (unsigned long long)r->id,
+        const bool gone = s->req_owner[i] > 0 && !inst_pid_alive(s->req_owner[i]);
+        if ((st == PI_REQ_QUEUED || st == PI_REQ_RUNNING) && gone && !atomic_load(&r->cancel)) {
+            sup_log("cancelling request %llu (slot %d): its client %d is gone", (unsigned long long)r->id, i,
                     (int)s->req_owner[i]);
+            cancel_request(s, i);
+        } else if ((st == PI_REQ_DONE || st == PI_REQ_FAILED) && (gone || s->req_autorelease[i])) {
+            sup_log("freeing slot %d (request %llu): %s", i, (unsigned long long)r->id,
+                    gone ? "its client is gone" : "cancelled");
             atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
             s->req_owner[i] = 0;
+            s->req_autorelease[i] = false;
         }
     }
 }

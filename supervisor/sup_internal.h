@@ -44,6 +44,7 @@ struct sup {
     int exit_code;
     uint64_t req_counter;
     pid_t req_owner[PI_MAX_REQUESTS];
+    bool req_autorelease[PI_MAX_REQUESTS]; /* cancelled: free the slot once gpud has ended it */
 };
 
 /* sup_cmd.c: handle one message (any bytes); returns the reply. A stop command sets s->stop and

@@ -21,7 +21,7 @@
 
 #include "cal_internal.h"
 #include "calibrate.h"
-#include "forward.h"
+#include "eval.h"
 #include "gguf.h"
 #include "model.h"
 #include "pi_err.h"

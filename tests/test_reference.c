@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "generate.h"
 #include "model.h"
 #include "pi_err.h"

@@ -164,12 +164,13 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
-    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", "release", "slot", slot, "id", id);
+    /* interrupted (Ctrl-C): cancel the request, which frees its slot once gpud has stopped it */
+    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", rc == -EINTR ? "cancel" : "release", "slot", slot, "id", id);
     json_t *rel_reply = NULL;
-    if (rel && rc != -EINTR) {
+    if (rel) {
         int rrc = inst_command(name, rel, INST_REQ_TIMEOUT_MS, &rel_reply);
         if (rrc && !rc)
-            rc = rrc;
+            rc = rrc; /* (a failed cancel leaves the request to the supervisor's client sweep) */
     }
     json_decref(rel);
     json_decref(rel_reply);
@@ -265,7 +266,9 @@ int run_pipeline(const struct run_opts *o)
     sa.sa_handler = on_run_signal;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    /* one request: one sequence (the KV cache holds -c cells, as in-process) */
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                             .n_parallel = 1,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "generate.h"
 #include "model.h"
 #include "pi_err.h"

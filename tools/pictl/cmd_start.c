@@ -184,7 +184,9 @@ int inst_start(const struct start_opts *o)
     /* fail fast, with the reader's message, before anything exists */
     if ((rc = model_load(&m, o->model)))
         return rc;
-    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+    if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
+        return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
+    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
                               .gpu_ffn_share = o->gpu_ffn_share,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
@@ -260,7 +262,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT };
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT };
 
 static const struct option start_long[] = {
     { "model", required_argument, NULL, 'm' },
@@ -268,6 +270,7 @@ static const struct option start_long[] = {
     { "threads", required_argument, NULL, 't' },
     { "ctx-size", required_argument, NULL, 'c' },
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
+    { "parallel", required_argument, NULL, OPT_PARALLEL },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
@@ -283,7 +286,10 @@ static void start_usage(void)
            "  -m, --model FILE         GGUF model\n"
            "  --name NAME              instance name, [A-Za-z0-9_]{1,31} (default %s)\n"
            "  -t, --threads N          cpud worker threads (default: online cores)\n"
-           "  -c, --ctx-size N         context length (default %d, at most %d)\n"
+           "  -c, --ctx-size N         context of one sequence (default %d, at most %d); the KV cache\n"
+           "                           holds -c x --parallel cells\n"
+           "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
+           "                           further requests wait queued in order\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
@@ -291,7 +297,8 @@ static void start_usage(void)
            "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
            "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
            "  --foreground             run the supervisor in this process (logs to stderr)\n",
-           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)SUP_DEFAULT_GPU_FFN_SHARE);
+           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, SUP_DEFAULT_PARALLEL, PI_MAX_REQUESTS,
+           (double)SUP_DEFAULT_GPU_FFN_SHARE);
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
@@ -328,6 +335,7 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_PARALLEL: if (parse_int("--parallel", optarg, 1, PI_MAX_REQUESTS, &o.n_parallel)) return 2; break;
         case OPT_FOREGROUND: o.foreground = true; break;
         case OPT_VRAM:
             o.vram_budget_gib = strtod(optarg, &end);

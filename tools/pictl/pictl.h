@@ -32,6 +32,7 @@ int pictl_error(const char *cmd, const char *what, int rc);
 struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
+    int32_t n_parallel;     /* sequences gpud runs at once; 0 = SUP_DEFAULT_PARALLEL */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
