@@ -7,6 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(PI_HAVE_AVX2_UNIT)
+#include <cpuid.h>
+#endif
 
 /* The reference kernels, filled by the files that own the types; and the kernels in use: a copy
  * with the AVX2 kernels patched in. Both written once under pthread_once (quant_init), read-only
@@ -19,6 +22,15 @@ static bool quant_avx2_active;
  * value just uses the other, equally valid, table. */
 static atomic_bool quant_scalar;
 
+#if defined(PI_HAVE_AVX2_UNIT)
+/* F16C from cpuid (leaf 1, ecx bit 29): clang before 15 has no "f16c" for __builtin_cpu_supports. */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static void quant_init_once(void)
 {
     quant_ref_fill(traits_ref, PI_TYPE_COUNT);
@@ -29,8 +41,7 @@ static void quant_init_once(void)
     memcpy(traits_fast, traits_ref, sizeof traits_fast);
 #if defined(PI_HAVE_AVX2_UNIT)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
         quant_avx2_install(traits_fast, PI_TYPE_COUNT);
         quant_avx2_kquants_install(traits_fast, PI_TYPE_COUNT);
         quant_avx2_active = true;

@@ -211,6 +211,8 @@ int main(void)
     CASE("data beyond EOF", PI_E_TRUNCATED, "beyond end of file",
          patch64(&m, m.t1_offset, (uint64_t)1 << 20));
     CASE("offset overflow", PI_E_TRUNCATED, "'t.b'", patch64(&m, m.t1_offset, UINT64_MAX - 31));
+    CASE("overlapping data", PI_E_FORMAT, "overlap", patch64(&m, m.t1_offset, 224)); /* t.a is 0..256 */
+    CASE("same data", PI_E_FORMAT, "'t.a' (data 0 + 256 bytes) and 't.b' (data at 0) overlap", patch64(&m, m.t1_offset, 0));
     CASE("duplicate tensor name", PI_E_FORMAT, "duplicate tensor", m.b[m.t1_name + 2] = 'a');
     CASE("empty tensor name", PI_E_FORMAT, "empty name", patch64(&m, m.t0_name - 8, 0));
     CASE("truncated data section", PI_E_TRUNCATED, "'t.b'", m.n = m.data + 300);

@@ -20,6 +20,7 @@
 #define CV_QUANT_VERSION 2u
 #define CV_NAME_MAX 96
 #define CV_KEY_MAX 128
+#define CV_PATH_MAX 4096
 
 /* ggml "ftype" (general.file_type): the dominant weight type of the file. */
 enum cv_ftype {
@@ -350,6 +351,24 @@ fail:
     return rc;
 }
 
+/* The output must not be a file the converter reads (`-o HF_DIR/model.safetensors` would replace it). */
+static int cv_check_output(const struct convert_opts *o, const struct st_set *st)
+{
+    static const char *const names[] = { "config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                                         "model.safetensors.index.json" };
+    char in[CV_PATH_MAX];
+    int rc;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(in, sizeof in, "%s/%s", o->hf_dir, names[i]);
+        if ((rc = gguf_check_not_input(o->out_path, in, "the checkpoint's")))
+            return rc;
+    }
+    for (size_t i = 0; i < st_n_tensors(st); i++)
+        if ((rc = gguf_check_not_input(o->out_path, st_tensor_at(st, i)->file, "the checkpoint's")))
+            return rc;
+    return 0;
+}
+
 int convert_hf(const struct convert_opts *o)
 {
     int rc;
@@ -365,6 +384,8 @@ int convert_hf(const struct convert_opts *o)
     quant_init();
     if ((rc = hf_config_load(&cfg, o->hf_dir)) || (rc = st_open_dir(&st, o->hf_dir)) ||
         (rc = hf_vocab_load(&voc, o->hf_dir, &cfg)) || (rc = cv_plan_build(&plan, st, &cfg, o->out_type, o->quiet)))
+        goto fail;
+    if ((rc = cv_check_output(o, st)))
         goto fail;
     if ((rc = gguf_writer_new(&w, GGUF_MAGIC_GGUF)) || (rc = cv_write_keys(w, &cfg, o)) || (rc = hf_vocab_write(&voc, w)))
         goto fail;

@@ -111,10 +111,14 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     const pid_t sup = (pid_t)ctl->supervisor_pid;
     json_t *j = json_object();
     json_object_set_new(j, "instance", str_field(ctl->instance, sizeof ctl->instance));
-    json_object_set_new(j, "state", json_string(inst_state_name(atomic_load_explicit(&ctl->state, memory_order_relaxed))));
+    /* The segment outlives a supervisor killed with -9, its state frozen at whatever it was: a
+     * state read from it is only true while the supervisor lives. */
+    const bool alive = inst_pid_alive(sup);
+    json_object_set_new(j, "state", json_string(alive ? inst_state_name(atomic_load_explicit(&ctl->state, memory_order_relaxed))
+                                                      : INST_STATE_DEAD));
     json_object_set_new(j, "model", str_field(ctl->model_path, sizeof ctl->model_path));
     json_object_set_new(j, "supervisor_pid", json_integer(sup));
-    json_object_set_new(j, "supervisor_alive", json_boolean(inst_pid_alive(sup)));
+    json_object_set_new(j, "supervisor_alive", json_boolean(alive));
     json_object_set_new(j, "epoch", json_integer((json_int_t)atomic_load_explicit(&ctl->epoch, memory_order_relaxed)));
     json_object_set_new(j, "threads", json_integer(ctl->n_threads));
     json_object_set_new(j, "gpud_threads", json_integer(ctl->gpud_threads));
@@ -139,8 +143,12 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "load", load);
 
     json_t *stages = json_object();
-    for (int i = 0; i < PI_STAGE_COUNT; i++)
+    for (int i = 0; i < PI_STAGE_COUNT; i++) {
+        /* apid runs only with --http: an instance that never started it does not list it */
+        if (i == PI_STAGE_APID && !atomic_load_explicit(&ctl->stages[i].started_ns, memory_order_relaxed))
+            continue;
         json_object_set_new(stages, stage_name((enum pi_stage)i), stage_json(&ctl->stages[i], now));
+    }
     json_object_set_new(j, "stages", stages);
 
     /* requests (the table), the sequences running them (slots) and the queue waiting for one */
@@ -296,6 +304,7 @@ int cmd_status(int argc, char **argv)
     shm_detach(&seg);
     if (!st)
         return pictl_error("status", name, -PI_E_NOMEM);
+    const bool dead = !json_is_true(json_object_get(st, "supervisor_alive"));
     if (as_json) {
         char *text = json_dumps(st, JSON_INDENT(1));
         if (text)
@@ -304,6 +313,9 @@ int cmd_status(int argc, char **argv)
     } else {
         print_text(stdout, st);
     }
+    if (dead)
+        fprintf(stderr, "pictl status: instance '%s' is dead: its supervisor (pid %lld) is gone and nothing serves it; "
+                "'pictl start' cleans it up\n", name, (long long)json_integer_value(json_object_get(st, "supervisor_pid")));
     json_decref(st);
-    return 0;
+    return dead ? 1 : 0;
 }

@@ -1,0 +1,221 @@
+/* be_cuda.c — the CUDA backend: backend interface v2 (engine/backend.h) over the device context
+ * (cudev.h). Registered in be_find() as "cuda" when the build has the toolkit.
+ *
+ * Each op maps onto one cudev step; ffn() writes the device share into the pending buffer and
+ * ffn_add() adds it (and the host's cold share) to x in the order the interface fixes. Placement:
+ * the weights of every neuron are uploaded, but ffn() computes only the neurons on_device gives this
+ * backend (dense: those; sparse: those ∧ each token's own mask). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cudev.h"
+#include "pi_err.h"
+
+struct be {
+    const struct pi_model *m;
+    struct cudev *d;
+    int32_t n_ctx, n_seq, n_batch;
+    bool *all_held;   /* (n_layer) */
+    uint8_t *held;    /* (n_layer, n_ff) copy of the placement, or NULL = all */
+    uint8_t *mask;    /* (n_batch, n_ff) host mask scratch (placement ∧ masks) */
+    int32_t *ids;     /* (n_batch) argmax scratch */
+    bool dev_mask;    /* the batch's masks are on the device (predict / set_mask since the last ffn) */
+};
+
+static void cu_close(struct be *b)
+{
+    if (!b)
+        return;
+    cudev_close(b->d);
+    free(b->all_held);
+    free(b->held);
+    free(b->mask);
+    free(b->ids);
+    free(b);
+}
+
+static int cu_open(struct be **out, const struct pi_model *m, const struct be_params *p)
+{
+    struct be *b = calloc(1, sizeof *b);
+    if (!b)
+        return pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
+    const struct pi_hparams *hp = &m->hp;
+    b->m = m;
+    b->n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    b->n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    b->n_batch = p->n_batch > 0 ? p->n_batch : 64;
+    const size_t F = (size_t)hp->n_ff, L = (size_t)hp->n_layer;
+    int rc = 0;
+    b->all_held = calloc(L, sizeof *b->all_held);
+    b->mask = malloc((size_t)b->n_batch * F);
+    b->ids = malloc((size_t)b->n_batch * sizeof *b->ids);
+    if (!b->all_held || !b->mask || !b->ids)
+        rc = pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
+    for (size_t l = 0; !rc && l < L; l++)
+        b->all_held[l] = true;
+    if (!rc && p->on_device) {
+        if (!(b->held = malloc(L * F)))
+            rc = pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
+        else
+            memcpy(b->held, p->on_device, L * F);
+        for (size_t l = 0; !rc && l < L; l++)
+            for (size_t i = 0; i < F && b->all_held[l]; i++)
+                b->all_held[l] = b->held[l * F + i] != 0;
+    }
+    const struct cudev_params dp = { .n_ctx = b->n_ctx, .n_seq = b->n_seq, .n_batch = b->n_batch,
+                                     .kv_f32 = p->cache_type == BE_CACHE_F32 };
+    if (!rc)
+        rc = cudev_open(&b->d, m, &dp);
+    if (rc) {
+        cu_close(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+static void cu_mem(const struct be *b, struct be_mem *out)
+{
+    struct cudev_mem mm;
+    cudev_mem(b->d, &mm);
+    *out = (struct be_mem){ .weights = mm.weights, .kv = mm.kv, .scratch = mm.scratch };
+}
+
+static int32_t cu_n_ctx(const struct be *b) { return b->n_ctx; }
+static int32_t cu_n_seq(const struct be *b) { return b->n_seq; }
+
+static int cu_embed(struct be *b, const struct pi_batch *bt)
+{
+    int rc = cudev_batch(b->d, bt->n, bt->tok, bt->pos, bt->seq);
+    b->dev_mask = false;
+    return rc ? rc : cudev_embed(b->d, bt->n);
+}
+
+static int cu_attn(struct be *b, int layer, const struct pi_batch *bt) { return cudev_attn(b->d, layer, bt->n); }
+
+static int cu_predict(struct be *b, int layer, int32_t n)
+{
+    int rc = cudev_predict(b->d, layer, n);
+    b->dev_mask = rc == 0;
+    return rc;
+}
+
+static int cu_set_mask(struct be *b, int32_t n, const uint8_t *mask)
+{
+    int rc = cudev_set_mask(b->d, n, mask);
+    b->dev_mask = rc == 0;
+    return rc;
+}
+
+static int cu_get_mask(struct be *b, int32_t n, uint8_t *mask) { return cudev_get_mask(b->d, n, mask); }
+static int cu_get_h(struct be *b, int32_t n, float *h) { return cudev_get_x(b->d, n, h); }
+
+static int cu_ffn(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn_count *cnt)
+{
+    const int64_t F = b->m->hp.n_ff;
+    if (sparse && !b->dev_mask)
+        return pi_fail(PI_E_INVAL, "cuda backend: sparse FFN of layer %d without masks", layer);
+    bool masked = sparse;
+    if (!b->all_held[layer]) {
+        /* the neurons held here: the placement, ∧ each token's own mask when sparse */
+        const uint8_t *held = b->held + (size_t)layer * F;
+        int rc = sparse ? cudev_get_mask(b->d, n, b->mask) : 0;
+        if (rc)
+            return rc;
+        for (int32_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < F; i++) {
+                uint8_t *v = &b->mask[(size_t)t * F + i];
+                *v = held[i] && (!sparse || *v);
+            }
+        if ((rc = cudev_set_mask(b->d, n, b->mask)))
+            return rc;
+        masked = true;
+    }
+    if (cnt && !masked)
+        cnt->neurons += (uint64_t)F;
+    b->dev_mask = false;
+    return cudev_ffn(b->d, layer, n, masked, true);
+}
+
+static int cu_ffn_add(struct be *b, int layer, int32_t n, const float *y_host)
+{
+    (void)layer;
+    return cudev_ffn_add(b->d, n, y_host);
+}
+
+/* The rows [first, n) cover every token that wants logits; wanted rows are copied in batch order. */
+static int32_t first_wanted(const struct pi_batch *bt)
+{
+    for (int32_t i = 0; i < bt->n; i++)
+        if (batch_wants(bt, i))
+            return i;
+    return -1;
+}
+
+static int cu_output(struct be *b, const struct pi_batch *bt, float *logits)
+{
+    const int32_t first = first_wanted(bt), V = b->m->hp.n_vocab;
+    if (first < 0)
+        return 0;
+    const int32_t k = bt->n - first;
+    const bool all = batch_n_out(bt) == k;
+    if (all)
+        return cudev_output(b->d, bt->n, first, logits);
+    float *tmp = malloc((size_t)k * V * sizeof *tmp);
+    if (!tmp)
+        return pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
+    int rc = cudev_output(b->d, bt->n, first, tmp);
+    for (int32_t i = first, o = 0; !rc && i < bt->n; i++)
+        if (batch_wants(bt, i))
+            memcpy(logits + (size_t)o++ * V, tmp + (size_t)(i - first) * V, (size_t)V * sizeof *tmp);
+    free(tmp);
+    return rc;
+}
+
+static int cu_argmax(struct be *b, const struct pi_batch *bt, int32_t *ids)
+{
+    const int32_t first = first_wanted(bt);
+    if (first < 0)
+        return 0;
+    int32_t *all = b->ids;
+    int rc = cudev_output(b->d, bt->n, first, NULL);
+    if (!rc)
+        rc = cudev_argmax(b->d, bt->n, first, all);
+    for (int32_t i = first, o = 0; !rc && i < bt->n; i++)
+        if (batch_wants(bt, i))
+            ids[o++] = all[i - first];
+    return rc;
+}
+
+static int cu_seq_clear(struct be *b, int32_t seq)
+{
+    /* a token reads only its own sequence's cells at positions ≤ its own, all written before it */
+    if (seq < 0 || seq >= b->n_seq)
+        return pi_fail(PI_E_RANGE, "cuda backend: sequence %d of %d", seq, b->n_seq);
+    return 0;
+}
+
+static int cu_sync(struct be *b) { return cudev_sync(b->d); }
+
+const struct be_ops be_cuda_ops = {
+    .name = "cuda",
+    .open = cu_open,
+    .close = cu_close,
+    .mem = cu_mem,
+    .n_ctx = cu_n_ctx,
+    .n_seq = cu_n_seq,
+    .embed = cu_embed,
+    .attn = cu_attn,
+    .predict = cu_predict,
+    .set_mask = cu_set_mask,
+    .get_mask = cu_get_mask,
+    .get_h = cu_get_h,
+    .ffn = cu_ffn,
+    .ffn_add = cu_ffn_add,
+    .output = cu_output,
+    .argmax = cu_argmax,
+    .seq_clear = cu_seq_clear,
+    .sync = cu_sync,
+    .idle = NULL,
+};

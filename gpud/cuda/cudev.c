@@ -1,0 +1,1009 @@
+/* cudev.c — the GPU executor's device context (see cudev.h): allocation, weight upload, the
+ * forward-pass steps over device buffers, and the decode step as a CUDA graph. */
+#include "cudev.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuk.h"
+#include "pi_err.h"
+#include "predictor.h"
+#include "quant.h"
+
+#define ALIGN 256
+#define STAGE_BYTES ((size_t)64 << 20) /* pinned staging for the weight upload, two of them */
+
+/* ---- errors: every CUDA call checked; PINFER_CUDA_FAIL_CALL=N fails the Nth checked call ---- */
+
+static atomic_long cu_calls;
+static long cu_fail_at = -2; /* -2: not read yet, -1: off */
+
+static bool cu_inject(void)
+{
+    if (cu_fail_at == -2) {
+        const char *e = getenv("PINFER_CUDA_FAIL_CALL");
+        cu_fail_at = e && *e ? atol(e) : -1;
+    }
+    return cu_fail_at > 0 && atomic_fetch_add(&cu_calls, 1) + 1 == cu_fail_at;
+}
+
+static int cu_check(int err, const char *what, int line)
+{
+    if (cu_inject())
+        return pi_fail(PI_E_IO, "cuda: %s failed: injected fault (PINFER_CUDA_FAIL_CALL=%ld, cudev.c:%d)", what,
+                       cu_fail_at, line);
+    if (err == 0)
+        return 0;
+    return pi_fail(PI_E_IO, "cuda: %s failed: %s (cudev.c:%d)", what, cudaGetErrorString((cudaError_t)err), line);
+}
+#define CU(call) cu_check((int)(call), #call, __LINE__)
+/* kernel launchers return 0 or -cudaError_t */
+#define CK(call) cu_check(-(call), #call, __LINE__)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+static int cb_check(cublasStatus_t s, const char *what, int line)
+{
+    if (cu_inject())
+        return pi_fail(PI_E_IO, "cublas: %s failed: injected fault (cudev.c:%d)", what, line);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return pi_fail(PI_E_IO, "cublas: %s failed: status %d (cudev.c:%d)", what, (int)s, line);
+}
+#define CB(call) cb_check((call), #call, __LINE__)
+
+/* ---- the context ---- */
+
+struct cu_layer {
+    struct cuk_w wq, wk, wv, wo, gate, up, down, down_t, fc1, fc2;
+    struct cuk_w wqkv; /* wq, wk, wv stacked (one GEMV launch); q NULL when their shapes differ */
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv;
+};
+
+struct cudev {
+    const struct pi_model *m;
+    struct cudev_params p;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    struct cudaDeviceProp prop;
+    struct cuk_attn_geom geom;
+    struct cu_layer *L;
+    struct cuk_w tok_embd, output;
+    float *output_norm;
+    bool sparse_ok;
+    /* memory by kind */
+    void *w_arena, *kv_arena, *s_arena;
+    size_t w_bytes, kv_bytes, s_bytes, ctx_bytes, w_used, s_used;
+    double upload_s;
+    /* KV cache per layer */
+    void **k_cache, **v_cache;
+    /* scratch, n_batch tokens unless noted */
+    int32_t *batch;          /* [3][n_batch]: tok, pos, seq */
+    int32_t *h_batch;        /* pinned host copy */
+    float *x, *xn, *q, *k, *v, *att, *pending, *ycold;
+    float *g, *u, *act;      /* (n_batch, n_ff) */
+    float *p1;               /* (n_batch, rank) predictor hidden */
+    uint8_t *mask;           /* (n_batch, n_ff) */
+    int32_t *idx, *cnt;      /* (n_batch, n_ff), (n_batch) */
+    float *part;             /* AXPY chunk sums, CUDEV_GEMV_MAX tokens */
+    float *logits;           /* (n_batch, n_vocab) */
+    int32_t *ids, *h_ids;    /* (n_batch) device, pinned host */
+    void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
+    void *xq;                /* 8 rows of quantized activations for the Q-type GEMV */
+    float *apart;            /* attention chunk partials */
+    float *rope_inv;         /* (rope_dim / 2) RoPE inverse frequencies */
+    void *wdeq;              /* largest Q weight as f16 (Q models with n_batch > CUDEV_GEMV_MAX) */
+    void *blas_ws;
+    size_t blas_ws_bytes;
+    bool mask_valid;         /* idx/cnt hold the compacted mask */
+    bool capturing;          /* a decode graph is being captured */
+    int32_t max_pos;         /* largest position of the batch on the device */
+    /* decode graphs: [sparse] */
+    cudaGraphExec_t graph[2];
+    int64_t max_rank;
+    uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
+};
+
+bool cudev_available(char *why, size_t cap)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (why)
+            snprintf(why, cap, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return false;
+    }
+    return true;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static size_t al(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* Bump allocation inside an arena; with base NULL only counts. */
+static void *take(void *base, size_t *used, size_t n)
+{
+    void *p = base ? (char *)base + *used : NULL;
+    *used += al(n);
+    return p;
+}
+
+static bool is_vec(const struct pi_tensor *t) { return t->data && t->ne[1] <= 1; }
+
+/* Lay out (base NULL: count) one weight tensor in the arena. */
+static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w)
+{
+    memset(w, 0, sizeof *w);
+    if (!t->data)
+        return 0;
+    if (!cuk_type_ok(t->type))
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: tensor '%s' has type %s, which the GPU kernels do not support", t->name,
+                       quant_traits(t->type) ? quant_traits(t->type)->name : "?");
+    w->type = t->type;
+    w->n_in = t->ne[0];
+    w->n_out = t->ne[1];
+    const size_t qb = cuk_w_qbytes(t->type, w->n_in, w->n_out), db = cuk_w_dbytes(t->type, w->n_in, w->n_out);
+    if (!qb)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: tensor '%s': row of %lld not a whole number of blocks", t->name,
+                       (long long)w->n_in);
+    w->q = take(d->w_arena, &d->w_used, qb);
+    w->d = db ? take(d->w_arena, &d->w_used, db) : NULL;
+    return 0;
+}
+
+/* q, k, v of a layer stacked in the arena (q arrays, then scale arrays), so that one GEMV reads them. */
+static int w_place_qkv(struct cudev *d, const struct pi_layer *l, struct cu_layer *c)
+{
+    const struct pi_tensor *t[3] = { &l->wq, &l->wk, &l->wv };
+    struct cuk_w *w[3] = { &c->wq, &c->wk, &c->wv };
+    memset(&c->wqkv, 0, sizeof c->wqkv);
+    if (t[1]->type != t[0]->type || t[2]->type != t[0]->type || t[1]->ne[0] != t[0]->ne[0] ||
+        t[2]->ne[0] != t[0]->ne[0] || !cuk_type_ok(t[0]->type)) {
+        for (int i = 0; i < 3; i++)
+            TRY(w_place(d, t[i], w[i]));
+        return 0;
+    }
+    size_t qb[3], db[3], qs = 0, ds = 0;
+    for (int i = 0; i < 3; i++) {
+        qb[i] = cuk_w_qbytes(t[i]->type, t[i]->ne[0], t[i]->ne[1]);
+        db[i] = cuk_w_dbytes(t[i]->type, t[i]->ne[0], t[i]->ne[1]);
+        if (!qb[i])
+            return pi_fail(PI_E_UNSUPPORTED, "cuda: tensor '%s': row not a whole number of blocks", t[i]->name);
+        qs += qb[i], ds += db[i];
+    }
+    char *q = take(d->w_arena, &d->w_used, qs), *dd = ds ? take(d->w_arena, &d->w_used, ds) : NULL;
+    for (int i = 0; i < 3; i++) {
+        *w[i] = (struct cuk_w){ .type = t[i]->type, .n_in = t[i]->ne[0], .n_out = t[i]->ne[1], .q = q, .d = dd };
+        if (q)
+            q += qb[i];
+        if (dd)
+            dd += db[i];
+    }
+    c->wqkv = (struct cuk_w){ .type = t[0]->type, .n_in = t[0]->ne[0],
+                              .n_out = t[0]->ne[1] + t[1]->ne[1] + t[2]->ne[1], .q = c->wq.q, .d = c->wq.d };
+    return 0;
+}
+
+static int v_place(struct cudev *d, const struct pi_tensor *t, float **out)
+{
+    *out = NULL;
+    if (!t->data)
+        return 0;
+    if (t->type != PI_TYPE_F32)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: vector '%s' is not f32", t->name);
+    *out = take(d->w_arena, &d->w_used, (size_t)t->ne[0] * sizeof(float));
+    return 0;
+}
+
+static int place_all(struct cudev *d)
+{
+    const struct pi_model *m = d->m;
+    const bool pred = !d->p.no_sparse && pred_available(m);
+    d->w_used = 0;
+    TRY(w_place(d, &m->token_embd, &d->tok_embd));
+    TRY(w_place(d, &m->output, &d->output));
+    TRY(v_place(d, &m->output_norm, &d->output_norm));
+    bool down_t_all = true;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct pi_layer *l = &m->layers[il];
+        struct cu_layer *c = &d->L[il];
+        TRY(w_place_qkv(d, l, c));
+        TRY(w_place(d, &l->wo, &c->wo));
+        TRY(w_place(d, &l->ffn_gate, &c->gate));
+        TRY(w_place(d, &l->ffn_up, &c->up));
+        TRY(w_place(d, &l->ffn_down, &c->down));
+        TRY(w_place(d, &l->ffn_down_t, &c->down_t));
+        if (pred) {
+            TRY(w_place(d, &l->fc1, &c->fc1));
+            TRY(w_place(d, &l->fc2, &c->fc2));
+            if (l->fc1.ne[1] > d->max_rank)
+                d->max_rank = l->fc1.ne[1];
+        }
+        TRY(v_place(d, &l->attn_norm, &c->attn_norm));
+        TRY(v_place(d, &l->ffn_norm, &c->ffn_norm));
+        TRY(v_place(d, &l->bq, &c->bq));
+        TRY(v_place(d, &l->bk, &c->bk));
+        TRY(v_place(d, &l->bv, &c->bv));
+        /* the tensors, not c's pointers: this also runs as the counting pass, before the arena exists */
+        if (!l->ffn_down_t.data)
+            down_t_all = false;
+        if (!l->ffn_down.data && !l->ffn_down_t.data)
+            return pi_fail(PI_E_NOTFOUND, "cuda: layer %d has neither ffn_down nor ffn_down_t", il);
+    }
+    d->sparse_ok = pred && down_t_all;
+    return 0;
+}
+
+/* Upload one tensor through the pinned staging buffers (and a device buffer for Q repacking). */
+struct upl {
+    void *stage[2];
+    cudaEvent_t ev[2];
+    void *raw[2]; /* device */
+    int k;
+};
+
+static int w_upload(struct cudev *d, struct upl *u, const struct pi_tensor *t, const struct cuk_w *w)
+{
+    if (!t->data)
+        return 0;
+    const size_t row = t->row_bytes;
+    const int64_t per = (int64_t)(STAGE_BYTES / row) > 0 ? (int64_t)(STAGE_BYTES / row) : 1;
+    if ((size_t)per * row > STAGE_BYTES)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: row of '%s' exceeds the staging buffer", t->name);
+    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += per) {
+        const int64_t nr = t->ne[1] - r0 < per ? t->ne[1] - r0 : per;
+        const int k = u->k++ & 1;
+        TRY(CU(cudaEventSynchronize(u->ev[k])));
+        memcpy(u->stage[k], (const char *)t->data + (size_t)r0 * row, (size_t)nr * row);
+        TRY(CU(cudaMemcpyAsync(u->raw[k], u->stage[k], (size_t)nr * row, cudaMemcpyHostToDevice, d->st)));
+        TRY(CK(cuk_repack(w, u->raw[k], r0, nr, d->st)));
+        TRY(CU(cudaEventRecord(u->ev[k], d->st)));
+    }
+    return 0;
+}
+
+static int v_upload(struct cudev *d, const struct pi_tensor *t, float *dst)
+{
+    if (!t->data)
+        return 0;
+    return CU(cudaMemcpy(dst, t->data, (size_t)t->ne[0] * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+static int upload_all(struct cudev *d)
+{
+    const struct pi_model *m = d->m;
+    struct upl u = { 0 };
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        if (!(rc = CU(cudaMallocHost(&u.stage[k], STAGE_BYTES))) && !(rc = CU(cudaEventCreate(&u.ev[k]))) &&
+            !(rc = CU(cudaEventRecord(u.ev[k], d->st))))
+            rc = CU(cudaMalloc(&u.raw[k], STAGE_BYTES));
+    }
+    const double t0 = now_s();
+    if (!rc)
+        rc = w_upload(d, &u, &m->token_embd, &d->tok_embd);
+    if (!rc)
+        rc = w_upload(d, &u, &m->output, &d->output);
+    if (!rc)
+        rc = v_upload(d, &m->output_norm, d->output_norm);
+    for (int il = 0; !rc && il < m->hp.n_layer; il++) {
+        const struct pi_layer *l = &m->layers[il];
+        struct cu_layer *c = &d->L[il];
+        const struct pi_tensor *ts[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
+                                         &l->ffn_down_t, &l->fc1, &l->fc2 };
+        const struct cuk_w *ws[] = { &c->wq, &c->wk, &c->wv, &c->wo, &c->gate, &c->up, &c->down, &c->down_t,
+                                     &c->fc1, &c->fc2 };
+        for (size_t i = 0; !rc && i < sizeof ts / sizeof ts[0]; i++)
+            if (ws[i]->q)
+                rc = w_upload(d, &u, ts[i], ws[i]);
+        const struct pi_tensor *vs[] = { &l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv };
+        float *vd[] = { c->attn_norm, c->ffn_norm, c->bq, c->bk, c->bv };
+        for (size_t i = 0; !rc && i < sizeof vs / sizeof vs[0]; i++)
+            rc = v_upload(d, vs[i], vd[i]);
+    }
+    if (!rc)
+        rc = CU(cudaStreamSynchronize(d->st));
+    d->upload_s = now_s() - t0;
+    for (int k = 0; k < 2; k++) {
+        if (u.stage[k])
+            cudaFreeHost(u.stage[k]);
+        if (u.ev[k])
+            cudaEventDestroy(u.ev[k]);
+        if (u.raw[k])
+            cudaFree(u.raw[k]);
+    }
+    return rc;
+}
+
+static int64_t max_n_in(const struct cudev *d)
+{
+    const struct pi_hparams *hp = &d->m->hp;
+    int64_t n = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
+    const int64_t q = (int64_t)hp->n_head * hp->head_dim;
+    return n > q ? n : q;
+}
+
+/* Scratch layout (base NULL: count). */
+static void place_scratch(struct cudev *d)
+{
+    const struct pi_hparams *hp = &d->m->hp;
+    const size_t B = (size_t)d->p.n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff,
+                 Q = (size_t)hp->n_head * hp->head_dim, KV = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t Bg = B < CUDEV_GEMV_MAX ? B : CUDEV_GEMV_MAX, R = d->max_rank > 0 ? (size_t)d->max_rank : 1;
+    void *s = d->s_arena;
+    size_t *u = &d->s_used;
+    *u = 0;
+    d->batch = take(s, u, 3 * B * sizeof(int32_t));
+    d->x = take(s, u, B * E * 4);
+    d->xn = take(s, u, B * E * 4);
+    d->q = take(s, u, B * Q * 4);
+    d->k = take(s, u, B * KV * 4);
+    d->v = take(s, u, B * KV * 4);
+    d->att = take(s, u, B * Q * 4);
+    d->pending = take(s, u, B * E * 4);
+    d->ycold = take(s, u, B * E * 4);
+    d->g = take(s, u, B * F * 4);
+    d->u = take(s, u, B * F * 4);
+    d->act = take(s, u, B * F * 4);
+    d->p1 = take(s, u, B * R * 4);
+    d->mask = take(s, u, B * F);
+    d->idx = take(s, u, B * F * 4);
+    d->cnt = take(s, u, B * 4);
+    d->part = take(s, u, cuk_axpy_part_floats((int64_t)F, (int64_t)E, (int)Bg) * 4);
+    d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
+    d->ids = take(s, u, B * 4);
+    d->xq = take(s, u, CUDEV_GEMV_MAX * cuk_xq_row_bytes(max_n_in(d)));
+    d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
+    d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
+    if (B > CUDEV_GEMV_MAX) {
+        d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
+        /* the largest weight that would need dequantizing for cuBLAS */
+        size_t big = 0;
+        const struct cuk_w *all[] = { &d->output, &d->tok_embd };
+        for (size_t i = 0; i < 2; i++)
+            if (all[i]->d && (size_t)(all[i]->n_in * all[i]->n_out) > big)
+                big = (size_t)(all[i]->n_in * all[i]->n_out);
+        for (int il = 0; il < hp->n_layer; il++) {
+            const struct cu_layer *c = &d->L[il];
+            const struct cuk_w *ws[] = { &c->wq, &c->wk, &c->wv, &c->wo, &c->gate, &c->up, &c->down, &c->down_t,
+                                         &c->fc1, &c->fc2 };
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]->d && (size_t)(ws[i]->n_in * ws[i]->n_out) > big)
+                    big = (size_t)(ws[i]->n_in * ws[i]->n_out);
+        }
+        d->wdeq = big ? take(s, u, big * 2) : NULL;
+        d->blas_ws_bytes = (size_t)32 << 20;
+        d->blas_ws = take(s, u, d->blas_ws_bytes);
+    }
+}
+
+static uint64_t dev_used(void)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        return 0;
+    return (uint64_t)(tot - fr);
+}
+
+void cudev_close(struct cudev *d)
+{
+    if (!d)
+        return;
+    if (d->st)
+        cudaStreamSynchronize(d->st);
+    for (int i = 0; i < 2; i++)
+        if (d->graph[i])
+            cudaGraphExecDestroy(d->graph[i]);
+    if (d->blas)
+        cublasDestroy(d->blas);
+    cudaFree(d->w_arena);
+    cudaFree(d->kv_arena);
+    cudaFree(d->s_arena);
+    cudaFreeHost(d->h_batch);
+    cudaFreeHost(d->h_ids);
+    if (d->st)
+        cudaStreamDestroy(d->st);
+    free(d->k_cache);
+    free(d->v_cache);
+    free(d->active);
+    free(d->L);
+    free(d);
+}
+
+int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_params *p)
+{
+    char why[160];
+    if (!cudev_available(why, sizeof why))
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: %s", why);
+    const struct pi_hparams *hp = &m->hp;
+    struct cudev *d = calloc(1, sizeof *d);
+    if (!d)
+        return pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    d->m = m;
+    d->p = *p;
+    if (d->p.n_seq < 1)
+        d->p.n_seq = 1;
+    if (d->p.n_batch < 1)
+        d->p.n_batch = 64;
+    if (d->p.n_ctx < 1)
+        d->p.n_ctx = hp->n_ctx_train;
+    if (!cuk_attn_ok(hp->head_dim) || hp->n_head % hp->n_head_kv) {
+        free(d);
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: head size %d (%d heads, %d kv heads) not supported", hp->head_dim,
+                       hp->n_head, hp->n_head_kv);
+    }
+    d->L = calloc((size_t)hp->n_layer, sizeof *d->L);
+    d->k_cache = calloc((size_t)hp->n_layer, sizeof(void *));
+    d->v_cache = calloc((size_t)hp->n_layer, sizeof(void *));
+    int rc = 0;
+    if (!d->L || !d->k_cache || !d->v_cache)
+        rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    if (!rc)
+        rc = CU(cudaSetDevice(0));
+    if (!rc)
+        rc = CU(cudaFree(0)); /* creates the context */
+    if (!rc)
+        rc = CU(cudaGetDeviceProperties(&d->prop, 0));
+    if (!rc)
+        rc = CU(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
+    if (!rc)
+        rc = CB(cublasCreate(&d->blas));
+    if (!rc)
+        rc = CB(cublasSetStream(d->blas, d->st));
+    if (!rc)
+        d->ctx_bytes = dev_used();
+    /* weights */
+    if (!rc)
+        rc = place_all(d);
+    if (!rc) {
+        d->w_bytes = d->w_used;
+        rc = CU(cudaMalloc(&d->w_arena, d->w_bytes));
+    }
+    if (!rc)
+        rc = place_all(d);
+    /* KV cache */
+    const size_t KV = (size_t)hp->n_head_kv * hp->head_dim, es = p->kv_f32 ? 4 : 2;
+    const size_t per = al((size_t)d->p.n_seq * (size_t)d->p.n_ctx * KV * es);
+    d->kv_bytes = per * 2 * (size_t)hp->n_layer;
+    if (!rc)
+        rc = CU(cudaMalloc(&d->kv_arena, d->kv_bytes));
+    if (!rc)
+        rc = CU(cudaMemset(d->kv_arena, 0, d->kv_bytes));
+    for (int il = 0; !rc && il < hp->n_layer; il++) {
+        d->k_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il);
+        d->v_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il + 1);
+    }
+    d->geom = (struct cuk_attn_geom){ .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                      .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
+                                      .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
+                                      .f16 = !p->kv_f32 };
+    /* scratch */
+    if (!rc) {
+        place_scratch(d);
+        d->s_bytes = d->s_used;
+        rc = CU(cudaMalloc(&d->s_arena, d->s_bytes));
+    }
+    if (!rc) {
+        place_scratch(d);
+        rc = CU(cudaMemset(d->s_arena, 0, d->s_bytes));
+    }
+    if (!rc && d->blas_ws)
+        rc = CB(cublasSetWorkspace(d->blas, d->blas_ws, d->blas_ws_bytes));
+    if (!rc) { /* the CPU's inverse frequencies (ops_rope), so that both rotate by the same angles */
+        const int half = hp->rope_dim / 2;
+        float *inv = malloc((size_t)(half + 1) * sizeof *inv);
+        if (!inv)
+            rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+        for (int i = 0; !rc && i < half; i++)
+            inv[i] = 1.0f / powf(hp->rope_theta, (float)(2 * i) / (float)hp->rope_dim);
+        if (!rc)
+            rc = CU(cudaMemcpy(d->rope_inv, inv, (size_t)half * sizeof *inv, cudaMemcpyHostToDevice));
+        free(inv);
+    }
+    if (!rc)
+        rc = CU(cudaMallocHost((void **)&d->h_batch, 3 * (size_t)d->p.n_batch * sizeof(int32_t)));
+    if (!rc)
+        rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * sizeof(int32_t)));
+    if (!rc)
+        rc = upload_all(d);
+    if (rc) {
+        cudev_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void cudev_mem(const struct cudev *d, struct cudev_mem *mem)
+{
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    *mem = (struct cudev_mem){ .weights = d->w_bytes, .kv = d->kv_bytes, .scratch = d->s_bytes,
+                               .context = d->ctx_bytes, .device_used = tot - fr, .device_total = tot,
+                               .upload_s = d->upload_s };
+}
+
+bool cudev_sparse_ok(const struct cudev *d) { return d->sparse_ok; }
+const char *cudev_device_name(const struct cudev *d) { return d->prop.name; }
+
+/* ---- matrix products: own GEMV up to CUDEV_GEMV_MAX tokens, cuBLAS above ---- */
+
+static int blas_mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, float *y, bool add)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = add ? &one : &zero;
+    const void *A = w->q;
+    cudaDataType_t ta = CUDA_R_16F;
+    const void *Bm = d->xh;
+    cudaDataType_t tb = CUDA_R_16F;
+    if (w->type == PI_TYPE_F32) {
+        ta = tb = CUDA_R_32F;
+        Bm = x;
+    } else {
+        const bool bf = w->type == PI_TYPE_BF16;
+        if (bf)
+            ta = tb = CUDA_R_16BF;
+        if (w->d) {
+            TRY(CK(cuk_dequant_f16(w, d->wdeq, d->st)));
+            A = d->wdeq;
+        }
+        TRY(CK(cuk_to_half(x, d->xh, (int64_t)n * w->n_in, bf, d->st)));
+    }
+    return CB(cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->n_out, n, (int)w->n_in, &one, A, ta,
+                           (int)w->n_in, Bm, tb, (int)w->n_in, beta, y, CUDA_R_32F, (int)w->n_out, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT));
+}
+
+/* y (n, n_embd) (+)= act (n, n_ff) @ down_t (n_ff, n_embd), for the dense prefill of down_t layers */
+static int blas_mm_t(struct cudev *d, const struct cuk_w *w, const float *act, int n, float *y, bool add)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const void *A = w->q;
+    cudaDataType_t t = w->type == PI_TYPE_BF16 ? CUDA_R_16BF : w->type == PI_TYPE_F32 ? CUDA_R_32F : CUDA_R_16F;
+    const void *Bm = act;
+    if (w->type != PI_TYPE_F32) {
+        if (w->d) {
+            TRY(CK(cuk_dequant_f16(w, d->wdeq, d->st)));
+            A = d->wdeq;
+        }
+        TRY(CK(cuk_to_half(act, d->xh, (int64_t)n * w->n_out, w->type == PI_TYPE_BF16, d->st)));
+        Bm = d->xh;
+    }
+    return CB(cublasGemmEx(d->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)w->n_in, n, (int)w->n_out, &one, A, t,
+                           (int)w->n_in, Bm, t, (int)w->n_out, add ? &one : &zero, y, CUDA_R_32F, (int)w->n_in,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static int mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, float *y, enum cuk_mode mode)
+{
+    if (n <= CUDEV_GEMV_MAX)
+        return CK(cuk_gemv(w, x, n, y, mode, 0.0f, d->xq, d->st));
+    return blas_mm(d, w, x, n, y, mode == CUK_ADD);
+}
+
+/* ---- steps ---- */
+
+static int check_n(const struct cudev *d, int32_t n)
+{
+    if (n < 1 || n > d->p.n_batch)
+        return pi_fail(PI_E_RANGE, "cuda: batch of %d tokens (1..%d)", n, d->p.n_batch);
+    return 0;
+}
+
+int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
+{
+    TRY(check_n(d, n));
+    const int32_t B = d->p.n_batch;
+    for (int32_t i = 0; i < n; i++) {
+        if (tok[i] < 0 || tok[i] >= d->m->hp.n_vocab)
+            return pi_fail(PI_E_RANGE, "cuda: token id %d out of range [0, %d)", tok[i], d->m->hp.n_vocab);
+        const int32_t s = seq ? seq[i] : 0;
+        if (pos[i] < 0 || pos[i] >= d->p.n_ctx || s < 0 || s >= d->p.n_seq)
+            return pi_fail(PI_E_RANGE, "cuda: token %d at (seq %d, pos %d) outside %d sequences of %d cells", i, s,
+                           pos[i], d->p.n_seq, d->p.n_ctx);
+    }
+    /* the pinned copy may still be read by an earlier async copy */
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    d->max_pos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        d->max_pos = pos[i] > d->max_pos ? pos[i] : d->max_pos;
+        d->h_batch[i] = tok[i];
+        d->h_batch[B + i] = pos[i];
+        d->h_batch[2 * B + i] = seq ? seq[i] : 0;
+    }
+    return CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
+}
+
+int cudev_embed(struct cudev *d, int32_t n)
+{
+    TRY(check_n(d, n));
+    return CK(cuk_get_rows(&d->tok_embd, d->batch, n, d->x, d->st));
+}
+
+/* attention in three parts (the profile times them apart): norm + q/k/v, rope + cache + attention, wo */
+static int attn_qkv(struct cudev *d, int layer, int32_t n)
+{
+    const struct pi_hparams *hp = &d->m->hp;
+    const struct cu_layer *c = &d->L[layer];
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
+    if (c->wqkv.q && n <= CUDEV_GEMV_MAX) {
+        TRY(CK(cuk_gemv_split3(&c->wqkv, d->xn, n, d->q, Q, d->k, KV, d->v, d->xq, d->st)));
+    } else {
+        TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
+        TRY(mm(d, &c->wk, d->xn, n, d->k, CUK_SET));
+        TRY(mm(d, &c->wv, d->xn, n, d->v, CUK_SET));
+    }
+    if (c->bq)
+        TRY(CK(cuk_add_bias(d->q, c->bq, n, Q, d->st)));
+    if (c->bk)
+        TRY(CK(cuk_add_bias(d->k, c->bk, n, KV, d->st)));
+    if (c->bv)
+        TRY(CK(cuk_add_bias(d->v, c->bv, n, KV, d->st)));
+    return 0;
+}
+
+static int attn_core(struct cudev *d, int layer, int32_t n)
+{
+    const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
+    TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
+                          d->st)));
+    /* a captured graph replays at other positions: launch for the whole context there */
+    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n,
+                       d->capturing ? -1 : d->max_pos, d->st));
+}
+
+static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
+
+int cudev_attn(struct cudev *d, int layer, int32_t n)
+{
+    TRY(check_n(d, n));
+    TRY(attn_qkv(d, layer, n));
+    TRY(attn_core(d, layer, n));
+    return attn_out(d, layer, n);
+}
+
+int cudev_get_x(struct cudev *d, int32_t n, float *h)
+{
+    TRY(check_n(d, n));
+    TRY(CU(cudaMemcpyAsync(h, d->x, (size_t)n * d->m->hp.n_embd * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
+    return CU(cudaStreamSynchronize(d->st));
+}
+
+int cudev_predict(struct cudev *d, int layer, int32_t n)
+{
+    TRY(check_n(d, n));
+    if (!d->sparse_ok)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: the model's predictors are not on the device");
+    const struct cu_layer *c = &d->L[layer];
+    const int64_t F = d->m->hp.n_ff;
+    const float thr = d->m->hp.sparse_threshold;
+    if (n <= CUDEV_GEMV_MAX) {
+        TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
+        TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
+        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+    } else {
+        TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
+        TRY(CK(cuk_relu(d->p1, (int64_t)n * c->fc1.n_out, d->st)));
+        TRY(blas_mm(d, &c->fc2, d->p1, n, d->g, false));
+        TRY(CK(cuk_threshold(d->g, d->mask, (int64_t)n * F, thr, d->st)));
+    }
+    d->mask_valid = n <= CUDEV_GEMV_MAX;
+    return 0;
+}
+
+int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
+{
+    TRY(check_n(d, n));
+    const int64_t F = d->m->hp.n_ff;
+    TRY(CU(cudaMemcpyAsync(d->mask, mask, (size_t)n * F, cudaMemcpyHostToDevice, d->st)));
+    if (n <= CUDEV_GEMV_MAX)
+        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+    d->mask_valid = n <= CUDEV_GEMV_MAX;
+    /* the host buffer may be reused as soon as we return */
+    return CU(cudaStreamSynchronize(d->st));
+}
+
+int cudev_get_mask(struct cudev *d, int32_t n, uint8_t *mask)
+{
+    TRY(check_n(d, n));
+    TRY(CU(cudaMemcpyAsync(mask, d->mask, (size_t)n * d->m->hp.n_ff, cudaMemcpyDeviceToHost, d->st)));
+    return CU(cudaStreamSynchronize(d->st));
+}
+
+int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pending)
+{
+    TRY(check_n(d, n));
+    const struct pi_hparams *hp = &d->m->hp;
+    const struct cu_layer *c = &d->L[layer];
+    const int64_t E = hp->n_embd, F = hp->n_ff;
+    float *y = to_pending ? d->pending : d->x;
+    const bool add = !to_pending;
+    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
+    if (n > CUDEV_GEMV_MAX) {
+        /* prefill: dense products, the mask (each token its own) applied to the activations */
+        TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
+        TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
+        TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * F, (int)hp->act, d->st)));
+        if (masked)
+            TRY(CK(cuk_mask_mul(d->act, d->mask, (int64_t)n * F, d->st)));
+        if (c->down_t.q)
+            return blas_mm_t(d, &c->down_t, d->act, n, y, add);
+        return blas_mm(d, &c->down, d->act, n, y, add);
+    }
+    if (masked && !d->mask_valid)
+        return pi_fail(PI_E_INVAL, "cuda: masked FFN without a mask for this batch");
+    if (masked && d->active) { /* counting (benchmarks): a sync per layer */
+        int32_t cnt[CUDEV_GEMV_MAX];
+        TRY(CU(cudaMemcpyAsync(cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+        TRY(CU(cudaStreamSynchronize(d->st)));
+        for (int32_t i = 0; i < n; i++)
+            d->active[layer] += (uint64_t)cnt[i];
+    }
+    if (c->down_t.q) {
+        /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
+        const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, F, true, d->xq, d->st)));
+        return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st));
+    }
+    if (masked) {
+        TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, d->idx, d->cnt, F, false, d->xq, d->st)));
+    } else {
+        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, NULL, NULL, F, false, d->xq, d->st)));
+    }
+    return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
+}
+
+int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
+{
+    TRY(check_n(d, n));
+    const int64_t ne = (int64_t)n * d->m->hp.n_embd;
+    if (y_cold)
+        TRY(CU(cudaMemcpyAsync(d->ycold, y_cold, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, d->st)));
+    TRY(CK(cuk_add2(d->x, d->pending, y_cold ? d->ycold : NULL, ne, d->st)));
+    if (y_cold) /* the host array may be reused once we return */
+        TRY(CU(cudaStreamSynchronize(d->st)));
+    return 0;
+}
+
+int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
+{
+    TRY(check_n(d, n));
+    const struct pi_hparams *hp = &d->m->hp;
+    const int32_t k = n - first;
+    const int64_t E = hp->n_embd;
+    if (first < 0 || k < 1)
+        return pi_fail(PI_E_RANGE, "cuda: output rows %d..%d", first, n - 1);
+    TRY(CK(cuk_rmsnorm(d->xn, d->x + (size_t)first * E, d->output_norm, k, E, E, hp->norm_eps, d->st)));
+    TRY(mm(d, &d->output, d->xn, k, d->logits, CUK_SET));
+    if (!logits)
+        return 0;
+    TRY(CU(cudaMemcpyAsync(logits, d->logits, (size_t)k * hp->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                           d->st)));
+    return CU(cudaStreamSynchronize(d->st));
+}
+
+int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids)
+{
+    const int32_t k = n - first;
+    TRY(CK(cuk_argmax(d->logits, k, d->m->hp.n_vocab, d->ids, d->st)));
+    TRY(CU(cudaMemcpyAsync(d->h_ids, d->ids, (size_t)k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    memcpy(ids, d->h_ids, (size_t)k * sizeof(int32_t));
+    return 0;
+}
+
+int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer)
+{
+    const int L = d->m->hp.n_layer;
+    if (per_layer && d->active)
+        memcpy(per_layer, d->active, (size_t)L * sizeof *per_layer);
+    free(d->active);
+    d->active = on ? calloc((size_t)L, sizeof *d->active) : NULL;
+    return on && !d->active ? pi_fail(PI_E_NOMEM, "cuda: out of memory") : 0;
+}
+
+int cudev_sync(struct cudev *d) { return CU(cudaStreamSynchronize(d->st)); }
+
+/* The layers of one step over the batch already on the device. */
+static int layers(struct cudev *d, int32_t n, bool sparse)
+{
+    TRY(cudev_embed(d, n));
+    for (int il = 0; il < d->m->hp.n_layer; il++) {
+        TRY(cudev_attn(d, il, n));
+        if (sparse)
+            TRY(cudev_predict(d, il, n));
+        TRY(cudev_ffn(d, il, n, sparse, false));
+    }
+    return 0;
+}
+
+int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int32_t seq, bool sparse, float *logits,
+               int32_t *id)
+{
+    sparse = sparse && d->sparse_ok;
+    int32_t *pv = malloc((size_t)d->p.n_batch * 2 * sizeof(int32_t));
+    if (!pv)
+        return pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    int32_t *sv = pv + d->p.n_batch;
+    int rc = 0;
+    for (int32_t done = 0; !rc && done < n; done += d->p.n_batch) {
+        const int32_t B = n - done < d->p.n_batch ? n - done : d->p.n_batch;
+        for (int32_t i = 0; i < B; i++)
+            pv[i] = pos + done + i, sv[i] = seq;
+        rc = cudev_batch(d, B, tok + done, pv, sv);
+        if (!rc)
+            rc = layers(d, B, sparse);
+        if (!rc && done + B == n) {
+            rc = cudev_output(d, B, B - 1, logits);
+            if (!rc && id)
+                rc = cudev_argmax(d, B, B - 1, id);
+        }
+    }
+    if (!rc)
+        rc = cudev_sync(d);
+    free(pv);
+    return rc;
+}
+
+static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
+{
+    cudaGraph_t g = NULL;
+    TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
+    d->capturing = true;
+    const int32_t B = d->p.n_batch;
+    int rc = CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
+    if (!rc)
+        rc = layers(d, 1, sparse);
+    if (!rc)
+        rc = cudev_output(d, 1, 0, NULL);
+    if (!rc)
+        rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
+    if (!rc)
+        rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, sizeof(int32_t), cudaMemcpyDeviceToHost, d->st));
+    const int rc2 = CU(cudaStreamEndCapture(d->st, &g));
+    d->capturing = false;
+    if (!rc)
+        rc = rc2;
+    if (!rc)
+        rc = CU(cudaGraphInstantiate(out, g, 0));
+    if (g)
+        cudaGraphDestroy(g);
+    return rc;
+}
+
+int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
+{
+    sparse = sparse && d->sparse_ok;
+    if (tok < 0 || tok >= d->m->hp.n_vocab || pos < 0 || pos >= d->p.n_ctx || seq < 0 || seq >= d->p.n_seq)
+        return pi_fail(PI_E_RANGE, "cuda: step token %d at (seq %d, pos %d) out of range", tok, seq, pos);
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    const int32_t B = d->p.n_batch;
+    d->h_batch[0] = tok;
+    d->h_batch[B] = pos;
+    d->h_batch[2 * B] = seq;
+    if (!d->graph[sparse])
+        TRY(capture(d, sparse, &d->graph[sparse]));
+    TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    *next = d->h_ids[0];
+    return 0;
+}
+
+int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
+{
+    sparse = sparse && d->sparse_ok;
+    cudaEvent_t ev[CUDEV_PROF_N + 1];
+    int rc = 0, made = 0;
+    for (; made <= CUDEV_PROF_N && !rc; made++)
+        rc = CU(cudaEventCreate(&ev[made]));
+    for (int i = 0; i < CUDEV_PROF_N; i++)
+        ms[i] = 0;
+    int32_t seq = 0;
+    if (!rc)
+        rc = cudev_batch(d, 1, &tok, &pos, &seq);
+    if (!rc)
+        rc = cudev_embed(d, 1);
+    for (int il = 0; !rc && il < d->m->hp.n_layer; il++) {
+        rc = CU(cudaEventRecord(ev[0], d->st));
+        if (!rc)
+            rc = attn_qkv(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[1], d->st));
+        if (!rc)
+            rc = attn_core(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[2], d->st));
+        if (!rc)
+            rc = attn_out(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[3], d->st));
+        if (!rc && sparse)
+            rc = cudev_predict(d, il, 1);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[4], d->st));
+        if (!rc)
+            rc = cudev_ffn(d, il, 1, sparse, false);
+        if (!rc)
+            rc = CU(cudaEventRecord(ev[5], d->st));
+        if (!rc)
+            rc = CU(cudaEventSynchronize(ev[5]));
+        for (int i = 0; !rc && i < 5; i++) {
+            float t = 0;
+            rc = CU(cudaEventElapsedTime(&t, ev[i], ev[i + 1]));
+            ms[i] += t;
+        }
+    }
+    if (!rc)
+        rc = CU(cudaEventRecord(ev[0], d->st));
+    if (!rc)
+        rc = cudev_output(d, 1, 0, NULL);
+    if (!rc)
+        rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
+    if (!rc)
+        rc = CU(cudaEventRecord(ev[1], d->st));
+    if (!rc)
+        rc = CU(cudaEventSynchronize(ev[1]));
+    float t = 0;
+    if (!rc)
+        rc = CU(cudaEventElapsedTime(&t, ev[0], ev[1]));
+    ms[5] = t;
+    for (int i = 0; i < made; i++)
+        cudaEventDestroy(ev[i]);
+    return rc;
+}
+
+int cudev_hbm_read(size_t bytes, int reps, double *gbps)
+{
+    void *buf = NULL;
+    unsigned long long *sink = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    int rc = CU(cudaMalloc(&buf, bytes));
+    if (!rc)
+        rc = CU(cudaMalloc((void **)&sink, sizeof *sink));
+    if (!rc)
+        rc = CU(cudaMemset(buf, 0x5a, bytes)); /* not zeros */
+    if (!rc)
+        rc = CU(cudaEventCreate(&a));
+    if (!rc)
+        rc = CU(cudaEventCreate(&b));
+    float best = 0;
+    for (int r = -1; !rc && r < reps; r++) { /* r = -1: warm-up */
+        rc = CU(cudaEventRecord(a, 0));
+        if (!rc)
+            rc = CK(cuk_read_bench(buf, bytes, sink, 0));
+        if (!rc)
+            rc = CU(cudaEventRecord(b, 0));
+        if (!rc)
+            rc = CU(cudaEventSynchronize(b));
+        float ms = 0;
+        if (!rc)
+            rc = CU(cudaEventElapsedTime(&ms, a, b));
+        if (!rc && r >= 0 && (best == 0 || ms < best))
+            best = ms;
+    }
+    *gbps = best > 0 ? (double)bytes / (best * 1e-3) / 1e9 : 0;
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
+    cudaFree(buf);
+    cudaFree(sink);
+    return rc;
+}

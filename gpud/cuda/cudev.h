@@ -1,0 +1,97 @@
+/* cudev.h — the GPU executor's device context: the model's weights, a KV cache and scratch in the
+ * GPU's memory, and the forward-pass steps over a batch of tokens on it (kernels: cuk.cu).
+ *
+ * Everything is allocated when the context opens (weights uploaded from the model's mapped
+ * tensors, the KV cache, every scratch buffer for n_batch tokens), so no step allocates; the bytes
+ * of each kind are counted and checked against cudaMemGetInfo. A batch is n tokens, each with its
+ * own (sequence, position); a token attends only to the cells of its own sequence at positions up
+ * to its own. The steps map one to one onto the backend interface's ops:
+ *
+ *   batch(n, tok, pos, seq)   the batch to the device
+ *   embed(n)                  x = token_embd[tok]
+ *   attn(layer, n)            x += attn(attn_norm(x)), K/V stored at (seq, pos)
+ *   get_x(n, h)               h = x to the host (the FFN input before ffn_norm)
+ *   predict(layer, n)         mask = predictor(x) per token, on the device
+ *   set_mask / get_mask       masks from / to the host (bytes, (n, n_ff))
+ *   ffn(layer, n, masked, to_pending)   FFN of ffn_norm(x): every neuron, or per token its own mask;
+ *                             added to x, or written to the pending buffer for ffn_add
+ *   ffn_add(n, y_cold)        x += pending (+ y_cold from the host)
+ *   output(n, first, logits)  logits of tokens first..n-1 (to the host when logits != NULL)
+ *   argmax(n, first, ids)     greedy ids of those tokens, computed on the device
+ *
+ * Up to CUDEV_GEMV_MAX tokens per step every matrix product is the project's own GEMV kernel and
+ * the sparse FFN reads only the active rows: a token's result is then the same bits whatever else
+ * is in the batch. Larger batches (prefill) use cuBLAS (F16/BF16 directly, Q types dequantized to
+ * f16 first) and the sparse FFN as a masked dense product: the same function, another summation
+ * order. cudev_step runs one decode step of one token as a captured CUDA graph. */
+#ifndef PI_CUDEV_H
+#define PI_CUDEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+#define CUDEV_GEMV_MAX 8
+
+struct cudev;
+
+struct cudev_params {
+    int32_t n_ctx;   /* KV cells per sequence */
+    int32_t n_seq;   /* sequences the cache holds (>= 1) */
+    int32_t n_batch; /* most tokens per step */
+    bool kv_f32;     /* f32 KV cache (default f16) */
+    bool no_sparse;  /* do not upload the predictors */
+};
+
+/* Device memory by kind (bytes). context: in use before the context allocated anything (CUDA
+ * context, cuBLAS handle); device_used: cudaMemGetInfo's total - free now. */
+struct cudev_mem {
+    uint64_t weights, kv, scratch, context, device_used, device_total;
+    double upload_s; /* weight upload time */
+};
+
+/* True when a CUDA device can be used; otherwise false with the reason in why. */
+bool cudev_available(char *why, size_t cap);
+
+int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_params *p);
+void cudev_close(struct cudev *d);
+void cudev_mem(const struct cudev *d, struct cudev_mem *mem);
+bool cudev_sparse_ok(const struct cudev *d); /* predictors and down_t uploaded */
+const char *cudev_device_name(const struct cudev *d);
+
+int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq);
+int cudev_embed(struct cudev *d, int32_t n);
+int cudev_attn(struct cudev *d, int layer, int32_t n);
+int cudev_get_x(struct cudev *d, int32_t n, float *h);
+int cudev_predict(struct cudev *d, int layer, int32_t n);
+int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask);
+int cudev_get_mask(struct cudev *d, int32_t n, uint8_t *mask);
+int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pending);
+int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold);
+int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits);
+int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids);
+int cudev_sync(struct cudev *d);
+/* Benchmarks: count the neurons each layer's masked FFN computes (costs a sync per layer; not in
+ * graphs). per_layer (n_layer, may be NULL) receives the counts so far; on starts a new count. */
+int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer);
+
+/* Convenience: the whole forward pass of n tokens (chunked by n_batch) of one sequence at
+ * pos..pos+n-1; logits (n_vocab) of the last token to the host when logits != NULL, its greedy
+ * id in *id when id != NULL. sparse: predictors per layer (when available). */
+int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int32_t seq, bool sparse, float *logits,
+               int32_t *id);
+/* One decode step of one token as a CUDA graph (captured on first use per sparse flag, replayed
+ * after): *next = its greedy successor. */
+int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next);
+
+/* Where one eager decode step's GPU time goes (ms, summed over layers): norm + q/k/v, rope + cache
+ * + attention, wo, predictor, FFN, output + argmax. */
+#define CUDEV_PROF_N 6
+int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N]);
+
+/* HBM read floor: GB/s of a read-only kernel over bytes of device memory (the best of reps). */
+int cudev_hbm_read(size_t bytes, int reps, double *gbps);
+
+#endif

@@ -1,0 +1,1225 @@
+/* cuk.cu — the GPU executor's kernels (interface and layouts: cuk.h).
+ *
+ * Memory-bound decode kernels: one warp per output row, each lane loads whole 16-byte words of the
+ * weight row (a "lane block": 4 f32, 8 f16/bf16, or one 32-element Q8_0/Q4_0 block after repacking)
+ * and dots them with up to 8 tokens' f32 activations, so a weight row is read once per launch for
+ * all of them. Every multiply-add is an explicit fmaf in a fixed order, so a token's result does
+ * not depend on how many other tokens share the launch (no compiler re-association either). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+extern "C" {
+#include "cuk.h"
+#include "model.h"
+#include "quant.h"
+}
+
+#define GEMV_ROWS 4 /* warps (rows) per 128-thread block */
+#define GEMV_MAX_NB 8
+
+static int launched(void)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : -(int)e;
+}
+
+static cudaStream_t S(void *st) { return (cudaStream_t)st; }
+
+/* ---- block-type traits: NQ 16-byte words hold E elements (times a scale when HAS_D) ---- */
+
+struct TF32 {
+    enum { E = 4, NQ = 1, HAS_D = 0, QX = 0 };
+    __device__ static void deq(const uint4 *q, float *o)
+    {
+        o[0] = __uint_as_float(q[0].x), o[1] = __uint_as_float(q[0].y);
+        o[2] = __uint_as_float(q[0].z), o[3] = __uint_as_float(q[0].w);
+    }
+};
+
+__device__ static inline float h_lo(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffff))); }
+__device__ static inline float h_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+
+struct TF16 {
+    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
+    __device__ static void deq(const uint4 *q, float *o)
+    {
+        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[2 * i] = h_lo(w[i]), o[2 * i + 1] = h_hi(w[i]);
+    }
+};
+
+struct TBF16 {
+    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
+    __device__ static void deq(const uint4 *q, float *o)
+    {
+        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[2 * i] = __uint_as_float(w[i] << 16), o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+};
+
+/* Q types dot a Q8-quantized activation (QX): 32 int8 per block with (d, d·Σq), as the CPU's
+ * kernels do; the block's integer dot product is 8 dp4a. */
+__device__ static inline int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a((int)a, (int)b, c); }
+
+struct TQ8 {
+    enum { E = 32, NQ = 2, HAS_D = 1, QX = 1 };
+    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
+    {
+        int s = 0;
+        s = dp4a(q[0].x, x[0].x, s), s = dp4a(q[0].y, x[0].y, s), s = dp4a(q[0].z, x[0].z, s), s = dp4a(q[0].w, x[0].w, s);
+        s = dp4a(q[1].x, x[1].x, s), s = dp4a(q[1].y, x[1].y, s), s = dp4a(q[1].z, x[1].z, s), s = dp4a(q[1].w, x[1].w, s);
+        return xd.x * (float)s;
+    }
+    __device__ static void deq(const uint4 *q, float *o)
+    {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const uint32_t w[4] = { q[k].x, q[k].y, q[k].z, q[k].w };
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    o[16 * k + 4 * i + j] = (float)(int8_t)((w[i] >> (8 * j)) & 0xff);
+        }
+    }
+};
+
+struct TQ4 {
+    enum { E = 32, NQ = 1, HAS_D = 1, QX = 1 };
+    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
+    {
+        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
+        const uint32_t lo[4] = { x[0].x, x[0].y, x[0].z, x[0].w }, hi[4] = { x[1].x, x[1].y, x[1].z, x[1].w };
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = dp4a(w[i] & 0x0f0f0f0fu, lo[i], s);
+            s = dp4a((w[i] >> 4) & 0x0f0f0f0fu, hi[i], s);
+        }
+        return xd.x * (float)s - 8.0f * xd.y; /* Σ (q - 8) x = Σ q x - 8 Σ x */
+    }
+    __device__ static void deq(const uint4 *q, float *o)
+    {
+        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t byte = (w[i] >> (8 * j)) & 0xff;
+                o[4 * i + j] = (float)(int)(byte & 0xf) - 8.0f;
+                o[16 + 4 * i + j] = (float)(int)(byte >> 4) - 8.0f;
+            }
+    }
+};
+
+/* Run the statement with T = the traits of a runtime type; an unsupported type is an error. */
+#define CUK_DISPATCH(type, ...)                                                                   \
+    switch (type) {                                                                                \
+    case PI_TYPE_F32: { typedef TF32 T; __VA_ARGS__; } break;                                             \
+    case PI_TYPE_F16: { typedef TF16 T; __VA_ARGS__; } break;                                             \
+    case PI_TYPE_BF16: { typedef TBF16 T; __VA_ARGS__; } break;                                           \
+    case PI_TYPE_Q8_0: { typedef TQ8 T; __VA_ARGS__; } break;                                             \
+    case PI_TYPE_Q4_0: { typedef TQ4 T; __VA_ARGS__; } break;                                             \
+    default: return -(int)cudaErrorInvalidValue;                                                   \
+    }
+
+static int lane_elems(uint32_t type)
+{
+    switch (type) {
+    case PI_TYPE_F32: return 4;
+    case PI_TYPE_F16: case PI_TYPE_BF16: return 8;
+    case PI_TYPE_Q8_0: case PI_TYPE_Q4_0: return 32;
+    default: return 0;
+    }
+}
+static int lane_qbytes(uint32_t type)
+{
+    switch (type) {
+    case PI_TYPE_Q8_0: return 32;
+    case PI_TYPE_F32: case PI_TYPE_F16: case PI_TYPE_BF16: case PI_TYPE_Q4_0: return 16;
+    default: return 0;
+    }
+}
+
+extern "C" bool cuk_type_ok(uint32_t type) { return lane_elems(type) > 0; }
+
+extern "C" size_t cuk_w_qbytes(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    const int e = lane_elems(type);
+    if (!e || n_in % e)
+        return 0;
+    return (size_t)(n_in / e) * (size_t)lane_qbytes(type) * (size_t)n_out;
+}
+
+extern "C" size_t cuk_w_dbytes(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    if (type != PI_TYPE_Q8_0 && type != PI_TYPE_Q4_0)
+        return 0;
+    return (size_t)(n_in / 32) * 2 * (size_t)n_out;
+}
+
+/* ---- repacking GGUF blocks ---- */
+
+/* raw: n blocks of bsz bytes (2-byte scale, then nq quant bytes); out q: nq bytes each, d: scales */
+__global__ void k_repack(const uint8_t *raw, int64_t n, int bsz, int nq, uint8_t *q, uint16_t *d)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint16_t *src = (const uint16_t *)(raw + i * bsz); /* blocks are 2-byte aligned */
+    d[i] = src[0];
+    uint16_t *dst = (uint16_t *)(q + i * nq);
+    for (int k = 0; k < nq / 2; k++)
+        dst[k] = src[1 + k];
+}
+
+extern "C" int cuk_repack(const struct cuk_w *w, const void *raw, int64_t r0, int64_t n_rows, void *st)
+{
+    if (w->type != PI_TYPE_Q8_0 && w->type != PI_TYPE_Q4_0) {
+        const size_t row = cuk_w_qbytes(w->type, w->n_in, 1);
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)w->q + (size_t)r0 * row, raw, row * (size_t)n_rows,
+                                        cudaMemcpyDeviceToDevice, S(st));
+        return e == cudaSuccess ? 0 : -(int)e;
+    }
+    const int nq = lane_qbytes(w->type), bsz = nq + 2;
+    const int64_t nb = w->n_in / 32, n = nb * n_rows;
+    k_repack<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>((const uint8_t *)raw, n, bsz, nq,
+                                                              (uint8_t *)w->q + (size_t)r0 * nb * nq,
+                                                              (uint16_t *)w->d + (size_t)r0 * nb);
+    return launched();
+}
+
+/* ---- GEMV ---- */
+
+/* Load lane block b of a row: NQ words, and the scale. */
+template <class T>
+__device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const __half *__restrict__ drow, int64_t b,
+                                      uint4 *qq, float *s)
+{
+    const uint4 *p = (const uint4 *)(qrow + b * (int64_t)(16 * T::NQ));
+#pragma unroll
+    for (int i = 0; i < T::NQ; i++)
+        qq[i] = __ldg(p + i);
+    *s = T::HAS_D ? __half2float(drow[b]) : 1.0f;
+}
+
+/* A token's activation for lane block b, loaded once and dotted with R rows: f32 [n_in] for float
+ * types; for Q types int8 [n_in] then float2 (d, d·Σq) [n_in/32]. */
+template <class T, bool Q = T::QX> struct XV;
+template <class T> struct XV<T, false> {
+    float4 f[T::E / 4];
+};
+template <class T> struct XV<T, true> {
+    uint4 q[2];
+    float2 d;
+};
+
+template <class T>
+__device__ static inline void x_load(const uint8_t *__restrict__ xr, int64_t n_in, int64_t b, XV<T> &xv)
+{
+    if constexpr (T::QX) {
+        const uint4 *xp = (const uint4 *)(xr + b * 32);
+        xv.q[0] = __ldg(xp), xv.q[1] = __ldg(xp + 1);
+        xv.d = __ldg((const float2 *)(xr + n_in) + b);
+    } else {
+        const float4 *xp = (const float4 *)((const float *)xr + b * T::E);
+#pragma unroll
+        for (int k = 0; k < T::E / 4; k++)
+            xv.f[k] = __ldg(xp + k);
+    }
+}
+
+/* acc += dot(lane block, x) in a fixed order: float types Σ_e w_e x_e as an fmaf chain; Q types the
+ * integer block dot of the quantized activation, scaled once. */
+template <class T>
+__device__ static inline float dot_x(const uint4 *qq, float s, const XV<T> &xv, float acc)
+{
+    if constexpr (T::QX) {
+        return __fmaf_rn(s, T::dotq(qq, xv.q, xv.d), acc);
+    } else {
+        float w[T::E];
+        T::deq(qq, w);
+#pragma unroll
+        for (int k = 0; k < T::E / 4; k++) {
+            acc = __fmaf_rn(w[4 * k], xv.f[k].x, acc);
+            acc = __fmaf_rn(w[4 * k + 1], xv.f[k].y, acc);
+            acc = __fmaf_rn(w[4 * k + 2], xv.f[k].z, acc);
+            acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
+        }
+        return acc;
+    }
+}
+
+__device__ static inline float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* acc[r][t] = dot(row r, x_t) for R rows and t < nt (NB compile-time bound), reduced over the warp
+ * (all lanes get it). The R rows' words are in flight together and each activation word is loaded
+ * once for all of them; each (row, token) sum runs in the same order whatever R, NB and nt are. */
+template <class T, int NB, int R>
+__device__ static inline void dot_rows(const uint8_t *const *qrow, const __half *const *drow, int64_t nb,
+                                       const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
+                                       float (*acc)[NB])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            acc[r][t] = 0.0f;
+    enum { U = T::E == 32 ? 2 : 4 }; /* lane blocks in flight per lane and row */
+    int64_t b = lane;
+    for (; b + 32 * (U - 1) < nb; b += 32 * U) {
+        uint4 qq[R][U][T::NQ];
+        float s[R][U];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                load_lb<T>(qrow[r], drow[r], b + 32 * u, qq[r][u], &s[r][u]);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+                if (t < nt) {
+                    XV<T> xv;
+                    x_load<T>(x + t * xs, n_in, b + 32 * u, xv);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
+                }
+    }
+    for (; b < nb; b += 32) {
+        uint4 qq[R][T::NQ];
+        float s[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            load_lb<T>(qrow[r], drow[r], b, qq[r], &s[r]);
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_x<T>(qq[r], s[r], xv, acc[r][t]);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            acc[r][t] = warp_sum(acc[r][t]);
+}
+
+/* Rows per warp of the GEMV: two for a single token and a tall matrix (twice the bytes in flight,
+ * the activation loaded once for both), else one (batches: registers; 4096-row matrices: enough
+ * warps to fill the GPU only with one row each). A row's sums are the same either way. */
+#define GEMV_R2_MIN_ROWS 8192
+
+template <class T, int NB, int MODE, int R>
+__global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                              int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
+                                              void *y, float thr, int nt, float *y1, float *y2, int64_t n0, int64_t n1)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_ROWS + warp) * R;
+    if (r0 >= n_out)
+        return;
+    const int64_t nb = n_in / T::E;
+    const uint8_t *qr[R];
+    const __half *dr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) { /* a row past the end repeats the last one, and is not stored */
+        const int64_t r = r0 + i < n_out ? r0 + i : n_out - 1;
+        qr[i] = q + r * nb * (16 * T::NQ);
+        dr[i] = T::HAS_D ? d + r * nb : nullptr;
+    }
+    float acc[R][NB];
+    dot_rows<T, NB, R>(qr, dr, nb, x, xs, n_in, nt, lane, acc);
+    if (lane)
+        return;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const int64_t r = r0 + i;
+        if (r >= n_out)
+            break;
+#pragma unroll
+        for (int t = 0; t < NB; t++) {
+            if (t >= nt)
+                break;
+            const float v = acc[i][t];
+            const int64_t o = t * n_out + r;
+            if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
+                if (r < n0)
+                    ((float *)y)[t * n0 + r] = v;
+                else if (r < n0 + n1)
+                    y1[t * n1 + r - n0] = v;
+                else
+                    y2[t * (n_out - n0 - n1) + r - n0 - n1] = v;
+            } else if (MODE == CUK_SET)
+                ((float *)y)[o] = v;
+            else if (MODE == CUK_ADD)
+                ((float *)y)[o] += v;
+            else if (MODE == CUK_RELU)
+                ((float *)y)[o] = v > 0.0f ? v : 0.0f;
+            else
+                ((uint8_t *)y)[o] = v >= thr;
+        }
+    }
+}
+
+/* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), CPU's Q8_0 rounding (d stored as f16). */
+__global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+{
+    const int tok = blockIdx.y, lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (blk >= n_in / 32)
+        return;
+    const float v = x[(int64_t)tok * n_in + blk * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
+    const int qv = __float2int_rn(v * id);
+    int sum = qv;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    uint8_t *row = out + (int64_t)tok * xs;
+    row[blk * 32 + lane] = (uint8_t)(int8_t)qv;
+    if (lane == 0) {
+        const float dh = __half2float(__float2half_rn(dd));
+        ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
+    }
+}
+
+extern "C" size_t cuk_xq_row_bytes(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
+
+/* The activation rows as the kernels of type T read them: f32 as is, or quantized into xq. */
+template <class T>
+static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t **xr, int64_t *xs, cudaStream_t st)
+{
+    if constexpr (T::QX) {
+        if (!xq)
+            return -(int)cudaErrorInvalidValue;
+        *xs = (int64_t)cuk_xq_row_bytes(n_in);
+        k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
+        *xr = (const uint8_t *)xq;
+        return launched();
+    } else {
+        *xr = (const uint8_t *)x;
+        *xs = n_in * (int64_t)sizeof(float);
+        return 0;
+    }
+}
+
+struct split3 {
+    float *y1, *y2;
+    int64_t n0, n1;
+};
+
+template <class T, int NB>
+static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int nt, void *y, int mode, float thr,
+                       const struct split3 *sp, int t0, cudaStream_t st)
+{
+    constexpr int R2 = NB == 1 ? 2 : 1;
+    const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
+    const int64_t per_block = GEMV_ROWS * (two ? 2 : 1);
+    const unsigned grid = (unsigned)((w->n_out + per_block - 1) / per_block);
+    const uint8_t *q = (const uint8_t *)w->q;
+    const __half *d = (const __half *)w->d;
+#define GEMV_L(M, Y, Y1, Y2)                                                                                           \
+    do {                                                                                                               \
+        if (two)                                                                                                       \
+            k_gemv<T, NB, M, R2><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,             \
+                                                       sp ? sp->n0 : 0, sp ? sp->n1 : 0);                              \
+        else                                                                                                           \
+            k_gemv<T, NB, M, 1><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,              \
+                                                      sp ? sp->n0 : 0, sp ? sp->n1 : 0);                               \
+    } while (0)
+    switch (mode) {
+    case CUK_SET: GEMV_L(CUK_SET, y, nullptr, nullptr); break;
+    case CUK_ADD: GEMV_L(CUK_ADD, y, nullptr, nullptr); break;
+    case CUK_RELU: GEMV_L(CUK_RELU, y, nullptr, nullptr); break;
+    case CUK_MASK: GEMV_L(CUK_MASK, y, nullptr, nullptr); break;
+    default:
+        GEMV_L(CUK_SPLIT3, (float *)y + t0 * sp->n0, sp->y1 + t0 * sp->n1, sp->y2 + t0 * (w->n_out - sp->n0 - sp->n1));
+        break;
+    }
+#undef GEMV_L
+    return launched();
+}
+
+template <class T>
+static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq,
+                  const struct split3 *sp, cudaStream_t st)
+{
+    const size_t ysz = mode == CUK_MASK ? 1 : sizeof(float);
+    for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
+        const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
+        const uint8_t *xr;
+        int64_t xs;
+        int rc = prep_x<T>(x + (size_t)t0 * w->n_in, w->n_in, nt, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
+        void *yt = mode == CUK_SPLIT3 ? y : (uint8_t *)y + (size_t)t0 * w->n_out * ysz;
+        rc = nt == 1   ? gemv_launch<T, 1>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+             : nt == 2 ? gemv_launch<T, 2>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+             : nt <= 4 ? gemv_launch<T, 4>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
+                       : gemv_launch<T, 8>(w, xr, xs, nt, yt, mode, thr, sp, t0, st);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq,
+                        void *st)
+{
+    if (mode == CUK_SPLIT3)
+        return -(int)cudaErrorInvalidValue;
+    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
+    return 0;
+}
+
+extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,
+                               int64_t n1, float *y2, void *xq, void *st)
+{
+    const struct split3 sp = { y1, y2, n0, n1 };
+    CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y0, CUK_SPLIT3, 0.0f, xq, &sp, S(st)));
+    return 0;
+}
+
+/* ---- gated FFN rows ---- */
+
+__device__ static inline float glu(int kind, float g, float u)
+{
+    if (kind == PI_ACT_SWIGLU)
+        return g / (1.0f + expf(-g)) * u;
+    if (kind == PI_ACT_REGLU)
+        return g > 0.0f ? g * u : 0.0f;
+    return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
+}
+
+/* Dense (idx NULL): warp row j for the nt tokens of the launch. Indexed: token blockIdx.y, its
+ * j-th listed row (nt 1). */
+template <class T, int NB>
+__global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, const __half *__restrict__ gd,
+                                             const uint8_t *__restrict__ uq, const __half *__restrict__ ud,
+                                             int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
+                                             float *act, int kind, const int32_t *__restrict__ idx,
+                                             const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int nt)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t j = (int64_t)blockIdx.x * GEMV_ROWS + warp;
+    const int tok = blockIdx.y;
+    const int64_t n = idx && cnt ? cnt[tok] : n_out;
+    if (j >= n)
+        return;
+    const int64_t r = idx ? idx[tok * idx_stride + j] : j;
+    const uint8_t *xt = x + (int64_t)tok * xs;
+    const int64_t nb = n_in / T::E, rq = r * nb * (16 * T::NQ);
+    const uint8_t *qr[2] = { gq + rq, uq + rq };
+    const __half *dr[2] = { T::HAS_D ? gd + r * nb : nullptr, T::HAS_D ? ud + r * nb : nullptr };
+    float acc[2][NB];
+    dot_rows<T, NB, 2>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
+    const float *ag = acc[0], *au = acc[1];
+    if (lane)
+        return;
+#pragma unroll
+    for (int t = 0; t < NB; t++) {
+        if (t >= nt)
+            break;
+        const int64_t row = (int64_t)(tok + t) * (idx ? idx_stride : n_out);
+        act[row + (compact ? j : r)] = glu(kind, ag[t], au[t]);
+    }
+}
+
+template <class T>
+static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, int B, float *act, int kind,
+                 const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, cudaStream_t st)
+{
+    const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
+    const __half *gd = (const __half *)g->d, *ud = (const __half *)u->d;
+    const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
+    const uint8_t *xr;
+    int64_t xs;
+    if (idx) {
+        if (B > GEMV_MAX_NB)
+            return -(int)cudaErrorInvalidValue;
+        int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
+        k_glu<T, 1><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, idx,
+                                                           cnt, idx_stride, compact, 1);
+        return launched();
+    }
+    for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
+        const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
+        int rc = prep_x<T>(x + (size_t)t0 * g->n_in, g->n_in, nt, xq, &xr, &xs, st);
+        if (rc)
+            return rc;
+        float *at = act + (size_t)t0 * g->n_out;
+#define GLU_L(NB) k_glu<T, NB><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, at, kind, \
+                                                             nullptr, nullptr, 0, false, nt)
+        if (nt == 1)
+            GLU_L(1);
+        else if (nt == 2)
+            GLU_L(2);
+        else if (nt <= 4)
+            GLU_L(4);
+        else
+            GLU_L(8);
+#undef GLU_L
+        rc = launched();
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
+                       int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                       void *xq, void *st)
+{
+    if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
+        return -(int)cudaErrorInvalidValue;
+    CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
+    return 0;
+}
+
+/* ---- sparse down projection: AXPY over down_t rows ---- */
+
+#define AXPY_THREADS 64
+
+template <class T>
+__global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const __half *__restrict__ d,
+                                                       int64_t n_embd, int64_t n_ff, const float *__restrict__ act,
+                                                       const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
+                                                       int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
+{
+    const int tok = blockIdx.z;
+    const int64_t c = blockIdx.x, j0 = c * CUK_AXPY_CHUNK;
+    const int64_t n = cnt ? cnt[tok] : n_ff;
+    if (j0 >= n)
+        return;
+    const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.y * AXPY_THREADS + threadIdx.x;
+    if (pb >= nb)
+        return;
+    const float *a = act + (int64_t)tok * idx_stride;
+    float acc[T::E];
+#pragma unroll
+    for (int e = 0; e < T::E; e++)
+        acc[e] = 0.0f;
+    const int64_t j1 = j0 + CUK_AXPY_CHUNK < n ? j0 + CUK_AXPY_CHUNK : n;
+    for (int64_t j = j0; j < j1; j++) {
+        const float aj = a[j];
+        if (aj == 0.0f)
+            continue;
+        const int64_t r = idx ? idx[tok * idx_stride + j] : j;
+        uint4 qq[T::NQ];
+        float s;
+        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, pb, qq, &s);
+        float w[T::E];
+        T::deq(qq, w);
+        const float as = aj * s; /* the scale folded first, as the CPU's axpy kernels do */
+#pragma unroll
+        for (int e = 0; e < T::E; e++)
+            acc[e] = __fmaf_rn(as, w[e], acc[e]);
+    }
+    float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
+#pragma unroll
+    for (int k = 0; k < T::E / 4; k++)
+        out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+}
+
+__global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
+                            int64_t n_embd, int64_t n_chunk, float *y, bool add)
+{
+    const int tok = blockIdx.y;
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_embd)
+        return;
+    const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
+    float s = 0.0f;
+    for (int64_t c = 0; c < nc; c++)
+        s += p[c * n_embd];
+    float *o = y + (int64_t)tok * n_embd + e;
+    *o = add ? *o + s : s;
+}
+
+extern "C" size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B)
+{
+    return (size_t)((n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK) * (size_t)n_embd * (size_t)B;
+}
+
+template <class T>
+static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t *idx, const int32_t *cnt,
+                  int64_t idx_stride, float *part, float *y, bool add, cudaStream_t st)
+{
+    const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
+    const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)B);
+    k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const __half *)w->d, n_embd, n_ff, act, idx, cnt,
+                                              idx_stride, part, n_chunk);
+    int rc = launched();
+    if (rc)
+        return rc;
+    k_chunk_sum<<<dim3((unsigned)((n_embd + 255) / 256), (unsigned)B), 256, 0, st>>>(part, cnt, n_ff, n_embd, n_chunk,
+                                                                                      y, add);
+    return launched();
+}
+
+extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx,
+                             const int32_t *cnt, int64_t idx_stride, float *part, float *y, bool add, void *st)
+{
+    CUK_DISPATCH(down_t->type, return axpy_t<T>(down_t, act, B, idx, cnt, idx_stride, part, y, add, S(st)));
+    return 0;
+}
+
+/* ---- mask compaction: an ordered block scan, one block per token ---- */
+
+__global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
+{
+    __shared__ int32_t wsum[32];
+    const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int64_t seg = (n + 1023) / 1024, i0 = t * seg, i1 = i0 + seg < n ? i0 + seg : n;
+    const uint8_t *m = mask + (int64_t)tok * n;
+    int32_t c = 0;
+    for (int64_t i = i0; i < i1; i++)
+        c += m[i] != 0;
+    int32_t incl = c; /* inclusive scan over the warp, then over the warps */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += v;
+    }
+    if (lane == 31)
+        wsum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int32_t v = wsum[lane], s = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int32_t u = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o)
+                s += u;
+        }
+        wsum[lane] = s - v; /* exclusive */
+        if (lane == 31)
+            cnt[tok] = s;
+    }
+    __syncthreads();
+    int32_t o = wsum[warp] + incl - c;
+    int32_t *out = idx + (int64_t)tok * n;
+    for (int64_t i = i0; i < i1; i++)
+        if (m[i])
+            out[o++] = (int32_t)i;
+}
+
+extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)
+{
+    k_compact<<<(unsigned)B, 1024, 0, S(st)>>>(mask, n, idx, cnt);
+    return launched();
+}
+
+__global__ void k_iota(int64_t n, int32_t *idx, int32_t *cnt)
+{
+    const int tok = blockIdx.y;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        idx[(int64_t)tok * n + i] = (int32_t)i;
+    if (i == 0)
+        cnt[tok] = (int32_t)n;
+}
+
+extern "C" int cuk_iota(int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)
+{
+    k_iota<<<dim3((unsigned)((n + 255) / 256), (unsigned)B), 256, 0, S(st)>>>(n, idx, cnt);
+    return launched();
+}
+
+/* ---- norms, rows, elementwise ---- */
+
+__device__ static float block_sum(float v, float *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += sh[i];
+    __syncthreads();
+    return s;
+}
+
+__global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t sx, float eps)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * sx;
+    float *o = out + (int64_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss = __fmaf_rn(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = xr[i] * scale * w[i];
+}
+
+extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, int64_t n, int64_t stride_x, float eps,
+                           void *st)
+{
+    k_rmsnorm<<<(unsigned)B, 256, 0, S(st)>>>(out, x, w, n, stride_x, eps);
+    return launched();
+}
+
+template <class T>
+__global__ void k_get_rows(const uint8_t *q, const __half *d, int64_t n_in, const int32_t *ids, float *out)
+{
+    const int tok = blockIdx.x;
+    const int64_t r = ids[tok], nb = n_in / T::E;
+    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
+        uint4 qq[T::NQ];
+        float s, w[T::E];
+        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, b, qq, &s);
+        T::deq(qq, w);
+#pragma unroll
+        for (int e = 0; e < T::E; e++)
+            out[(int64_t)tok * n_in + b * T::E + e] = w[e] * s;
+    }
+}
+
+extern "C" int cuk_get_rows(const struct cuk_w *t, const int32_t *ids, int B, float *out, void *st)
+{
+    CUK_DISPATCH(t->type, k_get_rows<T><<<(unsigned)B, 128, 0, S(st)>>>((const uint8_t *)t->q, (const __half *)t->d,
+                                                                         t->n_in, ids, out));
+    return launched();
+}
+
+__global__ void k_add_bias(float *y, const float *b, int64_t n, int64_t total)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total)
+        y[i] += b[i % n];
+}
+
+extern "C" int cuk_add_bias(float *y, const float *bias, int B, int64_t n, void *st)
+{
+    const int64_t total = (int64_t)B * n;
+    k_add_bias<<<(unsigned)((total + 255) / 256), 256, 0, S(st)>>>(y, bias, n, total);
+    return launched();
+}
+
+__global__ void k_add2(float *x, const float *a, const float *b, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += b ? a[i] + b[i] : a[i];
+}
+
+extern "C" int cuk_add2(float *x, const float *a, const float *b, int64_t n, void *st)
+{
+    k_add2<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(x, a, b, n);
+    return launched();
+}
+
+__global__ void k_glu_ew(float *out, const float *g, const float *u, int64_t n, int kind)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = glu(kind, g[i], u[i]);
+}
+
+extern "C" int cuk_glu_ew(float *out, const float *g, const float *u, int64_t n, int act_kind, void *st)
+{
+    k_glu_ew<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(out, g, u, n, act_kind);
+    return launched();
+}
+
+__global__ void k_mask_mul(float *x, const uint8_t *m, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !m[i])
+        x[i] = 0.0f;
+}
+
+extern "C" int cuk_mask_mul(float *x, const uint8_t *mask, int64_t n, void *st)
+{
+    k_mask_mul<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(x, mask, n);
+    return launched();
+}
+
+__global__ void k_relu(float *y, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !(y[i] > 0.0f))
+        y[i] = 0.0f;
+}
+
+extern "C" int cuk_relu(float *y, int64_t n, void *st)
+{
+    k_relu<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(y, n);
+    return launched();
+}
+
+__global__ void k_threshold(const float *y, uint8_t *m, int64_t n, float thr)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        m[i] = y[i] >= thr;
+}
+
+extern "C" int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st)
+{
+    k_threshold<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(y, mask, n, thr);
+    return launched();
+}
+
+/* ---- RoPE, KV store, attention ---- */
+
+template <class C> __device__ static inline void cstore(C *p, float v);
+template <> __device__ inline void cstore<float>(float *p, float v) { *p = v; }
+template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ static inline float cload(const float *p) { return *p; }
+__device__ static inline float cload(const __half *p) { return __half2float(*p); }
+
+/* One block per (token, head): thread i rotates pair i by pos · inv_freq[i] (inv_freq from the
+ * host, as ops_rope computes it); the blocks of the kv heads then store their rotated k and their v
+ * into the cell (seq, pos). Many small blocks: this is latency, not bandwidth. */
+template <class C>
+__global__ void k_rope_store(struct cuk_attn_geom g, float *q, float *k, const float *v, const int32_t *pos,
+                             const int32_t *seq, C *kc, C *vc, const float *inv_freq)
+{
+    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, half = g.rope_dim / 2;
+    const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
+    const int32_t p = pos[tok];
+    float *vec = h < g.n_head ? q + tok * Q + (int64_t)h * D : k + tok * KV + (int64_t)(h - g.n_head) * D;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float sn, c;
+        sincosf((float)p * inv_freq[i], &sn, &c);
+        const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = vec[a], x1 = vec[b];
+        vec[a] = x0 * c - x1 * sn;
+        vec[b] = x0 * sn + x1 * c;
+    }
+    if (h < g.n_head)
+        return;
+    __syncthreads();
+    const int64_t off = (int64_t)(h - g.n_head) * D, cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + off;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        cstore<C>(kc + cell + i, vec[i]);
+        cstore<C>(vc + cell + i, v[tok * KV + off + i]);
+    }
+}
+
+extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
+                              const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st)
+{
+    const dim3 grid((unsigned)B, (unsigned)(g->n_head + g->n_head_kv));
+    if (g->f16)
+        k_rope_store<__half><<<grid, 64, 0, S(st)>>>(*g, q, k, v, pos, seq, (__half *)k_cache, (__half *)v_cache,
+                                                      inv_freq);
+    else
+        k_rope_store<float><<<grid, 64, 0, S(st)>>>(*g, q, k, v, pos, seq, (float *)k_cache, (float *)v_cache,
+                                                     inv_freq);
+    return launched();
+}
+
+#define ATTN_WARPS 4
+#define ATTN_CHUNK 32 /* cells per block: the split of the cells is fixed, whatever the batch */
+#define ATTN_GROUP 64 /* tokens per launch pair (bounds the partial buffer) */
+
+/* Split-K attention ("flash decoding"), pass 1: one block per (token, head, chunk of 32 cells of the
+ * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
+ * cells (4 in flight) into shared memory; every warp then derives the chunk's max m and
+ * l = Σ exp(s − m) in the same order; the warps' partial Σ exp(s − m)·v are added in warp order. */
+template <class C, int DL>
+__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, const C *kc,
+                                                               const C *vc, const int32_t *pos, const int32_t *seq,
+                                                               float *part, int n_chunk)
+{
+    __shared__ float sc[ATTN_CHUNK];
+    __shared__ float po[ATTN_WARPS][DL * 32];
+    const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
+    if (c0 >= n_kv)
+        return;
+    const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
+    const int64_t KV = (int64_t)g.n_head_kv * D;
+    const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
+    float qr[DL];
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        qr[k] = qt[lane * DL + k];
+    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
+    const C *kb = kc + base, *vb = vc + base;
+    const float scale = 1.0f / sqrtf((float)D);
+#pragma unroll
+    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
+        float s[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
+            s[u] = 0.0f;
+            if (t < nc)
+#pragma unroll
+                for (int k = 0; k < DL; k++)
+                    s[u] = __fmaf_rn(qr[k], cload(kb + (int64_t)t * KV + k), s[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
+            const float v = warp_sum(s[u]);
+            if (lane == 0 && t < nc)
+                sc[t] = v * scale;
+        }
+    }
+    __syncthreads();
+    static_assert(ATTN_CHUNK == 32 || ATTN_CHUNK == 64, "one or two cells per lane");
+    float m = fmaxf(lane < nc ? sc[lane] : -INFINITY,
+                    ATTN_CHUNK > 32 && lane + 32 < nc ? sc[(lane + 32) % ATTN_CHUNK] : -INFINITY);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = (lane < nc ? expf(sc[lane] - m) : 0.0f) +
+              (ATTN_CHUNK > 32 && lane + 32 < nc ? expf(sc[(lane + 32) % ATTN_CHUNK] - m) : 0.0f);
+    l = warp_sum(l);
+    float o[DL];
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        o[k] = 0.0f;
+#pragma unroll
+    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
+        float vv[4][DL], p[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = warp + ATTN_WARPS * (u0 + u);
+            p[u] = t < nc ? expf(sc[t] - m) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < DL; k++)
+                vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int k = 0; k < DL; k++)
+                o[k] = __fmaf_rn(p[u], vv[u][k], o[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < DL; k++)
+        po[warp][lane * DL + k] = o[k];
+    __syncthreads();
+    float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
+    for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++)
+            a += po[w][i];
+        pt[i] = a;
+    }
+    if (threadIdx.x == 0)
+        pt[D] = m, pt[D + 1] = l;
+}
+
+/* Pass 2: the chunks of (token, head) merged in chunk order: out = Σ o_c e^(m_c − M) / Σ l_c e^(m_c − M). */
+__global__ void k_attn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out, int n_chunk)
+{
+    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
+    const int nc = (pos[tok] + 1 + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
+    float M = -INFINITY;
+#pragma unroll 8
+    for (int c = 0; c < nc; c++)
+        M = fmaxf(M, pt[c * (D + 2) + D]);
+    float L = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < nc; c++)
+        L += pt[c * (D + 2) + D + 1] * expf(pt[c * (D + 2) + D] - M);
+    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < nc; c++)
+            a += pt[c * (D + 2) + i] * expf(pt[c * (D + 2) + D] - M);
+        ot[i] = a / L;
+    }
+}
+
+extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
+{
+    const int64_t nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK, nt = B < ATTN_GROUP ? B : ATTN_GROUP;
+    return (size_t)(nt * g->n_head * nch * (g->head_dim + 2));
+}
+
+template <class C, int DL>
+static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+                       cudaStream_t st)
+{
+    const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
+    const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
+    const int64_t Q = (int64_t)g->n_head * g->head_dim;
+    for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
+        const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
+        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
+            *g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0, seq + t0, part, nch);
+        int rc = launched();
+        if (rc)
+            return rc;
+        k_attn_merge<<<dim3((unsigned)nt, (unsigned)g->n_head), 128, 0, st>>>(*g, pos + t0, part, out + t0 * Q, nch);
+        if ((rc = launched()))
+            return rc;
+    }
+    return 0;
+}
+
+template <class C>
+static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t mp, cudaStream_t st)
+{
+    switch (g->head_dim) {
+    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
+    }
+}
+
+extern "C" bool cuk_attn_ok(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                        const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+                        void *st)
+{
+    if (g->f16)
+        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
+    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
+}
+
+/* ---- greedy sampling ---- */
+
+__global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n, int32_t *ids)
+{
+    __shared__ float bv[32];
+    __shared__ int32_t bi[32];
+    const float *l = logits + (int64_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int32_t best = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (l[i] > v)
+            v = l[i], best = (int32_t)i; /* strided ascending: the first maximum of this thread */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
+        if (ov > v || (ov == v && oi < best))
+            v = ov, best = oi;
+    }
+    if (lane == 0)
+        bv[warp] = v, bi[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (bv[w] > v || (bv[w] == v && bi[w] < best))
+                v = bv[w], best = bi[w];
+        ids[blockIdx.x] = best == 0x7fffffff ? 0 : best;
+    }
+}
+
+extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
+{
+    k_argmax<<<(unsigned)B, 1024, 0, S(st)>>>(logits, n, ids);
+    return launched();
+}
+
+/* ---- cuBLAS helpers ---- */
+
+__global__ void k_to_half(const float *x, void *out, int64_t n, bool bf16)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    if (bf16)
+        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(x[i]);
+    else
+        ((__half *)out)[i] = __float2half_rn(x[i]);
+}
+
+extern "C" int cuk_to_half(const float *x, void *out, int64_t n, bool bf16, void *st)
+{
+    k_to_half<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(x, out, n, bf16);
+    return launched();
+}
+
+template <class T>
+__global__ void k_dequant_f16(const uint8_t *q, const __half *d, int64_t n_in, int64_t n_out, __half *out)
+{
+    const int64_t nb = n_in / T::E, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nb * n_out)
+        return;
+    uint4 qq[T::NQ];
+    float s, w[T::E];
+    load_lb<T>(q, d, i, qq, &s); /* rows are contiguous: lane block i of the whole matrix */
+    T::deq(qq, w);
+#pragma unroll
+    for (int e = 0; e < T::E; e++)
+        out[i * T::E + e] = __float2half_rn(w[e] * s);
+}
+
+extern "C" int cuk_dequant_f16(const struct cuk_w *w, void *out, void *st)
+{
+    const int64_t n = w->n_in / lane_elems(w->type) * w->n_out;
+    CUK_DISPATCH(w->type, k_dequant_f16<T><<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(
+                              (const uint8_t *)w->q, (const __half *)w->d, w->n_in, w->n_out, (__half *)out));
+    return launched();
+}
+
+/* ---- HBM read floor ---- */
+
+__global__ void k_read(const uint4 *p, size_t n, unsigned long long *sink)
+{
+    uint32_t acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+                    e = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ e.x ^ e.y ^ e.z ^ e.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) /* practically never: keeps the loads live */
+        *sink = acc;
+}
+
+extern "C" int cuk_read_bench(const void *buf, size_t n, unsigned long long *sink, void *st)
+{
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    k_read<<<(unsigned)(sms * 8), 512, 0, S(st)>>>((const uint4 *)buf, n / 16, sink);
+    return launched();
+}

@@ -1,0 +1,131 @@
+/* cuk.h — the CUDA kernels of the GPU executor, behind a C interface (cuk.cu implements them).
+ *
+ * Everything here takes device pointers and a stream (cudaStream_t passed as void *) and only
+ * enqueues work: launchers return 0 or a negative cudaError_t of the launch. No CUDA header is
+ * needed to include this file, so the C side of the backend (cudev.c) and the tests stay C11.
+ *
+ * Weights on the device (struct cuk_w): F32 / F16 / BF16 rows exactly as in the GGUF (row-major,
+ * n_in contiguous); Q8_0 / Q4_0 repacked at upload into two arrays, the quants of every block
+ * (16 or 32 bytes, so each lane loads whole 16-byte words) and the f16 block scales, both
+ * [n_out][n_in / 32]. One templated GEMV over a block-type traits struct serves all five types.
+ *
+ * Batch invariance: every kernel here computes each token (row of the batch) with the same
+ * instructions in the same order whatever the other tokens are; reductions are over fixed-shape
+ * trees (warp shuffles, chunk sums in chunk order) that depend only on that token's data. */
+#ifndef PI_CUK_H
+#define PI_CUK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cuk_w {
+    uint32_t type;  /* enum pi_type: F32, F16, BF16, Q8_0, Q4_0 */
+    int64_t n_in;   /* ne[0] */
+    int64_t n_out;  /* ne[1] */
+    void *q;        /* rows (float types) or block quants (Q types) */
+    void *d;        /* Q types: f16 block scales [n_out][n_in/32]; NULL otherwise */
+};
+
+/* Bytes of a repacked weight's q and d arrays (d 0 for float types); 0 if the type is unsupported
+ * or n_in is not a multiple of its block. */
+size_t cuk_w_qbytes(uint32_t type, int64_t n_in, int64_t n_out);
+size_t cuk_w_dbytes(uint32_t type, int64_t n_in, int64_t n_out);
+bool cuk_type_ok(uint32_t type);
+
+/* Repack n_rows rows of GGUF blocks (raw, on the device) into w starting at row r0. Float types:
+ * a plain device copy. */
+int cuk_repack(const struct cuk_w *w, const void *raw, int64_t r0, int64_t n_rows, void *st);
+
+/* GEMV epilogues */
+enum cuk_mode {
+    CUK_SET = 0,   /* y = W x */
+    CUK_ADD = 1,   /* y += W x (residual) */
+    CUK_RELU = 2,  /* y = max(W x, 0) (predictor fc1) */
+    CUK_MASK = 3,  /* mask (uint8) = W x >= thr (predictor fc2) */
+    CUK_SPLIT3 = 4, /* cuk_gemv_split3 only */
+};
+
+/* y (B, n_out) op= W · x (B, n_in), f32 accumulation. Any B (tokens go in groups of at most 8 per
+ * launch). For CUK_MASK, y is a uint8_t (B, n_out) array. x and y strides are n_in and n_out.
+ * Float weight types dot the f32 x; Q8_0/Q4_0 weights dot x quantized per 32-block to int8 (the
+ * CPU's Q8_0 rounding) into xq, a scratch of 8 × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
+int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
+size_t cuk_xq_row_bytes(int64_t n_in);
+/* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1
+ * to y1 (B, n1), the rest to y2. */
+int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1, int64_t n1,
+                    float *y2, void *xq, void *st);
+
+/* act (B, n) = act(gate · x, up · x) over rows: dense (idx NULL: rows 0..n_out), or for each
+ * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts; B ≤ 8). xq as for cuk_gemv. compact: act[b][j], else
+ * act[b][idx[j]] (scatter into a zeroed n_out-wide row). act_kind: enum pi_act. */
+int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
+            const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st);
+
+/* The sparse down projection: for each token b, y[b] op= Σ_j act[b][j] · down_t[idx[b][j]],
+ * j < cnt[b] (NULL idx: rows 0..n, cnt NULL: all n_out rows of down_t), act compact as cuk_glu
+ * writes it. Zero activations skip their row. Chunks of CUK_AXPY_CHUNK neurons are summed into
+ * part (B, n_out / CUK_AXPY_CHUNK, n_embd) and then in chunk order into y: the same order for a
+ * token whatever the batch. add: y += result, else y = result. */
+#define CUK_AXPY_CHUNK 16
+int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx, const int32_t *cnt,
+                  int64_t idx_stride, float *part, float *y, bool add, void *st);
+size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B);
+
+/* For each token b: idx[b][0..cnt[b]) = the i < n with mask[b * n + i] != 0, in order. */
+int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st);
+/* idx[b][i] = i, cnt[b] = n (the dense "all neurons" list). */
+int cuk_iota(int B, int64_t n, int32_t *idx, int32_t *cnt, void *st);
+
+/* out (B, n) = rmsnorm(x) * w; rows_x is x's row stride (to norm only the last rows). */
+int cuk_rmsnorm(float *out, const float *x, const float *w, int B, int64_t n, int64_t stride_x, float eps,
+                void *st);
+/* out[b] = row ids[b] of the table (any supported type), as f32. */
+int cuk_get_rows(const struct cuk_w *t, const int32_t *ids, int B, float *out, void *st);
+/* y (B, n) += b (n) */
+int cuk_add_bias(float *y, const float *bias, int B, int64_t n, void *st);
+/* x (n) += a (n) (+ b (n) when not NULL): the merge of the FFN shares, a first */
+int cuk_add2(float *x, const float *a, const float *b, int64_t n, void *st);
+/* elementwise: out = act(g, u) (n) */
+int cuk_glu_ew(float *out, const float *g, const float *u, int64_t n, int act_kind, void *st);
+/* elementwise: x (B, n) *= mask (uint8, B × n) */
+int cuk_mask_mul(float *x, const uint8_t *mask, int64_t n, void *st);
+/* elementwise: y (n) = relu(y) / y >= thr (uint8) */
+int cuk_relu(float *y, int64_t n, void *st);
+int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st);
+
+/* KV cache geometry: cells [n_seq][n_ctx][n_kv_heads * head_dim] per layer, f16 or f32. */
+struct cuk_attn_geom {
+    int n_head, n_head_kv, head_dim, rope_dim, rope_mode; /* rope_mode: enum ops_rope_mode */
+    float rope_theta;
+    int n_ctx, n_seq;
+    bool f16;
+};
+
+/* Rotate q (B, n_head·d) and k (B, n_kv·d) in place at pos[b], then store k and v into the cache
+ * cells (seq[b], pos[b]). inv_freq (rope_dim / 2): 1 / theta^(2i / rope_dim), from the host. */
+int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
+                   const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st);
+/* out (B, n_head·d) = softmax(q · K[seq[b]][0..pos[b]] / sqrt(d)) · V[...]: each token attends to the
+ * cells of its own sequence at positions ≤ its own, split into fixed chunks of 32 cells merged in
+ * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats.
+ * max_pos: the largest pos[b] when the host knows it (fewer empty blocks launched), else -1. */
+int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+             const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
+size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
+/* Head sizes the attention kernel supports (32, 64, 128, 256). */
+bool cuk_attn_ok(int head_dim);
+
+/* ids[b] = argmax of logits row b (n): the lowest index among equal maxima. */
+int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st);
+
+/* For cuBLAS: x (n) f32 → f16 or bf16 bits. */
+int cuk_to_half(const float *x, void *out, int64_t n, bool bf16, void *st);
+/* Dequantize rows [0, n_out) of a Q weight into an f16 matrix (n_out, n_in). */
+int cuk_dequant_f16(const struct cuk_w *w, void *out, void *st);
+
+/* HBM floor: read n bytes (multiple of 16) once, with 16-byte loads; *sink keeps it live. */
+int cuk_read_bench(const void *buf, size_t n, unsigned long long *sink, void *st);
+
+#endif
