@@ -35,6 +35,9 @@ static void quant_init_once(void)
 {
     quant_ref_fill(traits_ref, PI_TYPE_COUNT);
     quant_kquants_fill(traits_ref, PI_TYPE_COUNT);
+    for (int t = 0; t < PI_TYPE_COUNT; t++)
+        if (traits_ref[t].name && traits_ref[t].sub_size == 0)
+            traits_ref[t].sub_size = traits_ref[t].blck_size;
     memcpy(traits_fast, traits_ref, sizeof traits_fast);
 #if defined(PI_HAVE_AVX2_UNIT)
     __builtin_cpu_init();

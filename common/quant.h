@@ -51,6 +51,9 @@ typedef void (*pi_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y)
  * quantized types the block scale is folded first (s = a * d, y += s * q), each update one fused
  * multiply-add, so the scalar and AVX2 kernels agree bit for bit. */
 typedef void (*pi_axpy_fn)(int64_t n, float *y, float a, const void *x);
+/* *s = dot over elements [i0, i1) of whole rows x (this type) and y (vec_dot_type), i0 and i1
+ * multiples of sub_size: a part of a super-block, for the sparse FFN's runs over ffn_down. */
+typedef void (*pi_vec_dot_sub_fn)(int64_t i0, int64_t i1, float *s, const void *x, const void *y);
 
 struct pi_type_traits {
     const char *name;       /* ggml's name: "f32", "q8_0", "q4_K", "iq4_xs", "i32"... */
@@ -62,6 +65,9 @@ struct pi_type_traits {
     pi_from_float_fn from_float;
     pi_vec_dot_fn vec_dot;
     pi_axpy_fn axpy;        /* NULL for I32 */
+    int sub_size;           /* the finest cut of a row vec_dot_sub takes: the sub-block length of the
+                             * super-block types (16 or 32), else blck_size */
+    pi_vec_dot_sub_fn vec_dot_sub; /* (optional) the super-block types; NULL: cut rows at whole blocks */
 };
 
 /* Pick the fastest kernels this CPU supports. Idempotent and thread-safe; called by quant_traits. */

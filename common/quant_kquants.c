@@ -691,6 +691,35 @@ static inline void kblk_vec_dot(int64_t n, float *s, const void *vx, const void 
     *s = sumf;
 }
 
+/* s = the dot over elements [i0, i1) (multiples of the sub-block length): the sub-blocks inside
+ * the range only, with kblk_vec_dot's operations (over [0, n) it is kblk_vec_dot bit for bit) */
+static inline void kblk_vec_dot_sub(int64_t i0, int64_t i1, float *s, const void *vx, const void *vy, size_t bsize,
+                                    kblk_unpack_fn unpack)
+{
+    const struct block_q8_K *y = vy;
+    struct kblk u;
+    float sumf = 0.0f;
+    for (int64_t i = i0 / QK_K; i < (i1 + QK_K - 1) / QK_K; i++) {
+        unpack((const char *)vx + (size_t)i * bsize, &u);
+        int32_t isum = 0, msum = 0;
+        for (int sb = 0; sb < QK_K / u.len; sb++) {
+            const int64_t e = i * QK_K + (int64_t)sb * u.len;
+            if (e < i0 || e >= i1)
+                continue;
+            int32_t p = 0;
+            for (int k = 0; k < u.len; k++)
+                p += u.q[sb * u.len + k] * y[i].qs[sb * u.len + k];
+            isum += u.sc[sb] * p;
+            int32_t ysum = 0;
+            for (int k = 0; k < u.len / SUB16; k++)
+                ysum += y[i].bsums[sb * (u.len / SUB16) + k];
+            msum += u.m[sb] * ysum;
+        }
+        sumf += (u.d * y[i].d) * (float)isum - (u.dmin * y[i].d) * (float)msum;
+    }
+    *s = sumf;
+}
+
 /* y[e] += a ((d sc) q - dmin m) as y = fma(a d sc, q, y) - a dmin m, per sub-block */
 static inline void kblk_axpy(int64_t n, float *y, float a, const void *vx, size_t bsize, kblk_unpack_fn unpack)
 {
@@ -718,6 +747,10 @@ static inline void kblk_axpy(int64_t n, float *y, float a, const void *vx, size_
     static void T##_axpy_ref(int64_t n, float *y, float a, const void *x)                          \
     {                                                                                              \
         kblk_axpy(n, y, a, x, sizeof(struct block_##T), T##_unpack);                               \
+    }                                                                                              \
+    static void T##_vec_dot_sub_ref(int64_t i0, int64_t i1, float *s, const void *x, const void *y) \
+    {                                                                                              \
+        kblk_vec_dot_sub(i0, i1, s, x, y, sizeof(struct block_##T), T##_unpack);                   \
     }
 
 KBLK_KERNELS(q2_K)
@@ -763,17 +796,19 @@ void quant_kquants_fill(struct pi_type_traits *traits, size_t count)
         pi_from_float_fn from_float;
         pi_vec_dot_fn vec_dot;
         pi_axpy_fn axpy;
+        int sub;
+        pi_vec_dot_sub_fn vec_dot_sub;
     } rows[] = {
-        { PI_TYPE_Q2_K, "q2_K", sizeof(struct block_q2_K), q2_K_to_float_ref, q2_K_from_float_ref, q2_K_vec_dot_ref, q2_K_axpy_ref },
-        { PI_TYPE_Q3_K, "q3_K", sizeof(struct block_q3_K), q3_K_to_float_ref, q3_K_from_float_ref, q3_K_vec_dot_ref, q3_K_axpy_ref },
-        { PI_TYPE_Q4_K, "q4_K", sizeof(struct block_q4_K), q4_K_to_float_ref, q4_K_from_float_ref, q4_K_vec_dot_ref, q4_K_axpy_ref },
-        { PI_TYPE_Q5_K, "q5_K", sizeof(struct block_q5_K), q5_K_to_float_ref, q5_K_from_float_ref, q5_K_vec_dot_ref, q5_K_axpy_ref },
-        { PI_TYPE_Q6_K, "q6_K", sizeof(struct block_q6_K), q6_K_to_float_ref, q6_K_from_float_ref, q6_K_vec_dot_ref, q6_K_axpy_ref },
-        { PI_TYPE_IQ4_XS, "iq4_xs", sizeof(struct block_iq4_xs), iq4_xs_to_float_ref, iq4_xs_from_float_ref, iq4_xs_vec_dot_ref, iq4_xs_axpy_ref },
-        { PI_TYPE_Q8_K, "q8_K", sizeof(struct block_q8_K), q8_K_to_float_ref, q8_K_from_float_ref, q8_K_vec_dot_ref, q8_K_axpy_ref },
+        { PI_TYPE_Q2_K, "q2_K", sizeof(struct block_q2_K), q2_K_to_float_ref, q2_K_from_float_ref, q2_K_vec_dot_ref, q2_K_axpy_ref, SUB16, q2_K_vec_dot_sub_ref },
+        { PI_TYPE_Q3_K, "q3_K", sizeof(struct block_q3_K), q3_K_to_float_ref, q3_K_from_float_ref, q3_K_vec_dot_ref, q3_K_axpy_ref, SUB16, q3_K_vec_dot_sub_ref },
+        { PI_TYPE_Q4_K, "q4_K", sizeof(struct block_q4_K), q4_K_to_float_ref, q4_K_from_float_ref, q4_K_vec_dot_ref, q4_K_axpy_ref, SUB32, q4_K_vec_dot_sub_ref },
+        { PI_TYPE_Q5_K, "q5_K", sizeof(struct block_q5_K), q5_K_to_float_ref, q5_K_from_float_ref, q5_K_vec_dot_ref, q5_K_axpy_ref, SUB32, q5_K_vec_dot_sub_ref },
+        { PI_TYPE_Q6_K, "q6_K", sizeof(struct block_q6_K), q6_K_to_float_ref, q6_K_from_float_ref, q6_K_vec_dot_ref, q6_K_axpy_ref, SUB16, q6_K_vec_dot_sub_ref },
+        { PI_TYPE_IQ4_XS, "iq4_xs", sizeof(struct block_iq4_xs), iq4_xs_to_float_ref, iq4_xs_from_float_ref, iq4_xs_vec_dot_ref, iq4_xs_axpy_ref, SUB32, iq4_xs_vec_dot_sub_ref },
+        { PI_TYPE_Q8_K, "q8_K", sizeof(struct block_q8_K), q8_K_to_float_ref, q8_K_from_float_ref, q8_K_vec_dot_ref, q8_K_axpy_ref, QK_K, NULL },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         traits[rows[i].type] = (struct pi_type_traits){ rows[i].name, QK_K, rows[i].size, true, PI_TYPE_Q8_K,
                                                         rows[i].to_float, rows[i].from_float, rows[i].vec_dot,
-                                                        rows[i].axpy };
+                                                        rows[i].axpy, rows[i].sub, rows[i].vec_dot_sub };
 }

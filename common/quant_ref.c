@@ -609,23 +609,23 @@ void quant_ref_fill(struct pi_type_traits *traits, size_t count)
     if (count < PI_TYPE_COUNT)
         return;
     traits[PI_TYPE_F32] = (struct pi_type_traits){ "f32", 1, sizeof(float), true, PI_TYPE_F32,
-        f32_to_float_ref, f32_from_float_ref, f32_vec_dot_ref, f32_axpy_ref };
+        f32_to_float_ref, f32_from_float_ref, f32_vec_dot_ref, f32_axpy_ref, 0, NULL };
     traits[PI_TYPE_F16] = (struct pi_type_traits){ "f16", 1, sizeof(pi_f16), true, PI_TYPE_F32,
-        f16_to_float_ref, f16_from_float_ref, f16_vec_dot_ref, f16_axpy_ref };
+        f16_to_float_ref, f16_from_float_ref, f16_vec_dot_ref, f16_axpy_ref, 0, NULL };
     traits[PI_TYPE_BF16] = (struct pi_type_traits){ "bf16", 1, sizeof(pi_bf16), true, PI_TYPE_F32,
-        bf16_to_float_ref, bf16_from_float_ref, bf16_vec_dot_ref, bf16_axpy_ref };
+        bf16_to_float_ref, bf16_from_float_ref, bf16_vec_dot_ref, bf16_axpy_ref, 0, NULL };
     traits[PI_TYPE_Q8_0] = (struct pi_type_traits){ "q8_0", QK8_0, sizeof(struct block_q8_0), true, PI_TYPE_Q8_0,
-        q8_0_to_float_ref, q8_0_from_float_ref, q8_0_vec_dot_ref, q8_0_axpy_ref };
+        q8_0_to_float_ref, q8_0_from_float_ref, q8_0_vec_dot_ref, q8_0_axpy_ref, 0, NULL };
     traits[PI_TYPE_Q4_0] = (struct pi_type_traits){ "q4_0", QK4_0, sizeof(struct block_q4_0), true, PI_TYPE_Q8_0,
-        q4_0_to_float_ref, q4_0_from_float_ref, q4_0_vec_dot_ref, q4_0_axpy_ref };
+        q4_0_to_float_ref, q4_0_from_float_ref, q4_0_vec_dot_ref, q4_0_axpy_ref, 0, NULL };
     traits[PI_TYPE_Q4_1] = (struct pi_type_traits){ "q4_1", QK4_1, sizeof(struct block_q4_1), true, PI_TYPE_Q8_0,
-        q4_1_to_float_ref, q4_1_from_float_ref, q4_1_vec_dot_ref, q4_1_axpy_ref };
+        q4_1_to_float_ref, q4_1_from_float_ref, q4_1_vec_dot_ref, q4_1_axpy_ref, 0, NULL };
     traits[PI_TYPE_Q5_0] = (struct pi_type_traits){ "q5_0", QK5_0, sizeof(struct block_q5_0), true, PI_TYPE_Q8_0,
-        q5_0_to_float_ref, q5_0_from_float_ref, q5_0_vec_dot_ref, q5_0_axpy_ref };
+        q5_0_to_float_ref, q5_0_from_float_ref, q5_0_vec_dot_ref, q5_0_axpy_ref, 0, NULL };
     traits[PI_TYPE_Q5_1] = (struct pi_type_traits){ "q5_1", QK5_1, sizeof(struct block_q5_1), true, PI_TYPE_Q8_0,
-        q5_1_to_float_ref, q5_1_from_float_ref, q5_1_vec_dot_ref, q5_1_axpy_ref };
+        q5_1_to_float_ref, q5_1_from_float_ref, q5_1_vec_dot_ref, q5_1_axpy_ref, 0, NULL };
     traits[PI_TYPE_IQ4_NL] = (struct pi_type_traits){ "iq4_nl", QK4_NL, sizeof(struct block_iq4_nl), true,
-        PI_TYPE_Q8_0, iq4_nl_to_float_ref, iq4_nl_from_float_ref, iq4_nl_vec_dot_ref, iq4_nl_axpy_ref };
+        PI_TYPE_Q8_0, iq4_nl_to_float_ref, iq4_nl_from_float_ref, iq4_nl_vec_dot_ref, iq4_nl_axpy_ref, 0, NULL };
     traits[PI_TYPE_I32] = (struct pi_type_traits){ "i32", 1, sizeof(int32_t), false, PI_TYPE_I32,
-        NULL, NULL, NULL, NULL };
+        NULL, NULL, NULL, NULL, 1, NULL };
 }

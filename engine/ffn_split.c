@@ -265,7 +265,10 @@ static void down_worker(void *arg, int ith, int nth)
             for (int32_t k = 0; k < j->n_drun; k++) {
                 const int64_t s = j->drun[k][0], len = j->drun[k][1];
                 float part;
-                tt->vec_dot(len, &part, row + quant_row_size(d->type, s), a + quant_row_size(tt->vec_dot_type, s));
+                if (tt->vec_dot_sub && (s % tt->blck_size || len % tt->blck_size))
+                    tt->vec_dot_sub(s, s + len, &part, row, a); /* a run inside super-blocks */
+                else
+                    tt->vec_dot(len, &part, row + quant_row_size(d->type, s), a + quant_row_size(tt->vec_dot_type, s));
                 acc += part;
             }
             j->y[(size_t)t * E + e] = acc;
@@ -362,7 +365,10 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             quant_traits(dt->vec_dot_type)->from_float(j.act + (size_t)t * F, (char *)s->aq.buf + j.aq_stride * (size_t)t, F);
         j.aq = s->aq.buf;
     }
-    int64_t blk = dt->blck_size > quant_traits(dt->vec_dot_type)->blck_size ? dt->blck_size
+    /* runs widen to whole blocks of down and of its vec_dot type; the super-block types (256) only
+     * to their sub-blocks (16 or 32), which vec_dot_sub dots on their own */
+    int64_t blk = dt->vec_dot_sub ? dt->sub_size
+                  : dt->blck_size > quant_traits(dt->vec_dot_type)->blck_size ? dt->blck_size
                                                                              : quant_traits(dt->vec_dot_type)->blck_size;
     if ((rc = ops_scratch_reserve(&s->drun, (size_t)runs->n * sizeof(int32_t[2]))))
         return rc;
@@ -372,8 +378,10 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     pool_run(pool, down_worker, &j);
     if (bytes) {
         uint64_t b = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes);
+        uint64_t nd = 0; /* neurons of down read; parts of super-blocks count their share of its bytes */
         for (int32_t k = 0; k < j.n_drun; k++)
-            b += (uint64_t)E * quant_row_size(l->ffn_down.type, drun[k][1]);
+            nd += (uint64_t)drun[k][1];
+        b += (uint64_t)E * (nd * dt->type_size / (uint64_t)dt->blck_size);
         *bytes = b;
     }
     return 0;

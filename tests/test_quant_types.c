@@ -9,7 +9,8 @@
  *    dequantized floats bit for bit, AXPY bit for bit, dot within float rounding of the reference
  *    (the integer part of every block is exact, so a wrong nibble shows up far above that), and the
  *    multi-row GEMV driver the same;
- *  - AXPY y += a dequant(x) against the dequantized row, and an all-zero row quantizes to zeros. */
+ *  - AXPY y += a dequant(x) against the dequantized row, and an all-zero row quantizes to zeros;
+ *  - the partial dot of the super-block types (vec_dot_sub) over sub-block-aligned ranges. */
 #include "quant.h"
 #include "testutil.h"
 
@@ -173,6 +174,58 @@ static void test_random_type(uint32_t type, int64_t n, int kind)
     free(x), free(y), free(dq), free(dq2), free(ydq), free(a1), free(a2), free(w), free(w2), free(yq);
 }
 
+/* vec_dot_sub (the super-block types): over [0, n) bitwise vec_dot's reference; over random
+ * sub-block-aligned ranges Σ dequant(x) dequant(y) of the range within float rounding; every other
+ * type cuts rows at whole blocks (sub_size = blck_size, no vec_dot_sub) */
+static void test_vec_dot_sub(uint32_t type)
+{
+    const struct pi_type_traits *ref = quant_traits_ref(type), *fast = quant_traits(type);
+    CHECK(fast->sub_size == ref->sub_size && fast->vec_dot_sub == ref->vec_dot_sub, "%s: sub traits", ref->name);
+    if (!ref->vec_dot_sub) {
+        CHECK(ref->sub_size == ref->blck_size, "%s: sub_size %d = block %d", ref->name, ref->sub_size, ref->blck_size);
+        return;
+    }
+    CHECK(ref->sub_size > 0 && ref->blck_size % ref->sub_size == 0 && ref->sub_size % 16 == 0,
+          "%s: sub_size %d divides the block and is whole Q8_K sums", ref->name, ref->sub_size);
+    const int64_t n = 1024;
+    const struct pi_type_traits *vref = quant_traits_ref(ref->vec_dot_type);
+    float x[1024], y[1024], dq[1024], ydq[1024];
+    uint8_t w[1024 * 4], yq[1024 * 4];
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rng_unit() * (1.0f + (float)((i / 16) % 5));
+        y[i] = rng_unit();
+    }
+    ref->from_float(x, w, n);
+    ref->to_float(w, dq, n);
+    vref->from_float(y, yq, n);
+    vref->to_float(yq, ydq, n);
+    float whole, full;
+    ref->vec_dot(n, &whole, w, yq);
+    ref->vec_dot_sub(0, n, &full, w, yq);
+    CHECK(whole == full, "%s: vec_dot_sub over the row %.9g vs vec_dot %.9g", ref->name, full, whole);
+    const int64_t g = ref->sub_size;
+    for (int rep = 0; rep < 200; rep++) {
+        int64_t a = (int64_t)(rng_next() % (uint64_t)(n / g)) * g, b = (int64_t)(rng_next() % (uint64_t)(n / g)) * g;
+        if (a > b) {
+            int64_t t = a;
+            a = b;
+            b = t;
+        }
+        b += g;
+        float s;
+        ref->vec_dot_sub(a, b, &s, w, yq);
+        double exact = 0, scale = 1e-30;
+        for (int64_t i = a; i < b; i++) {
+            exact += (double)dq[i] * ydq[i];
+            scale += fabs((double)dq[i] * ydq[i]);
+        }
+        if (fabs(s - exact) > DOT_TOL * scale + 1e-6 * scale) {
+            CHECK(false, "%s: vec_dot_sub [%lld, %lld) %.9g vs %.9g", ref->name, (long long)a, (long long)b, s, exact);
+            break;
+        }
+    }
+}
+
 static void test_zero_rows(uint32_t type)
 {
     const struct pi_type_traits *t = quant_traits(type);
@@ -195,6 +248,7 @@ int main(void)
         REQUIRE(quant_traits(qtypes[i]) && quant_traits(qtypes[i])->vec_dot, "type %u has kernels", qtypes[i]);
         test_ggml_bounds(qtypes[i]);
         test_zero_rows(qtypes[i]);
+        test_vec_dot_sub(qtypes[i]);
         const int64_t lens32[] = { 32, 96, 4096 + 32 };
         const int64_t lens256[] = { 256, 768, 4096, 11008 };
         const bool k = quant_traits(qtypes[i])->blck_size == QK_K;

@@ -12,6 +12,8 @@
  * is Q4_0 (what PowerInfer's quantize writes), or keep their type with keep_predictors. */
 #include "quantize.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -258,9 +260,34 @@ static bool is_predictor(const char *name)
     return has(name, ".fc1.weight") || has(name, ".fc2.weight");
 }
 
+/* llama.cpp visits tensors by layer number, then name (its weight_name_comparer); the per-layer
+ * counters follow that order, so the plan does too (the output keeps the input's order) */
+static int tensor_layer(const char *name)
+{
+    int l = -1;
+    return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
+}
+
+static int llama_order(const void *a, const void *b, void *base)
+{
+    const struct qz_tensor *t = base;
+    const struct qz_tensor *x = &t[*(const size_t *)a], *y = &t[*(const size_t *)b];
+    const int lx = tensor_layer(x->name), ly = tensor_layer(y->name);
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
 int qz_plan(const struct qz_params *p, const struct qz_model *m, const struct qz_tensor *t, size_t n,
             uint32_t *out_type, bool *out_fallback)
 {
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order)
+        return pi_fail(PI_E_NOMEM, "quantize: plan of %zu tensors", n);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof *order, llama_order, (void *)t);
+    int rc = 0;
     struct plan_state s = { .p = p, .m = m, .tied = true, .n_ffn_down = m->n_layer };
     for (size_t i = 0; i < n; i++) {
         enum category c = category_of(t[i].name);
@@ -272,12 +299,12 @@ int qz_plan(const struct qz_params *p, const struct qz_model *m, const struct qz
     s.is_70b = m->arch && strcmp(m->arch, "llama") == 0 && m->n_layer == 80 && m->n_head != m->n_head_kv;
     const uint32_t dflt = p->mix->type;
 
-    for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const size_t i = order[k];
         const struct qz_tensor *ti = &t[i];
         const enum category c = category_of(ti->name);
         uint32_t type = ti->type;
         bool fell = false;
-        int rc;
         if (allows_quantization(p, ti)) {
             if (p->token_embd_type != QZ_TYPE_AUTO && c == CAT_TOKEN_EMBD) {
                 type = p->token_embd_type;
@@ -287,22 +314,25 @@ int qz_plan(const struct qz_params *p, const struct qz_model *m, const struct qz
                 /* PowerInfer's quantize: predictors Q5_0, or Q4_0 in a Q4_0 file */
                 type = p->keep_predictors ? ti->type : dflt == PI_TYPE_Q4_0 ? PI_TYPE_Q4_0 : PI_TYPE_Q5_0;
                 if (!p->keep_predictors && (rc = fallback(ti, &type, &fell)))
-                    return rc;
+                    break;
             } else {
                 type = dflt;
                 if (is_quantized(dflt)) {
                     if (!p->pure)
                         type = rules(&s, type, ti, c);
                     if ((rc = fallback(ti, &type, &fell)))
-                        return rc;
+                        break;
                 }
             }
         }
-        if (type != ti->type && is_quantized(ti->type) && !p->allow_requantize)
-            return pi_fail(PI_E_UNSUPPORTED, "tensor '%s' is %s already: re-quantizing it to %s needs --allow-requantize",
-                           ti->name, quant_traits(ti->type)->name, quant_traits(type)->name);
+        if (type != ti->type && is_quantized(ti->type) && !p->allow_requantize) {
+            rc = pi_fail(PI_E_UNSUPPORTED, "tensor '%s' is %s already: re-quantizing it to %s needs --allow-requantize",
+                         ti->name, quant_traits(ti->type)->name, quant_traits(type)->name);
+            break;
+        }
         out_type[i] = type;
         out_fallback[i] = fell;
     }
-    return 0;
+    free(order);
+    return rc;
 }
