@@ -25,13 +25,19 @@ if [ $status -eq 0 ]; then
   meson test -C build-tsan --suite tsan --print-errorlogs --num-processes "$JOBS"
 fi
 
+# --- fuzz: the libFuzzer targets (scripts/fuzz.sh: replay of fuzz/corpus and fuzz/crashes, then a
+# fixed-seed run); each target counts as one test below (build-fuzz-testlog.json) ---
+nice scripts/fuzz.sh
+# --- end fuzz ---
+
 python3 - "$status" <<'PY'
 # The summary: what was skipped and why (the SKIP line a test printed), then the closing line alone.
 import json, os, sys
 passed = failed = skipped = 0
 skips = []
-for d in ("build-test", "build-tsan"):
-    log = os.path.join(d, "meson-logs", "testlog.json")
+logs = [(d, os.path.join(d, "meson-logs", "testlog.json")) for d in ("build-test", "build-tsan")]
+logs.append(("fuzz", "build-fuzz-testlog.json"))  # scripts/fuzz.sh: one line per fuzz target
+for d, log in logs:
     if not os.path.exists(log):
         continue
     for line in open(log):

@@ -9,7 +9,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct pi_tokenizer;
+
 #include "instance.h"
+#include "sampling.h"
 #include "supervisor.h"
 
 #define SUP_GIVEUP_DEATHS 10 /* deaths within SUP_GIVEUP_WINDOW_MS that make us give up a stage */
@@ -46,6 +49,36 @@ struct sup {
     pid_t req_owner[PI_MAX_REQUESTS];
     bool req_autorelease[PI_MAX_REQUESTS]; /* cancelled: free the slot once gpud has ended it */
 };
+
+/* A command parsed and checked against everything but the instance's state (sup_cmd_parse), so
+ * that the fuzz target (fuzz/fuzz_sup_cmd.c) drives it without a live instance. */
+enum sup_cmd_kind { SUP_CMD_STATUS, SUP_CMD_STOP, SUP_CMD_GENERATE, SUP_CMD_RELEASE, SUP_CMD_RESTART, SUP_CMD_CANCEL };
+
+struct sup_gen_args {
+    const char *prompt;        /* into the request's JSON */
+    size_t prompt_len;         /* may hold NULs */
+    struct samp_params sp;     /* temp, top_p, min_p, repeat_penalty (the rest below) */
+    long long n_predict, top_k, last_n, client;
+    bool ignore_eos, dense;
+    uint64_t seed;
+    const char *dump;          /* "" or an absolute path, into the request's JSON */
+};
+
+struct sup_cmd {
+    enum sup_cmd_kind kind;
+    struct sup_gen_args gen;   /* generate */
+    long long slot, id;        /* release */
+    enum pi_stage stage;       /* restart */
+    const char *stage_name;
+};
+
+/* Parse one message (any bytes). NULL: *cmd is filled and *req holds the JSON its strings point
+ * into (json_decref it after use); otherwise the error reply (and *req is NULL). */
+json_t *sup_cmd_parse(const char *msg, size_t len, json_t **req, struct sup_cmd *cmd);
+/* A generate's prompt → tokens (*ids malloc'd), checked against the context: NULL, or the error
+ * reply (and *ids NULL). */
+json_t *sup_gen_tokenize(const struct pi_tokenizer *tok, const struct sup_gen_args *g, int32_t n_ctx, int32_t **ids,
+                         size_t *n_ids);
 
 /* sup_cmd.c: handle one message (any bytes); returns the reply. A stop command sets s->stop and
  * s->stop_reply and returns NULL: the reply is sent after the cleanup. */

@@ -2,8 +2,10 @@
  * stages, restarts the ones that die or hang, and answers commands on ipc://<dir>/ctl.ipc.
  *
  * Start:   ctl segment (struct pi_ctl) → weights segment (sized from the file, filled by loaderd)
- *          → act segment → loaderd; when the weights are READY: predictord, cpud, gpud; when gpud
- *          and the optional stages are READY: SERVING. A failure before SERVING (the loader's
+ *          → act segment → loaderd (and apid, with --http: it answers /health with 503 while the
+ *          instance loads); when the weights are READY: predictord, cpud, gpud; when gpud and the
+ *          optional data stages are READY: SERVING. apid is optional: restarted like the others,
+ *          never waited for, never a reason to fail. A failure before SERVING (the loader's
  *          message, a stage that keeps dying) stops everything, removes the segments and exits 1.
  * Serving: a stage that dies is restarted (first at once, then after 100 ms doubling to 5 s; the
  *          delay resets after 30 s of uptime); 10 deaths within a minute → the stage is FAILED
@@ -53,6 +55,7 @@ struct sup_config {
     const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
     int32_t n_threads, n_ctx;       /* n_ctx: KV cells per sequence */
     int32_t n_parallel;             /* sequences gpud runs at once (--parallel) */
+    int32_t cache_type;             /* KV cache elements (--cache-type, enum be_cache_type) */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
     bool reset_gpu_index, disable_gpu_index;
@@ -61,6 +64,7 @@ struct sup_config {
     int lock_fd;       /* supervisor.pid, opened and flock'ed by the caller; the supervisor keeps
                           the lock for its lifetime and writes its pid there */
     int ready_fd;      /* -1, or a pipe: one line "ok" or "error: MESSAGE" once SERVING or failed */
+    bool http;         /* run the apid stage (its settings: <runtime dir>/apid.json, see apid/) */
 };
 
 /* Run the supervisor in this process until the instance stops. Returns the exit code (0 after a
