@@ -52,8 +52,8 @@ for d, log in logs:
         else: failed += 1
 if sys.argv[1] != "0":
     failed += 1  # the build itself failed
+print("skipped:" if skips else "skipped: none")
 if skips:
-    print("skipped:")
     print("\n".join(skips))
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
