@@ -25,7 +25,7 @@ if [ $status -eq 0 ]; then
 fi
 
 # --- fuzz: the libFuzzer targets (scripts/fuzz.sh: replay of fuzz/corpus and fuzz/crashes, then a
-# fixed-seed run); each target counts as one test below (build-fuzz-testlog.json) ---
+# fixed-seed run); each target counts as one test below (build-fuzz/fuzz-testlog.json) ---
 nice scripts/fuzz.sh
 # --- end fuzz ---
 
@@ -33,7 +33,7 @@ python3 - "$status" <<'PY'
 import json, os, sys
 passed = failed = skipped = 0
 logs = [os.path.join(d, "meson-logs", "testlog.json") for d in ("build-test", "build-tsan")]
-logs.append("build-fuzz-testlog.json")  # scripts/fuzz.sh: one line per fuzz target
+logs.append("build-fuzz/fuzz-testlog.json")  # scripts/fuzz.sh: one line per fuzz target
 for log in logs:
     if not os.path.exists(log):
         continue
