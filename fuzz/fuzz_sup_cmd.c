@@ -89,7 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(json_is_object(req));
     switch (c.kind) {
     case SUP_CMD_GENERATE: check_generate(&c.gen); break;
-    case SUP_CMD_RELEASE: FUZZ_CHECK(c.slot >= 0 && c.slot < PI_MAX_REQUESTS && c.id >= 1); break;
+    case SUP_CMD_RELEASE:
+    case SUP_CMD_CANCEL: FUZZ_CHECK(c.slot >= 0 && c.slot < PI_MAX_REQUESTS && c.id >= 1); break;
+    case SUP_CMD_TICKET: FUZZ_CHECK(c.ticket >= 1); break;
     case SUP_CMD_RESTART: FUZZ_CHECK(c.stage >= 0 && c.stage < PI_STAGE_COUNT && c.stage_name); break;
     case SUP_CMD_STATUS:
     case SUP_CMD_STOP: break;

@@ -46,7 +46,7 @@ CC_FUZZ=${CC_FUZZ:-$(command -v clang-14 || command -v clang || true)}
 if [ -z "$CC_FUZZ" ] || ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
     "$CC_FUZZ" -x c -fsanitize=fuzzer -o /dev/null - 2>/dev/null; then
   echo "fuzz: clang with libFuzzer not found (scripts/install-deps.sh installs clang-14 and libclang-rt-14-dev)"
-  for t in "${TARGETS[@]}"; do result "$t" SKIP "no clang with libFuzzer"; done
+  for t in "${TARGETS[@]}"; do result "$t" SKIP "SKIP: no clang with libFuzzer (scripts/install-deps.sh)"; done
   exit 77
 fi
 
