@@ -21,6 +21,9 @@ static struct pi_tokenizer *tok;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
+    /* a fixed hash seed: jansson's random one orders object iteration (check_keys) differently per
+     * process, and CI's fixed-seed run must be repeatable */
+    json_object_seed(1);
     if (gguf_open(&model, PI_FUZZ_MODEL) || tok_new_from_gguf(&tok, model)) {
         fprintf(stderr, "fuzz_sup_cmd: cannot load %s: %s\n", PI_FUZZ_MODEL, pi_errmsg());
         abort();
@@ -86,7 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(json_is_object(req));
     switch (c.kind) {
     case SUP_CMD_GENERATE: check_generate(&c.gen); break;
-    case SUP_CMD_RELEASE: FUZZ_CHECK(c.slot >= 0 && c.slot < PI_MAX_REQUESTS && c.id >= 1); break;
+    case SUP_CMD_RELEASE:
+    case SUP_CMD_CANCEL: FUZZ_CHECK(c.slot >= 0 && c.slot < PI_MAX_REQUESTS && c.id >= 1); break;
+    case SUP_CMD_TICKET: FUZZ_CHECK(c.ticket >= 1); break;
     case SUP_CMD_RESTART: FUZZ_CHECK(c.stage >= 0 && c.stage < PI_STAGE_COUNT && c.stage_name); break;
     case SUP_CMD_STATUS:
     case SUP_CMD_STOP: break;

@@ -37,7 +37,9 @@ T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I6
 SCALAR = {T_U8: '<B', T_I8: '<b', T_U16: '<H', T_I16: '<h', T_U32: '<I', T_I32: '<i', T_F32: '<f',
           T_BOOL: '<B', T_U64: '<Q', T_I64: '<q', T_F64: '<d'}
 # ggml type: (block size, bytes per block)
-GTYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 26: (1, 4), 30: (1, 2)}
+GTYPES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 10: (256, 84),
+          11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292), 20: (32, 18),
+          23: (256, 136), 26: (1, 4), 30: (1, 2)}
 
 
 def gstr(s):
@@ -143,7 +145,7 @@ def gguf_seeds():
         every.append(('k.%d' % t, t, 1))
         every.append(('a.%d' % t, T_ARR, (t, [0, 1, 1 if t == T_BOOL else 2])))
     every += [('s', T_STR, 'x\0y'), ('a.str', T_ARR, (T_STR, ['a', '', 'b\0c'])), ('a.empty', T_ARR, (T_U8, []))]
-    put('gguf', 'every-type.gguf', write_gguf(every, [('t.%d' % gt, [64, 2], gt) for gt in GTYPES] +
+    put('gguf', 'every-type.gguf', write_gguf(every, [('t.%d' % gt, [max(64, GTYPES[gt][0]), 2], gt) for gt in GTYPES] +
                                               [('empty', [0], 0), ('4d', [2, 2, 2, 2], 0)], align=64))
     # PowerInfer: magic PWRI, predictor tensors and a gpuidx-like layout
     pw = [('general.architecture', T_STR, 'generic.gpu_index'), ('generic.gpu_index.block_count', T_U32, 1),
@@ -197,6 +199,7 @@ def sup_seeds():
     cmds = [
         {'cmd': 'status'}, {'cmd': 'stop'}, {'cmd': 'restart', 'stage': 'cpud'},
         {'cmd': 'restart', 'stage': 'gpud'}, {'cmd': 'release', 'slot': 3, 'id': 17},
+        {'cmd': 'cancel', 'slot': 15, 'id': 1}, {'cmd': 'ticket', 'ticket': 9},
         {'cmd': 'generate', 'prompt': 'Once upon a time'},
         {'cmd': 'generate', 'prompt': 'The <s> king', 'n_predict': 16, 'temp': 0.7, 'top_k': 40, 'top_p': 0.9,
          'min_p': 0.05, 'repeat_penalty': 1.1, 'repeat_last_n': 64, 'seed': '18446744073709551615',

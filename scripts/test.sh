@@ -26,7 +26,7 @@ if [ $status -eq 0 ]; then
 fi
 
 # --- fuzz: the libFuzzer targets (scripts/fuzz.sh: replay of fuzz/corpus and fuzz/crashes, then a
-# fixed-seed run); each target counts as one test below (build-fuzz-testlog.json) ---
+# fixed-seed run); each target counts as one test below (build-fuzz/fuzz-testlog.json) ---
 nice scripts/fuzz.sh
 # --- end fuzz ---
 
@@ -36,7 +36,7 @@ import json, os, sys
 passed = failed = skipped = 0
 skips = []
 logs = [(d, os.path.join(d, "meson-logs", "testlog.json")) for d in ("build-test", "build-tsan")]
-logs.append(("fuzz", "build-fuzz-testlog.json"))  # scripts/fuzz.sh: one line per fuzz target
+logs.append(("fuzz", "build-fuzz/fuzz-testlog.json"))  # scripts/fuzz.sh: one line per fuzz target
 for d, log in logs:
     if not os.path.exists(log):
         continue
