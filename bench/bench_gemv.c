@@ -257,7 +257,9 @@ int main(int argc, char **argv)
     bench_stream(pool, threads, stream_copy_fn, "copy", STREAM_BYTES, &sj); /* half read + half written */
     free(sj.buf);
 
-    const uint32_t types[] = { PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
+    const uint32_t types[] = { PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0,
+                               PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_IQ4_NL, PI_TYPE_Q2_K,
+                               PI_TYPE_Q3_K, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (only >= 0 && types[i] != (uint32_t)only)
             continue;
@@ -272,6 +274,7 @@ int main(int argc, char **argv)
     return 0;
 
 usage:
-    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T f32|f16|bf16|q8_0|q4_0]\n");
+    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T TYPE (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
+                    "iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs)]\n");
     return 2;
 }

@@ -1,6 +1,7 @@
 /* err.c — pi_strerror and the per-thread detail message. */
 #include "pi_err.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,13 +28,15 @@ const char *pi_strerror(int code)
     }
 }
 
-int pi_fail(int code, const char *fmt, ...)
+/* Keeps errno: pi_fail(errno, ...) evaluates its code after this call. */
+void pi_set_errmsg(const char *fmt, ...)
 {
+    const int saved = errno;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     va_end(ap);
-    return code < 0 ? code : -code;
+    errno = saved;
 }
 
 const char *pi_errmsg(void) { return errmsg; }

@@ -456,6 +456,45 @@ static int check_tensor_data(struct gguf_file *f, size_t i)
     return 0;
 }
 
+/* A tensor's data offset and index, sorted by offset (then index, so that the order is total). */
+struct offset_order {
+    uint64_t offset;
+    size_t i;
+};
+
+static int by_offset(const void *a, const void *b)
+{
+    const struct offset_order *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+/* No two tensors may share data bytes: a crafted file could otherwise alias one tensor's weights
+ * into another's (llama.cpp's reader requires them in order and back to back; this is the weaker
+ * property the engine relies on). */
+static int check_no_overlap(const struct gguf_file *f)
+{
+    if (f->n_tensors < 2)
+        return 0;
+    struct offset_order *o = malloc(f->n_tensors * sizeof *o);
+    if (!o)
+        return pi_fail(PI_E_NOMEM, "gguf: cannot allocate %zu tensor offsets", f->n_tensors);
+    for (size_t i = 0; i < f->n_tensors; i++)
+        o[i] = (struct offset_order){ f->tensors[i].offset, i };
+    qsort(o, f->n_tensors, sizeof *o, by_offset);
+    int rc = 0;
+    for (size_t k = 1; k < f->n_tensors && !rc; k++) {
+        const struct gguf_tensor *a = &f->tensors[o[k - 1].i], *b = &f->tensors[o[k].i];
+        /* check_tensor_data bounded offset + nbytes by the file size: no overflow */
+        if (a->offset + a->nbytes > b->offset)
+            rc = pi_fail(PI_E_FORMAT,
+                         "gguf: tensors '%.*s' (data %llu + %zu bytes) and '%.*s' (data at %llu) overlap",
+                         GGUF_MSG_NAME_MAX, a->name, (unsigned long long)a->offset, a->nbytes, GGUF_MSG_NAME_MAX,
+                         b->name, (unsigned long long)b->offset);
+    }
+    free(o);
+    return rc;
+}
+
 static int parse_tensors(struct gguf_file *f, struct gguf_cur *c)
 {
     char ctx[GGUF_MSG_NAME_MAX + 64];
@@ -473,7 +512,7 @@ static int parse_tensors(struct gguf_file *f, struct gguf_cur *c)
     for (size_t i = 0; i < f->n_tensors; i++)
         if ((rc = check_tensor_data(f, i)))
             return rc;
-    return 0;
+    return check_no_overlap(f);
 }
 
 /* ---- header ---- */

@@ -132,5 +132,11 @@ int gguf_writer_open(struct gguf_writer *w, const char *path);
 int gguf_writer_write_tensor(struct gguf_writer *w, const void *data); /* next declared tensor */
 int gguf_writer_close(struct gguf_writer *w);
 int gguf_writer_write_file(struct gguf_writer *w, const char *path);
+/* A tool's output must never be one of its inputs: 0 when OUT is not the same file as IN (same
+ * device and inode, so also through a hard or symbolic link or another spelling of the path; an OUT
+ * that does not exist yet is never IN), else -PI_E_INVAL with a message naming both. The writer
+ * replaces OUT by rename, so without this check `calibrate m.gguf -o m.gguf` would silently replace
+ * its input. `what` names the input in the message ("the model", "--data file"). */
+int gguf_check_not_input(const char *out, const char *in, const char *what);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pi_err.h"
@@ -568,4 +569,15 @@ int gguf_writer_write_file(struct gguf_writer *w, const char *path)
         return rc;
     }
     return gguf_writer_close(w);
+}
+
+int gguf_check_not_input(const char *out, const char *in, const char *what)
+{
+    struct stat so, si;
+    if (!out || !in || stat(out, &so) != 0 || stat(in, &si) != 0)
+        return 0; /* a missing output cannot be an input; a missing input fails where it is opened */
+    if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+        return pi_fail(PI_E_INVAL, "the output '%s' is %s '%s' (the same file): refusing to overwrite an input", out,
+                       what, in);
+    return 0;
 }

@@ -27,8 +27,13 @@ enum pi_err {
 const char *pi_strerror(int code);
 
 /* Record a detail message for this thread and return -code (code is positive: PI_E_* or errno).
- * Usage: return pi_fail(PI_E_FORMAT, "gguf: bad magic %08x", magic); */
-int pi_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * Usage: return pi_fail(PI_E_FORMAT, "gguf: bad magic %08x", magic);
+ * A macro so that the compiler sees the (nonzero) code it returns: callers' `if (rc) return rc;`
+ * then proves that out-parameters are set on the success path (GCC's -O3 maybe-uninitialized
+ * analysis otherwise cannot see through the call). */
+void pi_set_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int pi_err_neg(int code) { return code < 0 ? code : -code; }
+#define pi_fail(code, ...) (pi_set_errmsg(__VA_ARGS__), pi_err_neg(code))
 
 /* The last detail message recorded on this thread ("" if none). */
 const char *pi_errmsg(void);

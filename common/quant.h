@@ -2,10 +2,15 @@
  *
  * A row of n elements (n a multiple of the type's block size) is stored as n/blck blocks of
  * type_size bytes. Every type provides to_float, from_float (quantize), and vec_dot against a row of
- * its vec_dot_type: F32/F16/BF16 weights dot an F32 activation; Q8_0/Q4_0 weights dot a Q8_0-
- * quantized activation (as ggml does: the activation is quantized once per matvec). Each kernel has a
+ * its vec_dot_type: F32/F16/BF16 weights dot an F32 activation; the 32-element block types dot a
+ * Q8_0-quantized activation, the 256-element ones (K-quants, IQ4_XS) a Q8_K one (as ggml does: the
+ * activation is quantized once per matvec). Each kernel has a
  * scalar reference; AVX2/FMA/F16C versions are chosen at run time by quant_init() (cpuid), so one
- * binary runs everywhere. */
+ * binary runs everywhere.
+ *
+ * Files: quant_blocks.h (block layouts), quant.c (the table and the dispatch), quant_half.c (f16/bf16
+ * conversion), quant_ref.c (float and 32-element block types), quant_kquants.c (256-element
+ * super-block types and Q8_K), quant_avx2*.c (the AVX2 kernels). */
 #ifndef PI_QUANT_H
 #define PI_QUANT_H
 
@@ -14,37 +19,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "quant_blocks.h"
+
 /* ggml type numbers, as stored in GGUF tensor infos. */
 enum pi_type {
     PI_TYPE_F32 = 0,
     PI_TYPE_F16 = 1,
     PI_TYPE_Q4_0 = 2,
+    PI_TYPE_Q4_1 = 3,
+    PI_TYPE_Q5_0 = 6,
+    PI_TYPE_Q5_1 = 7,
     PI_TYPE_Q8_0 = 8,
+    PI_TYPE_Q2_K = 10,
+    PI_TYPE_Q3_K = 11,
+    PI_TYPE_Q4_K = 12,
+    PI_TYPE_Q5_K = 13,
+    PI_TYPE_Q6_K = 14,
+    PI_TYPE_Q8_K = 15, /* the K-quants' activation type (ggml never stores it in files) */
+    PI_TYPE_IQ4_NL = 20,
+    PI_TYPE_IQ4_XS = 23,
     PI_TYPE_I32 = 26, /* gpuidx tensors; no arithmetic */
     PI_TYPE_BF16 = 30,
     PI_TYPE_COUNT = 40 /* table size; numbers between are unknown types */
 };
-
-#define QK4_0 32
-#define QK8_0 32
-
-typedef uint16_t pi_f16;  /* IEEE half bits */
-typedef uint16_t pi_bf16; /* bfloat16 bits */
-
-/* Q4_0: scale d, then 32 4-bit quants: byte j holds element j (low nibble) and j+16 (high nibble);
- * value = (q - 8) * d. */
-struct block_q4_0 {
-    pi_f16 d;
-    uint8_t qs[QK4_0 / 2];
-};
-static_assert(sizeof(struct block_q4_0) == 18, "block_q4_0 layout must match ggml");
-
-/* Q8_0: scale d, 32 int8 quants; value = q * d. */
-struct block_q8_0 {
-    pi_f16 d;
-    int8_t qs[QK8_0];
-};
-static_assert(sizeof(struct block_q8_0) == 34, "block_q8_0 layout must match ggml");
 
 typedef void (*pi_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*pi_from_float_fn)(const float *src, void *dst, int64_t n);
@@ -56,7 +53,7 @@ typedef void (*pi_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y)
 typedef void (*pi_axpy_fn)(int64_t n, float *y, float a, const void *x);
 
 struct pi_type_traits {
-    const char *name;       /* "f32", "f16", "bf16", "q8_0", "q4_0", "i32" */
+    const char *name;       /* ggml's name: "f32", "q8_0", "q4_K", "iq4_xs", "i32"... */
     int blck_size;          /* elements per block */
     size_t type_size;       /* bytes per block */
     bool is_float_matmul;   /* has kernels (false for I32 / unknown) */

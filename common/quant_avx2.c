@@ -6,7 +6,7 @@
  * FMA latency (4-5 cycles) never stalls the loads; the quant dots follow ggml's integer tricks, and
  * quant_avx2_gemv_rows (bottom) adds a multi-row path that prepares the activation once per call.
  * The activation quantizer (q8_0 from_float) produces exactly the bytes of the scalar reference. */
-#include "quant.h"
+#include "quant_internal.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -1,15 +1,32 @@
 /* threadpool.c — n-1 worker threads that run one job at a time together with the caller.
  *
- * A job is published by bumping a generation counter; workers spin on it briefly (the next job of a
- * layer usually follows within microseconds) and then sleep on it with FUTEX_WAIT, so an idle pool
- * costs nothing. The caller counts finished workers down in `pending` and, if it has to wait long,
- * sleeps on that word in turn. Only one thread may call pool_run at a time.
+ * A job is nth slices (nth = the pool size): fn(arg, ith, nth) for each ith, exactly once. Which
+ * thread runs which slice is not fixed: every thread, the caller included, claims the next unclaimed
+ * slice from one word until none is left. A slice computes the same bytes whoever runs it (kernels
+ * split work by ith only), so results do not depend on the scheduling, while a worker that is not
+ * getting the CPU no longer holds the job up: the caller takes its slice instead of waiting a
+ * scheduler tick for it (the collapse under contention: 2 workers on 2 busy cores went from ~300 to
+ * ~3 tok/s when every job waited for every worker).
+ *
+ * Waiting: workers spin on the job generation briefly (the next job of a layer usually follows within
+ * microseconds), then sleep on it with FUTEX_WAIT, so an idle pool costs nothing. The caller counts
+ * unfinished slices down in `pending` and, if it has to wait long, sleeps on that word in turn.
+ *
+ * Oversubscription: a slice claimed by a worker that is then preempted still makes the caller wait.
+ * The caller measures that wait; when stragglers recur, or when the workers hardly ever get to a
+ * slice before the caller has done them all (more threads want the cores than there are), it runs
+ * the next jobs alone (every slice itself, in order: the same results) and wakes no worker, then
+ * probes the workers again; each failed probe doubles the solo period (bounded).
+ *
+ * Only one thread may call pool_run at a time.
  *
  * Orders (each release names the acquire it pairs with):
- *   R1 pool_run: job/stop fields written, then gen++ (release)  ->  A1 worker: load gen (acquire),
- *      then reads job/stop.
+ *   R1 pool_run: fn/arg/pending/stop written, then `work` = (gen, slice 0) (release), then gen++
+ *      (seq_cst)  ->  A1 worker: load gen (acquire), then the claim CAS on `work` (acquire) reads
+ *      the job's generation and slice; only after a successful claim are fn/arg read (the job cannot
+ *      be replaced before that slice is finished).
  *   R2 worker: its fn's writes, then pending-- (release)  ->  A2 pool_run: load pending == 0
- *      (acquire), then the caller reads the results and may overwrite job.
+ *      (acquire), then the caller reads the results and may overwrite fn/arg.
  *   Sleeping uses a Dekker pattern: the sleeper publishes "I am sleeping" and re-checks the word; the
  *   waker changes the word and then checks "is anyone sleeping". Both sides need seq_cst for that
  *   store->load order (S1/S2 below); FUTEX_WAIT itself rechecks the word in the kernel, so a wake
@@ -25,8 +42,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,6 +61,20 @@
 #define POOL_YIELD_EVERY 64
 #define POOL_MAX_THREADS 1024
 #define CACHE_LINE 64
+/* Straggler detection. A wait for a claimed slice longer than STRAGGLE_SLICES times the caller's own
+ * time per slice, and than STRAGGLE_MIN_NS (below that a wait is just a slice finishing), is a
+ * worker that lost its core. STRAGGLE_LIMIT of them within STRAGGLE_WINDOW runs: oversubscribed. */
+#define STRAGGLE_SLICES 4
+#define STRAGGLE_MIN_NS 200000ull
+#define STRAGGLE_WINDOW 32
+#define STRAGGLE_LIMIT 2
+/* Runs in a window where the caller ran every slice itself (no worker got a core, or got there, in
+ * time): beyond this many the workers only cost their wake-ups, and the caller goes solo too. */
+#define UNHELPED_LIMIT (STRAGGLE_WINDOW * 3 / 4)
+/* Solo period after oversubscription was detected, in pool_runs (a decode token is ~10 per layer):
+ * doubled while probes keep failing, back to the minimum after a clean probe window. */
+#define SOLO_MIN_RUNS 256u
+#define SOLO_MAX_RUNS 65536u
 
 struct pi_pool_worker {
     struct pi_pool *pool;
@@ -53,17 +86,27 @@ struct pi_pool {
     /* written by the caller, read by workers: one line */
     _Alignas(CACHE_LINE) _Atomic uint32_t gen; /* job generation; futex word of sleeping workers */
     _Atomic uint32_t sleepers;                 /* workers in (or about to enter) FUTEX_WAIT */
-    pi_pool_fn fn;                             /* current job, valid for generation gen */
+    pi_pool_fn fn;                             /* current job, valid while one of its slices runs */
     void *arg;
-    bool stop;
+    /* atomic: a worker reads it for every generation, also one it took no slice of, so nothing
+     * orders that read before the next write; relaxed suffices, the gen acquire orders the value */
+    _Atomic bool stop;
+    /* the claim word, CASed by every thread: its own line */
+    _Alignas(CACHE_LINE) _Atomic uint64_t work; /* (generation << 32) | next unclaimed slice */
     /* written by workers, read by the caller: its own line so workers' decrements do not bounce
      * the line the workers spin on */
-    _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* workers not done yet; futex word of the caller */
+    _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* slices not finished yet; futex word of the caller */
     _Atomic uint32_t caller_sleeping;
     _Atomic uint32_t park;   /* 1: idle workers sleep now instead of spinning (pool_park) */
     int n_threads;
     int n_started;
     struct pi_pool_worker *workers;
+    /* the caller's own bookkeeping (only the pool_run thread touches it) */
+    uint32_t window_runs, window_straggles, window_unhelped; /* the current detection window */
+    uint32_t solo_left;                     /* runs left to do alone */
+    uint32_t solo_period;                   /* the next solo period (backoff) */
+    bool probing;                           /* the window after a solo period */
+    struct pool_stats stats;
 };
 
 static long futex_wait(_Atomic uint32_t *addr, uint32_t expected)
@@ -114,34 +157,58 @@ static void wake_if_sleeping(_Atomic uint32_t *word, _Atomic uint32_t *sleeping_
         futex_wake(word, n);
 }
 
-static void *worker_main(void *p)
+/* Claim the next slice of generation g: its index, or -1 when g's slices are all taken (or a newer
+ * job replaced it). A1: the acquire CAS pairs with R1's release store of `work`. */
+static int claim(struct pi_pool *p, uint32_t g)
 {
-    struct pi_pool_worker *w = p;
+    uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(w >> 32) != g || (uint32_t)w >= (uint32_t)p->n_threads)
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acquire, memory_order_acquire))
+            return (int)(uint32_t)w;
+    }
+}
+
+/* Run one claimed slice and count it done (R2 + S2: the seq_cst RMW also orders the sleep check). */
+static void run_slice(struct pi_pool *p, int ith)
+{
+    p->fn(p->arg, ith, p->n_threads);
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_seq_cst) == 1)
+        wake_if_sleeping(&p->pending, &p->caller_sleeping, 1);
+}
+
+static void *worker_main(void *arg)
+{
+    struct pi_pool_worker *w = arg;
     struct pi_pool *pool = w->pool;
     uint32_t seen = 0; /* pool_new publishes generation 0 before starting threads */
 
     for (;;) {
         seen = wait_change(&pool->gen, seen, &pool->sleepers, &pool->park); /* A1 */
-        if (pool->stop)
+        if (atomic_load_explicit(&pool->stop, memory_order_relaxed))
             break;
-        pool->fn(pool->arg, w->ith, pool->n_threads);
-        /* R2 + S2: results visible to the caller; the seq_cst RMW also orders the sleep check */
-        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_seq_cst) == 1)
-            wake_if_sleeping(&pool->pending, &pool->caller_sleeping, 1);
+        for (int ith; (ith = claim(pool, seen)) >= 0;)
+            run_slice(pool, ith);
     }
     return NULL;
 }
 
 /* Publish a new generation (R1 + S2) and wake every sleeping worker. */
-static void publish(struct pi_pool *p)
+static uint32_t publish(struct pi_pool *p)
 {
+    /* only this thread changes gen: a relaxed read of it is its latest value */
+    const uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->work, (uint64_t)g << 32 | (atomic_load_explicit(&p->stop, memory_order_relaxed) ? (uint32_t)p->n_threads : 0u),
+                          memory_order_release); /* R1 */
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
     wake_if_sleeping(&p->gen, &p->sleepers, p->n_threads);
+    return g;
 }
 
 static void pool_stop_workers(struct pi_pool *p)
 {
-    p->stop = true;
+    atomic_store_explicit(&p->stop, true, memory_order_relaxed); /* ordered by publish's release (R1) */
     publish(p);
     for (int i = 0; i < p->n_started; i++)
         pthread_join(p->workers[i].thread, NULL);
@@ -157,8 +224,10 @@ int pool_new(struct pi_pool **out, int n_threads)
     struct pi_pool *p = aligned_alloc(CACHE_LINE, sizeof *p);
     if (p == NULL)
         return pi_fail(PI_E_NOMEM, "pool: out of memory");
-    *p = (struct pi_pool){ .n_threads = n_threads };
+    *p = (struct pi_pool){ .n_threads = n_threads, .solo_period = SOLO_MIN_RUNS };
     atomic_init(&p->gen, 0);
+    atomic_init(&p->stop, false);
+    atomic_init(&p->work, (uint64_t)n_threads); /* generation 0: nothing to claim */
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->caller_sleeping, 0);
@@ -192,6 +261,10 @@ void pool_free(struct pi_pool *p)
 {
     if (p == NULL)
         return;
+    if (getenv("PINFER_POOL_STATS")) /* benchmarks: what the contention handling did */
+        fprintf(stderr, "[pool] threads %d: runs %llu, caller slices %llu, straggles %llu, solo periods %llu, "
+                "solo runs %llu\n", p->n_threads, p->stats.runs, p->stats.caller_slices, p->stats.straggles,
+                p->stats.solo_periods, p->stats.solo_runs);
     pool_stop_workers(p);
     free(p->workers);
     free(p);
@@ -202,24 +275,84 @@ int pool_size(const struct pi_pool *p)
     return p->n_threads;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* After a run with workers: was it held up by a straggler or left to the caller, and is the pool
+ * oversubscribed? */
+static void account(struct pi_pool *p, bool straggled, bool unhelped)
+{
+    p->window_straggles += straggled;
+    p->window_unhelped += unhelped;
+    p->stats.straggles += straggled;
+    if (p->window_straggles >= STRAGGLE_LIMIT || p->window_unhelped >= UNHELPED_LIMIT) {
+        /* oversubscribed: go solo; a failed probe doubles the next period */
+        p->solo_left = p->solo_period;
+        if (p->probing && p->solo_period < SOLO_MAX_RUNS)
+            p->solo_period *= 2;
+        p->probing = false;
+        p->window_runs = p->window_straggles = p->window_unhelped = 0;
+        p->stats.solo_periods++;
+        return;
+    }
+    if (++p->window_runs >= STRAGGLE_WINDOW) {
+        if (p->probing) /* a clean probe: the contention is gone */
+            p->solo_period = SOLO_MIN_RUNS;
+        p->probing = false;
+        p->window_runs = p->window_straggles = p->window_unhelped = 0;
+    }
+}
+
 void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg)
 {
-    if (p->n_threads == 1) {
+    const int n = p->n_threads;
+    p->stats.runs++;
+    if (n == 1) {
         fn(arg, 0, 1);
+        return;
+    }
+    if (p->solo_left > 0) {
+        /* the same slices as with workers, one after the other: the same results */
+        for (int ith = 0; ith < n; ith++)
+            fn(arg, ith, n);
+        p->stats.solo_runs++;
+        if (--p->solo_left == 0)
+            p->probing = true;
         return;
     }
     atomic_store_explicit(&p->park, 0, memory_order_relaxed); /* back to spinning between jobs */
     /* Previous job fully done (A2 of the last run), so no worker reads fn/arg now. */
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, (uint32_t)(p->n_threads - 1), memory_order_relaxed);
-    publish(p); /* R1: the relaxed pending store above is ordered before it too */
+    atomic_store_explicit(&p->pending, (uint32_t)n, memory_order_relaxed);
+    const uint64_t t0 = now_ns();
+    const uint32_t g = publish(p); /* R1: the plain and relaxed stores above are ordered before it */
 
-    fn(arg, 0, p->n_threads);
+    int mine = 0;
+    for (int ith; (ith = claim(p, g)) >= 0; mine++)
+        run_slice(p, ith);
 
     uint32_t left = atomic_load_explicit(&p->pending, memory_order_acquire); /* A2 */
-    while (left != 0)
-        left = wait_change(&p->pending, left, &p->caller_sleeping, NULL); /* A2 */
+    bool straggled = false;
+    if (left != 0) {
+        /* every slice is claimed; one still runs on a worker */
+        const uint64_t t1 = now_ns();
+        while (left != 0)
+            left = wait_change(&p->pending, left, &p->caller_sleeping, NULL); /* A2 */
+        const uint64_t waited = now_ns() - t1, per_slice = mine ? (t1 - t0) / (uint64_t)mine : 0;
+        straggled = waited > STRAGGLE_MIN_NS && (mine == 0 || waited > STRAGGLE_SLICES * per_slice);
+    }
+    p->stats.caller_slices += (uint64_t)mine;
+    account(p, straggled, mine == n);
+}
+
+void pool_get_stats(const struct pi_pool *p, struct pool_stats *out)
+{
+    *out = p->stats;
 }
 
 void pool_park(struct pi_pool *p)

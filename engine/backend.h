@@ -1,56 +1,123 @@
-/* backend.h — what gpud asks of a compute device, one layer step at a time.
+/* backend.h — what the evaluator (eval.c) asks of a compute device, one layer step at a time
+ * (interface v2: batches of sequences, placement, the predictor as an op, masks that stay on the
+ * device, an explicit synchronisation contract, a memory report).
  *
- * The residual stream x, the KV cache, the FFN input and the weights live on the device; only what
- * crosses to other stages is a host array: h (the FFN input before ffn_norm) goes out to the act
- * segment for predictord and cpud, and cpud's cold share comes back in. One layer:
+ * The residual stream x (n_batch, n_embd), the KV cache, the FFN input, the masks and the weights
+ * the backend holds live on the device. One step over a batch (batch.h) of n tokens:
  *
- *   attn(layer)                       x += attn(attn_norm(x))          (KV cache written)
- *   get_h(h)                          h = x, to the host
- *   ffn_begin(layer)                  n = ffn_norm(x); pending = 0
- *   ffn_runs(layer, hot runs)         pending += FFN over the runs of n
- *   ffn_runs(layer, cold runs)        (only when cpud is down)
- *   ffn_end(y_cold or NULL)           x += pending + y_cold
+ *   embed(batch)                      x = tok_embd[tok]
+ *   for each layer:
+ *     attn(layer, batch)              x += attn(attn_norm(x)); K/V written at (seq, pos); token i
+ *                                     attends to the cells of its own sequence at positions ≤ pos[i]
+ *     predict(layer, n)               mask = predictor(x) per token, on the device    (optional)
+ *       or set_mask(n, host mask)     masks computed elsewhere (predictord, the host)
+ *     [get_mask(n, host mask)]        masks to the host, for cpud                      (host waits)
+ *     [get_h(n, host h)]              x (the FFN input before ffn_norm) to the host    (host waits)
+ *     ffn(layer, n, sparse)           y_dev = FFN of ffn_norm(x) over the neurons this device holds
+ *                                     (dense: all of them; sparse: each token over its own mask)
+ *     ffn_add(layer, n, y_host)       x += y_dev (+ y_host, the cold share computed on the host)
+ *   output(batch, logits)             logits of the tokens that want them, in batch order (host waits)
  *
- * The CPU backend (backend_cpu.c) runs the in-process engine's kernels; the CUDA executor
- * implements the same table (gpud/cuda/), and tests compare every op against the CPU one. */
+ * Ops enqueue work and return; the host waits only in get_h, get_mask, output, argmax and sync.
+ * A backend computes only the FFN neurons its placement gives it: the cold share of a stage that is
+ * down is computed on the host (eval.c, with the same masks and order), never by a device that
+ * does not hold those neurons.
+ *
+ * Invariance (docs/ARCHITECTURE.md): for one backend and one placement, token i's results depend
+ * only on its own inputs — not on the other tokens of the batch, the batch size, how a prompt was
+ * chunked, or the thread count. Every reduction's order is tied to absolute indices (neurons in
+ * ascending order, fixed blocks of the output), a token's FFN uses only its own mask, and
+ * x += y_dev + y_host is added in that one order.
+ *
+ * Masks are uint8 (n, n_ff), 1 = predicted active, as the act segment carries them. */
 #ifndef PI_ENGINE_BACKEND_H
 #define PI_ENGINE_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ffn_split.h"
+#include "batch.h"
 #include "model.h"
+
+#define BE_API_VERSION 2
 
 struct be;
 
+/* Element type of the KV cache. Values reach disk and the wire (act/ctl segments): only grow. */
+enum be_cache_type { BE_CACHE_F32 = 0, BE_CACHE_F16 = 1 };
+
 struct be_params {
-    int32_t n_ctx;     /* KV cache length */
+    int32_t n_ctx;     /* KV cells per sequence (the context of one sequence) */
+    int32_t n_seq;     /* sequences the KV cache holds (--parallel); 0 = 1 */
     int32_t n_batch;   /* most tokens per step */
     int32_t n_threads; /* host threads the backend may use */
+    enum be_cache_type cache_type;
+    /* Placement: (n_layer, n_ff), 1 = this backend holds neuron i of layer l (gate, up, down rows)
+     * and computes it in ffn(); NULL = every neuron. Copied at open. */
+    const uint8_t *on_device;
+};
+
+/* Bytes the backend allocated, by kind (device memory for a GPU, host memory for the CPU backend;
+ * weights a CPU backend reads in place from the model's mapping count 0). */
+struct be_mem {
+    uint64_t weights, kv, scratch;
+};
+
+/* Per-call FFN counters (all optional to fill; zeroed by the caller). */
+struct be_ffn_count {
+    uint64_t neurons;   /* Σ over the call of the neurons computed (the batch's union) */
+    uint64_t bytes;     /* FFN weight bytes read */
+    uint64_t predicted; /* Σ over tokens of the neurons in its mask (sparse) */
 };
 
 struct be_ops {
     const char *name;
     int (*open)(struct be **out, const struct pi_model *m, const struct be_params *p);
     void (*close)(struct be *b);
-    int32_t (*n_ctx)(const struct be *b);
-    int (*embed)(struct be *b, const int32_t *toks, int32_t B);
-    int (*attn)(struct be *b, int layer, int32_t B, int32_t pos);
-    int (*get_h)(struct be *b, int32_t B, float *h);
-    int (*ffn_begin)(struct be *b, int layer, int32_t B);
-    /* *bytes (may be NULL) receives the weight bytes read */
-    int (*ffn_runs)(struct be *b, int layer, int32_t B, const struct ffn_runs *runs, uint64_t *bytes);
-    int (*ffn_end)(struct be *b, int32_t B, const float *y_host);
-    /* logits (B or 1, n_vocab) to the host: every token's when all, else the last one's */
-    int (*output)(struct be *b, int32_t B, float *logits, bool all);
-    /* Let idle worker threads sleep: gpud is about to wait on another stage. NULL if not needed. */
+    void (*mem)(const struct be *b, struct be_mem *out);
+    int32_t (*n_ctx)(const struct be *b); /* cells per sequence */
+    int32_t (*n_seq)(const struct be *b);
+
+    int (*embed)(struct be *b, const struct pi_batch *batch);
+    int (*attn)(struct be *b, int layer, const struct pi_batch *batch);
+    /* (optional) evaluate layer's predictor on x for n tokens; the masks stay on the device.
+     * NULL: the evaluator computes masks on the host and calls set_mask. */
+    int (*predict)(struct be *b, int layer, int32_t n);
+    int (*set_mask)(struct be *b, int32_t n, const uint8_t *mask);
+    int (*get_mask)(struct be *b, int32_t n, uint8_t *mask);
+    int (*get_h)(struct be *b, int32_t n, float *h);
+    int (*ffn)(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn_count *cnt);
+    int (*ffn_add)(struct be *b, int layer, int32_t n, const float *y_host);
+    /* logits (n_out, n_vocab) of the tokens with batch_wants(), in batch order */
+    int (*output)(struct be *b, const struct pi_batch *batch, float *logits);
+    /* (optional) greedy ids of the tokens with batch_wants() without copying logits; NULL: the
+     * evaluator takes output() and argmaxes on the host */
+    int (*argmax)(struct be *b, const struct pi_batch *batch, int32_t *ids);
+    /* forget sequence seq's cells (they may be overwritten from position 0) */
+    int (*seq_clear)(struct be *b, int32_t seq);
+    /* (optional) complete all pending operations (required if the backend runs asynchronously) */
+    int (*sync)(struct be *b);
+    /* (optional) let idle worker threads sleep: the caller is about to wait on another stage */
     void (*idle)(struct be *b);
 };
 
 extern const struct be_ops be_cpu_ops;
 
-/* The backend named name ("cpu"; "cuda" when built with it), or NULL. */
+/* The backend named name ("cpu"; "cuda" when built with it), or NULL. NULL name = "cpu". */
 const struct be_ops *be_find(const char *name);
+/* Names of the backends built in, NULL-terminated. */
+const char *const *be_names(void);
+
+/* ---- the CPU backend's extras (in-process tools: calibration records activations) ---- */
+
+/* Called in every layer's dense FFN with its input h (B, n_embd) before ffn_norm and the
+ * activations act (B, n_ff) of all neurons (not called in sparse mode): what `pictl calibrate`
+ * records. pos is the position of the batch's first token. */
+typedef void (*be_ffn_hook)(void *user, int layer, int32_t B, int32_t pos, const float *h, const float *act);
+void be_cpu_set_ffn_hook(struct be *b, be_ffn_hook fn, void *user);
+/* The CPU backend's thread pool (one pool per process: two pools' idle workers would spin). */
+struct pi_pool *be_cpu_pool(struct be *b);
+/* Tests: the residual stream x (n_batch, n_embd) the next op reads. */
+float *be_cpu_x(struct be *b);
 
 #endif

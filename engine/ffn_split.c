@@ -105,8 +105,6 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     ops_scratch_fini(&s->aq);
     ops_scratch_fini(&s->drun);
     free(s->act);
-    free(s->part);
-    free(s->rows);
     memset(s, 0, sizeof *s);
 }
 
@@ -114,6 +112,7 @@ struct ffn_job {
     const struct pi_model *m;
     const struct pi_layer *l;
     const struct ffn_runs *runs;
+    const uint8_t *mask; /* (B, n_ff) each token's own mask, or NULL: every neuron of runs */
     const char *xq;     /* (B) rows of n in gate's vec_dot_type */
     size_t xq_stride;
     float *act;         /* (B, n_ff): gate results, then act */
@@ -124,17 +123,18 @@ struct ffn_job {
     int32_t n_drun;
     float *y;
     int32_t B;
-    /* down_t path: each thread AXPYs the neurons it computed into its own accumulator */
+    /* down_t path: each thread adds every live neuron's row into its own slice of y */
     const struct pi_tensor *dt; /* NULL: ffn_down path */
     pi_axpy_fn axpy;
-    float *part;                /* (n_part, B, n_embd): threads 1..n_part (thread 0 sums into y) */
-    int n_part;
-    int64_t *rows;              /* (n_threads) down_t rows read per thread */
+    int64_t blk;                /* elements of one down_t block: slices are whole blocks */
+    int64_t rows_read;          /* down_t rows with a live activation (thread 0 counts) */
 };
 
-/* Runs shorter than this are dotted row by row (vec_dot): the multi-row GEMV prepares the whole
- * activation once per call, which for the single-neuron runs of a sparse mask costs as much as the
- * row itself (q4_0: half the time of a 10 % sparse FFN went there). */
+/* Runs shorter than this are dotted row by row (vec_dot) in the dense case: the multi-row GEMV
+ * prepares the whole activation once per call, which for single-neuron runs costs as much as the
+ * row itself. Under a mask the runs depend on the batch, and the multi-row GEMV and vec_dot may
+ * round differently, so masked calls always take vec_dot: a neuron's activation must not depend
+ * on which other tokens share the batch. */
 #define GEMV_MIN_ROWS 8
 
 /* Scattered rows (the neurons of a sparse mask) defeat the hardware prefetcher, which needs a few
@@ -143,20 +143,25 @@ struct ffn_job {
 #define ROW_PREFETCH_CAP 4096
 #define CACHE_LINE 64
 
-static void prefetch_row(const struct pi_tensor *W, int64_t r)
+static void prefetch_bytes(const char *p, size_t n)
 {
-    const char *p = (const char *)W->data + (size_t)r * W->row_bytes;
-    const size_t n = W->row_bytes < ROW_PREFETCH_CAP ? W->row_bytes : ROW_PREFETCH_CAP;
+    if (n > ROW_PREFETCH_CAP)
+        n = ROW_PREFETCH_CAP;
     for (size_t o = 0; o < n; o += CACHE_LINE)
         __builtin_prefetch(p + o, 0, 3);
 }
 
-/* y[r] = W[r] · x for r in [r0, r1): the multi-row GEMV for long ranges, single dots for short ones
- * (prefetching row r+1, or row `next` after the last; next < 0: none) */
-static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float *y, int64_t r0, int64_t r1,
-                     int64_t next)
+static void prefetch_row(const struct pi_tensor *W, int64_t r)
 {
-    if (r1 - r0 >= GEMV_MIN_ROWS) {
+    prefetch_bytes((const char *)W->data + (size_t)r * W->row_bytes, W->row_bytes);
+}
+
+/* y[r] = W[r] · x for r in [r0, r1): the multi-row GEMV for long ranges (unmasked only), single
+ * dots otherwise (prefetching row r+1, or row `next` after the last; next < 0: none) */
+static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float *y, int64_t r0, int64_t r1,
+                     int64_t next, bool masked)
+{
+    if (!masked && r1 - r0 >= GEMV_MIN_ROWS) {
         quant_gemv_rows(W->type, W->data, W->row_bytes, n, x, y, r0, r1);
         return;
     }
@@ -169,58 +174,27 @@ static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float 
     }
 }
 
-/* act[b, i] = act(gate_i · n_b, up_i · n_b) for i in [r0, r1) */
+/* act[b, i] = act(gate_i · n_b, up_i · n_b) for i in [r0, r1), 0 where token b's mask is off */
 static void act_segment(const struct ffn_job *j, int64_t r0, int64_t r1, int64_t next)
 {
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
     for (int32_t t = 0; t < j->B; t++) {
         const char *x = j->xq + (size_t)t * j->xq_stride;
         float *a = j->act + (size_t)t * F, *u = j->up + (size_t)t * F;
-        rows_dot(&j->l->ffn_gate, E, x, a, r0, r1, next);
-        rows_dot(&j->l->ffn_up, E, x, u, r0, r1, next);
+        rows_dot(&j->l->ffn_gate, E, x, a, r0, r1, next, j->mask != NULL);
+        rows_dot(&j->l->ffn_up, E, x, u, r0, r1, next, j->mask != NULL);
+        const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
         for (int64_t i = r0; i < r1; i++)
-            a[i] = model_glu(j->m->hp.act, a[i], u[i]);
+            a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, a[i], u[i]);
     }
 }
 
-/* acc[b] += act[b, i] · down_t[i] for i in [r0, r1) with act[b, i] != 0 (ReLU zeros read nothing);
- * returns the number of rows read */
-static int64_t axpy_segment(const struct ffn_job *j, float *acc, int64_t r0, int64_t r1, int64_t next)
-{
-    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
-    int64_t rows = 0;
-    for (int64_t i = r0; i < r1; i++) {
-        const int64_t nx = i + 1 < r1 ? i + 1 : next;
-        if (nx >= 0)
-            prefetch_row(j->dt, nx);
-        const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes;
-        bool read = false;
-        for (int32_t t = 0; t < j->B; t++) {
-            const float a = j->act[(size_t)t * F + i];
-            if (a != 0.0f) {
-                j->axpy(E, acc + (size_t)t * E, a, row);
-                read = true;
-            }
-        }
-        rows += read;
-    }
-    return rows;
-}
-
-/* This thread's share of the runs (an equal number of neurons each): their activations, and on the
- * down_t path their AXPYs into the thread's accumulator, a neuron's three rows read back to back. */
-static void share_worker(void *arg, int ith, int nth)
+/* This thread's share of the runs (an equal number of neurons each): their activations. */
+static void act_worker(void *arg, int ith, int nth)
 {
     const struct ffn_job *j = arg;
     const int64_t N = j->runs->n_neurons;
     const int64_t lo = N * ith / nth, hi = N * (ith + 1) / nth;
-    const size_t BE = (size_t)j->B * (size_t)j->m->hp.n_embd;
-    float *acc = NULL;
-    if (j->dt) {
-        acc = ith == 0 ? j->y : j->part + (size_t)(ith - 1) * BE;
-        memset(acc, 0, BE * sizeof *acc);
-    }
-    int64_t rows = 0;
     int64_t at = 0; /* index of the first neuron of run k in the concatenation */
     for (int32_t k = 0; k < j->runs->n && at < hi; k++) {
         const int64_t s = j->runs->run[k][0], len = j->runs->run[k][1];
@@ -229,15 +203,52 @@ static void share_worker(void *arg, int ith, int nth)
             /* the first neuron of the next run, if this thread's share goes on there */
             const int64_t next = k + 1 < j->runs->n && at + len < hi ? j->runs->run[k + 1][0] : -1;
             act_segment(j, s + a, s + b, next);
-            if (j->dt)
-                rows += axpy_segment(j, acc, s + a, s + b, next);
         }
         at += len;
     }
-    if (j->dt)
-        j->rows[ith] = rows;
 }
 
+/* down_t path: y[b, e0:e1] = Σ over the runs' neurons i in ascending order with act[b, i] != 0 of
+ * act[b, i] · down_t[i, e0:e1], for this thread's slice [e0, e1) of whole blocks. Every element of y
+ * sums the same terms in the same order whatever the thread count (ReLU zeros read nothing). */
+static void axpy_worker(void *arg, int ith, int nth)
+{
+    struct ffn_job *j = arg;
+    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    const int64_t nblk = (E + j->blk - 1) / j->blk;
+    const int64_t e0 = nblk * ith / nth * j->blk;
+    int64_t e1 = nblk * (ith + 1) / nth * j->blk;
+    if (e1 > E)
+        e1 = E;
+    if (e0 >= e1)
+        return;
+    const size_t off = quant_row_size(j->dt->type, e0), span = quant_row_size(j->dt->type, e1 - e0);
+    for (int32_t t = 0; t < j->B; t++)
+        memset(j->y + (size_t)t * E + e0, 0, (size_t)(e1 - e0) * sizeof *j->y);
+    int64_t rows = 0, prev = -1;
+    for (int32_t k = 0; k < j->runs->n; k++) {
+        const int64_t s = j->runs->run[k][0], len = j->runs->run[k][1];
+        for (int64_t i = s; i < s + len; i++) {
+            bool live = false;
+            for (int32_t t = 0; t < j->B && !live; t++)
+                live = j->act[(size_t)t * F + i] != 0.0f;
+            if (!live)
+                continue;
+            const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes + off;
+            if (prev >= 0)
+                prefetch_bytes(row, span); /* the rows of live neurons are scattered */
+            prev = i;
+            rows++;
+            for (int32_t t = 0; t < j->B; t++) {
+                const float a = j->act[(size_t)t * F + i];
+                if (a != 0.0f)
+                    j->axpy(e1 - e0, j->y + (size_t)t * E + e0, a, row);
+            }
+        }
+    }
+    if (ith == 0)
+        j->rows_read = rows;
+}
 /* y[b, e] = Σ over runs of down[e, run] · act[b, run] for this thread's rows e */
 static void down_worker(void *arg, int ith, int nth)
 {
@@ -262,51 +273,6 @@ static void down_worker(void *arg, int ith, int nth)
     }
 }
 
-/* down_t path: y += Σ_p part[p] over this thread's slice of the (B, n_embd) elements, the partials
- * in thread order (deterministic for a given thread count) */
-static void reduce_worker(void *arg, int ith, int nth)
-{
-    const struct ffn_job *j = arg;
-    const size_t BE = (size_t)j->B * (size_t)j->m->hp.n_embd, lo = BE * (size_t)ith / (size_t)nth,
-                 hi = BE * (size_t)(ith + 1) / (size_t)nth;
-    for (int p = 0; p < j->n_part; p++) {
-        const float *src = j->part + (size_t)p * BE;
-        for (size_t e = lo; e < hi; e++)
-            j->y[e] += src[e];
-    }
-}
-
-/* Buffers of the down_t path: per-thread accumulators and row counts. */
-static int down_t_prepare(struct pi_pool *pool, struct ffn_scratch *s, struct ffn_job *j, int64_t E, int32_t B)
-{
-    const struct pi_type_traits *tt = quant_traits(j->l->ffn_down_t.type);
-    if (!tt || !tt->axpy)
-        return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel",
-                       j->l->ffn_down_t.name, j->l->ffn_down_t.type);
-    const int nth = pool_size(pool);
-    const int64_t need = (int64_t)(nth - 1) * B * E;
-    if (s->part_cap < need) {
-        float *p = realloc(s->part, (size_t)need * sizeof *p);
-        if (!p)
-            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %d partial sums", nth - 1);
-        s->part = p;
-        s->part_cap = need;
-    }
-    if (s->rows_cap < nth) {
-        int64_t *p = realloc(s->rows, (size_t)nth * sizeof *p);
-        if (!p)
-            return pi_fail(PI_E_NOMEM, "ffn: out of memory");
-        s->rows = p;
-        s->rows_cap = nth;
-    }
-    j->dt = &j->l->ffn_down_t;
-    j->axpy = tt->axpy;
-    j->part = s->part;
-    j->n_part = nth - 1;
-    j->rows = s->rows;
-    return 0;
-}
-
 /* Widen runs to whole blocks of blk neurons, merging runs that then touch: a block is read once,
  * and its neurons outside S have act 0, so they add nothing. */
 static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, int32_t (*out)[2])
@@ -328,7 +294,7 @@ static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, i
 }
 
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
-                int32_t B, const struct ffn_runs *runs, float *y, uint64_t *bytes)
+                int32_t B, const struct ffn_runs *runs, const uint8_t *mask, float *y, uint64_t *bytes)
 {
     const struct pi_layer *l = &m->layers[layer];
     const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
@@ -346,7 +312,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         s->act = p;
         s->act_cap = need;
     }
-    struct ffn_job j = { .m = m, .l = l, .runs = runs, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
+    struct ffn_job j = { .m = m, .l = l, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
     memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
@@ -367,24 +333,24 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         j.xq = s->xq.buf;
     }
     if (l->ffn_down_t.data) {
-        /* down_t: activations and AXPYs in one pass per thread, then the accumulators added */
-        if ((rc = down_t_prepare(pool, s, &j, E, B)))
-            return rc;
-        pool_run(pool, share_worker, &j);
-        if (j.n_part > 0)
-            pool_run(pool, reduce_worker, &j);
-        if (bytes) {
-            uint64_t rows = 0;
-            for (int t = 0; t <= j.n_part; t++)
-                rows += (uint64_t)j.rows[t];
+        /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */
+        const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
+        if (!tt || !tt->axpy)
+            return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel",
+                           l->ffn_down_t.name, l->ffn_down_t.type);
+        j.dt = &l->ffn_down_t;
+        j.axpy = tt->axpy;
+        j.blk = tt->blck_size;
+        pool_run(pool, act_worker, &j);
+        pool_run(pool, axpy_worker, &j);
+        if (bytes)
             *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +
-                     rows * l->ffn_down_t.row_bytes;
-        }
+                     (uint64_t)j.rows_read * l->ffn_down_t.row_bytes;
         return 0;
     }
     /* ffn_down: the activations first, then each thread dots its rows of down with them */
     const struct pi_type_traits *dt = quant_traits(l->ffn_down.type);
-    pool_run(pool, share_worker, &j);
+    pool_run(pool, act_worker, &j);
     if (dt->vec_dot_type == PI_TYPE_F32) {
         j.aq = (const char *)j.act;
         j.aq_stride = (size_t)F * sizeof(float);

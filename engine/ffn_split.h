@@ -16,10 +16,14 @@
  *
  * Neurons whose activation is exactly 0 for every token of the batch (ReLU zeros: most of them)
  * cost no down_t read at all; the activations stay f32 (no quantization), so any split is exact up
- * to the order of the sums. Each thread takes an equal share of the neurons, computes their
- * activations and right away adds act_i · down_t[i] into its own (B, n_embd) accumulator (a neuron's
- * gate, up and down_t rows are read back to back); a second pass adds the accumulators in thread
- * order (thread 0's is y itself), so the result is deterministic for a given thread count. */
+ * to the order of the sums. The activations are computed first (each thread an equal share of the
+ * neurons); then each thread adds every live neuron's down_t row, in ascending neuron order, into
+ * its own slice of y (whole blocks of the row's type): each element of y sums the same terms in the
+ * same order for any thread count.
+ *
+ * Under a mask (sparse), token b's activation of neuron i is 0 unless mask[b, i]: a batch may
+ * compute the rows of the union of its tokens' masks, but a token's result depends only on its own
+ * mask — the same whatever else is in the batch (the engine's invariance contract). */
 #ifndef PI_FFN_SPLIT_H
 #define PI_FFN_SPLIT_H
 
@@ -49,19 +53,15 @@ struct ffn_scratch {
     struct ops_scratch drun; /* runs widened to whole blocks of the down weights */
     float *act;             /* (B, n_ff) */
     int64_t act_cap;
-    /* down_t path */
-    float *part;            /* (n_threads - 1, B, n_embd) partial sums of threads 1.. */
-    int64_t part_cap;
-    int64_t *rows;          /* (n_threads) down_t rows read per thread */
-    int rows_cap;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 
-/* y = the FFN of layer `layer` over the neurons in runs, for B tokens (y is overwritten).
+/* y = the FFN of layer `layer` over the neurons in runs, for B tokens (y is overwritten); mask
+ * (B, n_ff) or NULL: token b takes only the neurons of runs with mask[b, i] != 0.
  * *bytes (if not NULL) receives the weight bytes read: gate and up rows of the neurons in runs, plus
  * the down rows read (down_t: only those of live neurons; ffn_down: the widened runs).
  * After the call s->act (B, n_ff) holds the activations of the neurons in runs (0 elsewhere). */
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
-                int32_t B, const struct ffn_runs *runs, float *y, uint64_t *bytes);
+                int32_t B, const struct ffn_runs *runs, const uint8_t *mask, float *y, uint64_t *bytes);
 
 #endif

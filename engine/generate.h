@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "sampling.h"
 
 struct gen_params {

@@ -1,6 +1,7 @@
 /* model.c — hyperparameters and weight views from a GGUF (llama.cpp key and tensor names). */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 /* PowerInfer: the predictor's activation threshold on its raw logits (active iff logit >= it). */
 #define PWRI_KEY_THRESHOLD "powerinfer.sparse_threshold"
 #define PWRI_DEFAULT_THRESHOLD 0.0f
+/* An RMS epsilon is a small positive constant (1e-5, 1e-6); one >= this is a wrong value, not a
+ * choice: it would swamp the mean square of activations of order 1. */
+#define MAX_NORM_EPS 1.0f
 
 const char *model_arch_name(enum pi_arch a)
 {
@@ -229,6 +233,46 @@ static int bind_layer(const struct gguf_file *f, const struct pi_hparams *hp, in
     return 0;
 }
 
+/* ---- validation: values that would load and then compute garbage ----
+ * Hyperparameters the forward pass divides by, takes roots or powers of; the vocabulary size the
+ * file states; tensors for layers beyond block_count (a file whose block_count was cut would
+ * otherwise run on part of its layers). Tensor extents and overlaps are the reader's (gguf.c). */
+static int validate_hparams(const struct pi_hparams *hp, const char *arch)
+{
+    /* rsqrt(mean + eps): a NaN or negative eps gives NaN rows, a zero one divides by zero */
+    if (!(isfinite(hp->norm_eps) && hp->norm_eps > 0.0f && hp->norm_eps < MAX_NORM_EPS))
+        return pi_fail(PI_E_RANGE, "model: %s.attention.layer_norm_rms_epsilon = %g: must be a finite number in (0, %g)",
+                       arch, (double)hp->norm_eps, (double)MAX_NORM_EPS);
+    /* theta_i = base^(-2i/d): base 0 or NaN gives infinite or NaN angles */
+    if (!(isfinite(hp->rope_theta) && hp->rope_theta > 0.0f))
+        return pi_fail(PI_E_RANGE, "model: %s.rope.freq_base = %g: must be a finite positive number", arch,
+                       (double)hp->rope_theta);
+    if (!isfinite(hp->sparse_threshold))
+        return pi_fail(PI_E_RANGE, "model: %s = %g: must be finite", PWRI_KEY_THRESHOLD, (double)hp->sparse_threshold);
+    return 0;
+}
+
+static int validate_tensors(const struct gguf_file *f, const struct pi_hparams *hp, const char *arch)
+{
+    char key[128];
+    uint32_t vocab;
+    snprintf(key, sizeof key, "%s.vocab_size", arch);
+    int rc = gguf_get_u32(f, key, &vocab);
+    if (rc == 0 && vocab != (uint32_t)hp->n_vocab)
+        return pi_fail(PI_E_TYPE, "model: %s = %u but token_embd.weight has %d rows", key, vocab, hp->n_vocab);
+    if (rc && rc != -PI_E_NOTFOUND)
+        return rc;
+    for (size_t i = 0; i < gguf_n_tensors(f); i++) {
+        const char *name = gguf_tensor(f, i)->name;
+        long il;
+        int used = 0;
+        if (sscanf(name, "blk.%ld.%n", &il, &used) == 1 && used > 0 && (il < 0 || il >= hp->n_layer))
+            return pi_fail(PI_E_RANGE, "model: tensor '%s' is for layer %ld but %s.block_count is %d (layers 0..%d)",
+                           name, il, arch, hp->n_layer, hp->n_layer - 1);
+    }
+    return 0;
+}
+
 int model_load(struct pi_model **out, const char *path)
 {
     struct gguf_file *f = NULL;
@@ -253,7 +297,7 @@ int model_from_gguf(struct pi_model **out, struct gguf_file *f)
     const char *arch = NULL;
     int rc;
     m->gguf = f;
-    if ((rc = load_hparams(f, &m->hp, &arch)))
+    if ((rc = load_hparams(f, &m->hp, &arch)) || (rc = validate_hparams(&m->hp, arch)))
         goto fail;
     if ((rc = tok_new_from_gguf(&m->tok, f)))
         goto fail;
@@ -272,6 +316,8 @@ int model_from_gguf(struct pi_model **out, struct gguf_file *f)
     if ((rc = bind(f, &m->token_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, true)) ||
         (rc = bind_f32(f, &m->output_norm, "output_norm.weight", hp->n_embd, true)) ||
         (rc = bind(f, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false)))
+        goto fail;
+    if ((rc = validate_tensors(f, hp, arch)))
         goto fail;
     if (!m->output.data) {
         hp->tied_output = true;

@@ -9,7 +9,9 @@
 
 #include "act.h"
 #include "backend.h"
-#include "ffn_split.h"
+#include "batch.h"
+#include "eval.h"
+#include "sampling.h"
 #include "model.h"
 #include "stage.h"
 
@@ -25,18 +27,46 @@ struct gpud {
     uint64_t req_id;     /* request being run */
     bool req_dense;      /* the request asked for every neuron (--dense) */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
+    bool pred_on_device; /* the backend runs the predictor itself (a GPU: masks stay there) */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
-    struct ffn_runs hot, cold;
+    struct eval ev;      /* the evaluator, its FFN step routed through the other stages */
+    struct pi_batch_buf bb;
+    /* continuous batching (sched.c) */
+    int32_t n_seq;             /* sequences the KV cache holds (--parallel) */
+    struct gpud_seq *seqs;     /* (n_seq) */
+    float *logits;             /* (n_batch, n_vocab) the step's logits rows */
+    int32_t *row_seq;          /* (n_batch) the sequence of each logits row */
+    struct samp_state *ss;
+    bool last_dense;           /* FFN mode of the last step (dense and sparse requests alternate) */
+    uint64_t steps, prefix_reused;
+};
+
+/* One KV-cache sequence and the request it runs. */
+struct gpud_seq {
+    int slot;              /* ctl request index, -1 when free */
+    uint64_t req_id;
+    int32_t n_past;        /* tokens of the request already in this sequence's cells */
+    int32_t n_known;       /* prompt + generated tokens */
+    int32_t max_new;       /* generated tokens at which the request ends */
+    bool dense;            /* the request's FFN mode */
+    bool in_step;          /* already has tokens in the step being built */
+    int logits_fd;         /* --dump-logits file, or -1 */
+    uint64_t start_ns, first_ns;
+    int32_t *cached;       /* (n_ctx) tokens of the cells, kept after the request for prefix reuse */
+    int32_t n_cached;
+    bool cached_dense;     /* the FFN mode those cells were computed in */
 };
 
 int gpud_init(struct gpud *g, int argc, char **argv);
-/* Serve requests until a stop is requested. */
+/* Serve requests until a stop is requested (sched.c). */
 int gpud_run(struct gpud *g);
 void gpud_fini(struct gpud *g);
 
-/* The pipelined evaluator (gen_eval_fn): the same result as ctx_eval, with the FFN split between
- * gpud, cpud (its share) and predictord (masks), falling back to computing everything here when
- * a stage is down. */
-int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits);
+/* Route the evaluator's FFN step through predictord and cpud (pipeline.c). */
+void gpud_route_ffn(struct gpud *g);
+
+/* Continuous batching over n_seq sequences (sched.c); gpud_run is its loop. */
+int sched_init(struct gpud *g, int32_t n_seq);
+void sched_fini(struct gpud *g);
 
 #endif

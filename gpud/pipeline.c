@@ -6,13 +6,15 @@
  *   predictord: mask(h) → act.mask; item → PRED_GPU, and → PRED_CPU when cpud is up
  *   cpud:  ycold = FFN over cold ∧ mask → act.ycold; item → CPU_GPU
  *   gpud:  yhot = FFN over hot ∧ mask; x = h + yhot + ycold
- * A stage that is down is routed around: without predictord every neuron is active and gpud hands
- * the step to cpud itself (GPU_CPU); without cpud gpud computes the cold share too. Messages from
- * another epoch or step are stale and dropped. */
+ * A stage that is down is routed around with the same results: without predictord gpud evaluates
+ * the same predictor itself, publishes the mask and hands the step to cpud (GPU_CPU); without cpud
+ * gpud computes the cold share on the host with cpud's kernels. Messages from another epoch or step
+ * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls. */
 #include <errno.h>
 #include <string.h>
 
 #include "dataplane.h"
+#include "eval.h"
 #include "gpud.h"
 #include "pi_err.h"
 
@@ -50,70 +52,89 @@ static int push_item(struct ring *r, const struct act_item *it)
     return ring_push(r, it, sizeof *it, 0); /* never block: a full ring means the consumer is stuck */
 }
 
-static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
+/* Masks of this step computed here (predictord is down, or the device runs the predictor): on the
+ * device when it has the op, else on the host from h; published in the act segment for cpud. The
+ * same predictor on the same h gives the same mask wherever it runs on this backend. */
+static int masks_here(struct gpud *g, struct eval *e, int layer, int32_t n)
 {
-    const struct be_ops *be = g->be_ops;
-    const int64_t F = g->m->hp.n_ff;
+    const struct be_ops *be = e->ops;
+    struct act_view *a = &g->act;
+    int rc;
+    if (g->pred_on_device) {
+        if ((rc = be->predict(e->be, layer, n)) || (rc = be->get_mask(e->be, n, a->mask)))
+            return rc;
+    } else if ((rc = eval_host_predict(e, layer, n, a->h, a->mask)) || (rc = be->set_mask(e->be, n, a->mask))) {
+        return rc;
+    }
+    /* release: the mask is written before cpud can see it as this step's */
+    atomic_store_explicit(&a->hdr->mask_seq, g->seq, memory_order_release);
+    return 0;
+}
+
+/* The FFN step routed through predictord (masks) and cpud (the neurons not on the device); a stage
+ * that is down is replaced here with the same masks and the same order of sums. */
+static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch *b)
+{
+    struct gpud *g = user;
+    const struct be_ops *be = e->ops;
+    const int32_t B = b->n;
     struct act_view *a = &g->act;
     struct pi_ctl *ctl = g->rt.ctl;
     const uint64_t t_start = now_ns();
-    uint64_t wait_ns = 0, bytes = 0, bytes_cold = 0;
+    uint64_t wait_ns = 0;
+    struct be_ffn_count cnt = { 0 };
     int rc;
 
-    struct act_item it = { .epoch = g->epoch, .seq = ++g->seq, .req_id = g->req_id, .pos = pos, .n_tok = B,
+    struct act_item it = { .epoch = g->epoch, .seq = ++g->seq, .req_id = g->req_id, .pos = b->pos[0], .n_tok = B,
                            .layer = layer };
-    if ((rc = be->get_h(g->be, B, a->h)))
+    if ((rc = be->get_h(e->be, B, a->h)))
         return rc;
     /* release: h is written before any stage can see this step as current */
     atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
 
-    /* Without predictors every mask is all-active: the two hops through predictord would only add
-     * latency, so gpud hands the step to cpud directly. */
-    bool pred = g->use_predictor && !g->req_dense && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
-                push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0;
+    const bool sparse = e->sparse;
+    /* a layer whose neurons are all on the device needs no cpud step (and no hop) */
+    const bool host_share = g->n_cold[layer] > 0;
+    const bool cpu_up = host_share && dataplane_stage_alive(ctl, PI_STAGE_CPUD);
     bool cpu_sent = false;
-    /* a layer whose neurons are all hot needs no cpud step (and no hop) */
-    const bool cpu_up = g->n_cold[layer] > 0 && dataplane_stage_alive(ctl, PI_STAGE_CPUD);
-    if (!pred && cpu_up) {
+    if (sparse) {
+        bool have = false;
+        if (!g->pred_on_device && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
+            push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0) {
+            struct act_item got;
+            uint64_t w0 = now_ns();
+            const bool came = wait_step(g, ACT_RING_PRED_GPU, PI_STAGE_PREDICTORD, &got);
+            wait_ns += now_ns() - w0;
+            /* acquire: pairs with predictord's release of mask_seq after writing the mask */
+            if (came && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == g->seq) {
+                cpu_sent = (got.flags & ACT_ITEM_TO_CPUD) != 0;
+                have = true;
+                if ((rc = be->set_mask(e->be, B, a->mask)))
+                    return rc;
+            }
+        }
+        if (!have) {
+            if ((rc = masks_here(g, e, layer, B)))
+                return rc;
+            if (!g->pred_on_device)
+                atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
+        }
+    }
+    if (!cpu_sent && cpu_up) {
         struct act_item ci = it;
-        ci.flags = ACT_ITEM_ALL_ACTIVE;
+        ci.flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE;
         cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
         if (cpu_sent)
             act_ring_cpud_bell(a->hdr);
     }
-    if ((rc = be->ffn_begin(g->be, layer, B)))
-        return rc;
-
-    const uint8_t *mask = NULL; /* NULL: all active */
-    if (pred) {
-        struct act_item got;
-        uint64_t w0 = now_ns();
-        pred = wait_step(g, ACT_RING_PRED_GPU, PI_STAGE_PREDICTORD, &got);
-        wait_ns += now_ns() - w0;
-        if (pred) {
-            cpu_sent = (got.flags & ACT_ITEM_TO_CPUD) != 0;
-            /* acquire: pairs with predictord's release of mask_seq after writing the mask */
-            if (atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == g->seq)
-                mask = a->mask;
-        }
-        if (!cpu_sent && cpu_up) {
-            struct act_item ci = it;
-            ci.flags = mask ? 0 : ACT_ITEM_ALL_ACTIVE;
-            cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
-            if (cpu_sent)
-                act_ring_cpud_bell(a->hdr);
-        }
-    }
-
-    const uint8_t *sel = a->gpu_idx + (size_t)layer * F;
-    if ((rc = ffn_runs_build(&g->hot, sel, 1, mask, B, F)) || (rc = be->ffn_runs(g->be, layer, B, &g->hot, &bytes)))
+    if ((rc = be->ffn(e->be, layer, B, sparse, &cnt)))
         return rc;
 
     const float *ycold = NULL;
-    if (cpu_sent) {
+    if (host_share && cpu_sent) {
         struct act_item got;
         if (be->idle)
-            be->idle(g->be); /* cpud needs the cores now; our workers would only spin */
+            be->idle(e->be); /* cpud needs the cores now; our workers would only spin */
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;
@@ -121,39 +142,24 @@ static int ffn_step(struct gpud *g, int layer, int32_t B, int32_t pos)
         if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
             ycold = a->ycold;
     }
-    if (!ycold) { /* cpud is down: compute its share here, exact and slower */
-        if ((rc = ffn_runs_build(&g->cold, sel, 0, mask, B, F)) ||
-            (rc = be->ffn_runs(g->be, layer, B, &g->cold, &bytes_cold)))
+    if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
+        uint64_t hb = 0;
+        if ((rc = eval_host_share(e, layer, B, a->h, sparse ? a->mask : NULL, e->y, &hb)))
             return rc;
-        if (g->cold.n_neurons)
-            atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
+        cnt.bytes += hb;
+        ycold = e->y;
+        atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
     }
-    if ((rc = be->ffn_end(g->be, B, ycold)))
+    eval_count(e, layer, B, &cnt);
+    if ((rc = be->ffn_add(e->be, layer, B, ycold)))
         return rc;
     const uint64_t total = now_ns() - t_start;
-    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, bytes + bytes_cold);
+    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt.bytes);
     return 0;
 }
 
-int gpud_eval(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits)
+void gpud_route_ffn(struct gpud *g)
 {
-    struct gpud *g = self;
-    const struct be_ops *be = g->be_ops;
-    const int32_t nb = g->act.hdr->n_batch, n_ctx = be->n_ctx(g->be);
-    if (pos < 0 || (int64_t)pos + n > n_ctx)
-        return pi_fail(PI_E_RANGE, "gpud: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1, n_ctx);
-    for (int32_t done = 0; done < n; done += nb) {
-        const int32_t B = n - done < nb ? n - done : nb;
-        int rc = be->embed(g->be, toks + done, B);
-        for (int il = 0; !rc && il < g->m->hp.n_layer; il++) {
-            rc = be->attn(g->be, il, B, pos + done);
-            if (!rc)
-                rc = ffn_step(g, il, B, pos + done);
-        }
-        if (!rc && done + B == n)
-            rc = be->output(g->be, B, logits, false);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    g->ev.ffn_fn = ffn_step;
+    g->ev.ffn_user = g;
 }

@@ -123,6 +123,9 @@ struct pi_request {
     int32_t error;              /* negative code when FAILED */
     uint64_t prefill_ns, decode_ns; /* gpud, for the client's [perf] line */
     uint32_t replays;           /* gpud: times this request was replayed after a gpud restart */
+    _Atomic uint32_t cancel;    /* supervisor: 1 = the client asked or went away; gpud stops the
+                                   request at its next step and fails it as cancelled */
+    _Atomic int32_t seq;        /* gpud: the KV-cache sequence running it, -1 while none */
     uint32_t reserved;
     char errmsg[PI_MSG_MAX];
     char logits_path[PI_PATH_MAX]; /* supervisor: "" or an absolute path; gpud appends one
@@ -168,10 +171,10 @@ struct pi_ctl {
                                         futex word gpud sleeps on when idle */
     _Atomic uint64_t epoch;          /* gpud session: bumped by each new gpud before it works */
     int32_t n_threads;               /* cpud workers */
-    int32_t n_ctx;                   /* KV cache length */
+    int32_t n_ctx;                   /* KV cells per sequence (the context of one request) */
     int32_t n_layer, n_embd, n_ff, n_vocab; /* from the model, for status/profile */
     float gpu_ffn_share;             /* fraction of FFN neurons gpud computes */
-    uint32_t reserved0;
+    int32_t n_parallel;              /* sequences gpud runs at once (--parallel); KV cells n_ctx each */
     _Atomic uint64_t load_done_bytes;  /* loaderd progress */
     _Atomic uint64_t load_total_bytes;
     _Atomic uint64_t load_ns;          /* loaderd: time the load took */
@@ -182,7 +185,7 @@ struct pi_ctl {
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];
     float audit_rate;                /* supervisor (--audit-rate): fraction of tokens audited */
-    uint32_t reserved2;
+    int32_t cache_type;              /* supervisor (--cache-type): KV cache elements, enum be_cache_type */
     struct pi_audit_row audit[PI_MAX_LAYERS];
     /* Worker threads per stage (supervisor; 0 = n_threads). With the CPU backend gpud and cpud share
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build pinfer with AddressSanitizer + UndefinedBehaviorSanitizer and run every test; then build the
-# threaded code under ThreadSanitizer and run its tests. Ends with one line 'N passed, N failed'.
+# threaded code under ThreadSanitizer and run its tests. Ends with what was skipped and why, then the
+# line 'N passed, N failed, N skipped' alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -24,20 +25,36 @@ if [ $status -eq 0 ]; then
   meson test -C build-tsan --suite tsan --print-errorlogs --num-processes "$JOBS"
 fi
 
+# --- fuzz: the libFuzzer targets (scripts/fuzz.sh: replay of fuzz/corpus and fuzz/crashes, then a
+# fixed-seed run); each target counts as one test below (build-fuzz-testlog.json) ---
+nice scripts/fuzz.sh
+# --- end fuzz ---
+
 python3 - "$status" <<'PY'
+# The summary: what was skipped and why (the SKIP line a test printed), then the closing line alone.
 import json, os, sys
 passed = failed = skipped = 0
-for d in ("build-test", "build-tsan"):
-    log = os.path.join(d, "meson-logs", "testlog.json")
+skips = []
+logs = [(d, os.path.join(d, "meson-logs", "testlog.json")) for d in ("build-test", "build-tsan")]
+logs.append(("fuzz", "build-fuzz-testlog.json"))  # scripts/fuzz.sh: one line per fuzz target
+for d, log in logs:
     if not os.path.exists(log):
         continue
     for line in open(log):
-        r = json.loads(line).get("result")
+        t = json.loads(line)
+        r = t.get("result")
         if r in ("OK", "EXPECTEDFAIL"): passed += 1
-        elif r == "SKIP": skipped += 1
+        elif r == "SKIP":
+            skipped += 1
+            out = (t.get("stdout") or "") + "\n" + (t.get("stderr") or "")
+            why = [l.strip() for l in out.splitlines() if "SKIP" in l]
+            skips.append(f"  {t.get('name')} ({d}): {why[-1] if why else '(the test printed no reason)'}")
         else: failed += 1
 if sys.argv[1] != "0":
     failed += 1  # the build itself failed
+if skips:
+    print("skipped:")
+    print("\n".join(skips))
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
 PY

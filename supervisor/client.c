@@ -4,13 +4,15 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "futex.h"
 #include "instance.h"
 #include "pi_err.h"
 
 #define PIC_WAIT_SLICE_MS 200 /* futex sleep slice: the supervisor's liveness is checked between */
-#define PIC_BUSY_PREFIX "busy:" /* the supervisor's refusal when every slot is taken */
+#define PIC_BUSY_PREFIX "busy:" /* the supervisor's refusal when every slot and its queue are full */
+#define PIC_TICKET_POLL_MS 20   /* a waiting request asks for its slot this often */
 
 int pic_open(struct pic_conn *c, const char *name)
 {
@@ -46,6 +48,27 @@ int pic_generate(const struct pic_conn *c, json_t *req, struct pic_stream *s)
                                                                            : pi_fail(PI_E_INVAL, "%s", e ? e : "refused");
         json_decref(reply);
         return rc;
+    }
+    /* every request slot is taken: the request waits in the supervisor's queue; ask for its slot */
+    const json_int_t ticket = json_integer_value(json_object_get(reply, "ticket"));
+    while (ticket > 0 && !json_object_get(reply, "slot")) {
+        json_decref(reply);
+        reply = NULL;
+        const struct timespec ts = { 0, PIC_TICKET_POLL_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        json_t *poll = json_pack("{s:s, s:I}", "cmd", "ticket", "ticket", ticket);
+        if (!poll)
+            return pi_fail(PI_E_NOMEM, "cannot build the ticket command");
+        rc = inst_request(c->name, poll, INST_REQ_TIMEOUT_MS, &reply);
+        json_decref(poll);
+        if (rc)
+            return rc;
+        if (!json_is_true(json_object_get(reply, "ok"))) {
+            const char *e = json_string_value(json_object_get(reply, "error"));
+            rc = pi_fail(PI_E_IO, "waiting for a slot: %s", e ? e : "refused");
+            json_decref(reply);
+            return rc;
+        }
     }
     const json_int_t id = json_integer_value(json_object_get(reply, "id"));
     const json_int_t slot = json_integer_value(json_object_get(reply, "slot"));

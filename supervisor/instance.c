@@ -247,6 +247,14 @@ int inst_lock(const char *name, int *fd_out)
         close(fd);
         return rc;
     }
+    /* We hold the lock, so no supervisor of this name runs: a pid left in the file is a dead one's
+     * (kill -9 leaves it). Empty it now, or 'pictl start' would read and report that pid before the
+     * new supervisor writes its own. */
+    if (ftruncate(fd, 0) != 0) {
+        rc = pi_fail(errno, "cannot truncate '%s': %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
     *fd_out = fd;
     return 0;
 }

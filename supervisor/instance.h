@@ -87,6 +87,8 @@ int inst_stage_exe(const char *stage, char *buf, size_t cap);
  * status reply. Reads ctl only (relaxed loads: a snapshot for display). */
 json_t *inst_status_json(const struct pi_ctl *ctl);
 
+/* pictl status's state of an instance whose supervisor is gone (the segment keeps the last state) */
+#define INST_STATE_DEAD "dead"
 /* Names for status output. */
 const char *inst_state_name(unsigned s);
 const char *inst_stage_state_name(unsigned s);

@@ -114,7 +114,7 @@ static int check_keys(json_t *o, const char *const *known, char *err)
 
 static json_t *sup_cmd_status(struct sup *s) { return json_pack("{s:b, s:o}", "ok", 1, "status", inst_status_json(s->ctl)); }
 
-static json_t *sup_cmd_restart(struct sup *s, json_t *req, char *err)
+static json_t *parse_restart(json_t *req, struct sup_cmd *c, char *err)
 {
     static const char *const known[] = { "cmd", "stage", NULL };
     if (check_keys(req, known, err))
@@ -125,10 +125,17 @@ static json_t *sup_cmd_restart(struct sup *s, json_t *req, char *err)
     int id = stage_from_name(name);
     if (id < 0)
         return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud, apid)", name);
-    pid_t old = s->st[id].pid;
-    if (sup_restart_stage(s, (enum pi_stage)id))
+    c->stage = (enum pi_stage)id;
+    c->stage_name = name;
+    return NULL;
+}
+
+static json_t *sup_cmd_restart(struct sup *s, const struct sup_cmd *c)
+{
+    pid_t old = s->st[c->stage].pid;
+    if (sup_restart_stage(s, c->stage))
         return sup_reply_error("%s", pi_errmsg());
-    return json_pack("{s:b, s:s, s:i}", "ok", 1, "stage", name, "old_pid", (int)old);
+    return json_pack("{s:b, s:s, s:i}", "ok", 1, "stage", c->stage_name, "old_pid", (int)old);
 }
 
 static int find_free_slot(const struct sup *s)
@@ -141,102 +148,237 @@ static int find_free_slot(const struct sup *s)
     return -1;
 }
 
-static json_t *sup_cmd_generate(struct sup *s, json_t *req, char *err)
+static json_t *parse_generate(json_t *req, struct sup_gen_args *g, char *err)
 {
     static const char *const known[] = { "cmd", "prompt", "n_predict", "temp", "top_k", "top_p", "min_p",
                                          "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "dense",
                                          "dump_logits", "client_pid", NULL };
     if (check_keys(req, known, err))
         return sup_reply_error("%s", err);
-    const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
-    if (state != PI_INST_SERVING)
-        return sup_reply_error("the instance is %s, not serving%s%s", inst_state_name(state),
-                               s->ctl->error[0] ? ": " : "", s->ctl->error);
     json_t *jp = json_object_get(req, "prompt");
     if (!json_is_string(jp))
         return sup_reply_error("field 'prompt' (a string) is required");
+    g->prompt = json_string_value(jp);
+    g->prompt_len = json_string_length(jp);
 
-    struct samp_params sp;
-    samp_defaults(&sp);
-    long long n_predict = DEFAULT_N_PREDICT, top_k = sp.top_k, last_n = sp.repeat_last_n, client = 0;
-    bool ignore_eos = false, dense = false;
-    uint64_t seed = (uint64_t)inst_now_ns();
-    if (get_int(req, "n_predict", -1, 1LL << 30, &n_predict, err) < 0 ||
-        get_num(req, "temp", 0, 100, &sp.temp, err) < 0 || get_int(req, "top_k", 0, 1LL << 30, &top_k, err) < 0 ||
-        get_num(req, "top_p", 0, 1, &sp.top_p, err) < 0 || get_num(req, "min_p", 0, 1, &sp.min_p, err) < 0 ||
-        get_num(req, "repeat_penalty", 0.01, 100, &sp.repeat_penalty, err) < 0 ||
-        get_int(req, "repeat_last_n", 0, 1LL << 24, &last_n, err) < 0 || get_seed(req, &seed, err) < 0 ||
-        get_bool(req, "ignore_eos", &ignore_eos, err) < 0 || get_bool(req, "dense", &dense, err) < 0 ||
-        get_int(req, "client_pid", 0, INT32_MAX, &client, err) < 0)
+    struct samp_params *sp = &g->sp;
+    samp_defaults(sp);
+    g->n_predict = DEFAULT_N_PREDICT, g->top_k = sp->top_k, g->last_n = sp->repeat_last_n, g->client = 0;
+    g->ignore_eos = false, g->dense = false;
+    g->seed = (uint64_t)inst_now_ns();
+    if (get_int(req, "n_predict", -1, 1LL << 30, &g->n_predict, err) < 0 ||
+        get_num(req, "temp", 0, 100, &sp->temp, err) < 0 || get_int(req, "top_k", 0, 1LL << 30, &g->top_k, err) < 0 ||
+        get_num(req, "top_p", 0, 1, &sp->top_p, err) < 0 || get_num(req, "min_p", 0, 1, &sp->min_p, err) < 0 ||
+        get_num(req, "repeat_penalty", 0.01, 100, &sp->repeat_penalty, err) < 0 ||
+        get_int(req, "repeat_last_n", 0, 1LL << 24, &g->last_n, err) < 0 || get_seed(req, &g->seed, err) < 0 ||
+        get_bool(req, "ignore_eos", &g->ignore_eos, err) < 0 || get_bool(req, "dense", &g->dense, err) < 0 ||
+        get_int(req, "client_pid", 0, INT32_MAX, &g->client, err) < 0)
         return sup_reply_error("%s", err);
     json_t *jd = json_object_get(req, "dump_logits");
-    const char *dump = jd ? json_string_value(jd) : "";
-    if (!dump || (dump[0] && (dump[0] != '/' || strlen(dump) >= PI_PATH_MAX)))
+    g->dump = jd ? json_string_value(jd) : "";
+    if (!g->dump || (g->dump[0] && (g->dump[0] != '/' || strlen(g->dump) >= PI_PATH_MAX)))
         return sup_reply_error("field 'dump_logits' must be an absolute path shorter than %d bytes", PI_PATH_MAX);
+    return NULL;
+}
 
-    const struct pi_tokenizer *tok = s->cfg->model->tok;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int rc = tok_encode(tok, json_string_value(jp), json_string_length(jp), tok_add_bos(tok), true, &ids, &n_ids);
+json_t *sup_gen_tokenize(const struct pi_tokenizer *tok, const struct sup_gen_args *g, int32_t n_ctx, int32_t **ids,
+                         size_t *n_ids)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    int rc = tok_encode(tok, g->prompt, g->prompt_len, tok_add_bos(tok), true, ids, n_ids);
     if (rc)
         return sup_reply_error("cannot tokenize the prompt: %s: %s", pi_strerror(rc), pi_errmsg());
     json_t *reply = NULL;
-    const int32_t n_ctx = s->ctl->n_ctx;
-    if (n_ids == 0) {
+    if (*n_ids == 0)
         reply = sup_reply_error("the prompt is empty (no tokens)");
-        goto out;
+    else if (*n_ids >= (size_t)n_ctx)
+        reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (start the instance with a larger -c)", *n_ids, n_ctx);
+    else if (*n_ids > PI_REQ_MAX_TOKENS)
+        reply = sup_reply_error("the prompt has %zu tokens but a request holds at most %d", *n_ids, PI_REQ_MAX_TOKENS);
+    if (reply) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
     }
-    if (n_ids >= (size_t)n_ctx) {
-        reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (raise -c)", n_ids, n_ctx);
-        goto out;
-    }
-    if (n_ids > PI_REQ_MAX_TOKENS) {
-        reply = sup_reply_error("the prompt has %zu tokens but a request holds at most %d", n_ids, PI_REQ_MAX_TOKENS);
-        goto out;
-    }
-    int slot = find_free_slot(s);
-    if (slot < 0) {
-        reply = sup_reply_error("busy: all %d request slots are in use", PI_MAX_REQUESTS);
-        goto out;
-    }
+    return reply;
+}
+
+/* Fill free slot `slot` with the request and queue it for gpud; returns its id. */
+static uint64_t fill_slot(struct sup *s, int slot, const struct sup_gen_args *g, const int32_t *ids, size_t n_ids)
+{
     struct pi_request *r = &s->ctl->reqs[slot];
     r->id = ++s->req_counter;
-    r->temp = sp.temp;
-    r->top_p = sp.top_p;
-    r->min_p = sp.min_p;
-    r->repeat_penalty = sp.repeat_penalty;
-    r->top_k = (int32_t)top_k;
-    r->repeat_last_n = (int32_t)last_n;
-    r->seed = seed;
-    r->n_predict = (int32_t)n_predict;
-    r->flags = (ignore_eos ? PI_REQ_IGNORE_EOS : 0) | (dense ? PI_REQ_DENSE : 0);
+    r->temp = g->sp.temp;
+    r->top_p = g->sp.top_p;
+    r->min_p = g->sp.min_p;
+    r->repeat_penalty = g->sp.repeat_penalty;
+    r->top_k = (int32_t)g->top_k;
+    r->repeat_last_n = (int32_t)g->last_n;
+    r->seed = g->seed;
+    r->n_predict = (int32_t)g->n_predict;
+    r->flags = (g->ignore_eos ? PI_REQ_IGNORE_EOS : 0) | (g->dense ? PI_REQ_DENSE : 0);
     r->n_prompt = (int32_t)n_ids;
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;
     r->replays = 0;
+    atomic_store_explicit(&r->cancel, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, -1, memory_order_relaxed);
     r->errmsg[0] = '\0';
-    snprintf(r->logits_path, sizeof r->logits_path, "%s", dump);
+    snprintf(r->logits_path, sizeof r->logits_path, "%s", g->dump);
     memcpy(r->tokens, ids, n_ids * sizeof *ids);
     atomic_store_explicit(&r->n_gen, 0, memory_order_relaxed);
-    s->req_owner[slot] = (pid_t)client;
+    s->req_owner[slot] = (pid_t)g->client;
+    s->req_autorelease[slot] = false;
     /* release: gpud acquires QUEUED and then reads every field written above */
     atomic_store_explicit(&r->state, PI_REQ_QUEUED, memory_order_release);
     /* release: a gpud that sees the new req_seq (acquire) also sees the QUEUED slot */
     atomic_fetch_add_explicit(&s->ctl->req_seq, 1, memory_order_release);
     pi_futex_wake_all(&s->ctl->req_seq);
-    reply = json_pack("{s:b, s:I, s:i, s:i}", "ok", 1, "id", (json_int_t)r->id, "slot", slot, "n_prompt", (int)n_ids);
-out:
-    free(ids);
-    return reply;
+    return r->id;
 }
 
-static json_t *sup_cmd_release(struct sup *s, json_t *req, char *err)
+static json_t *slot_reply(uint64_t id, int slot, int n_prompt)
+{
+    return json_pack("{s:b, s:I, s:i, s:i}", "ok", 1, "id", (json_int_t)id, "slot", slot, "n_prompt", n_prompt);
+}
+
+static json_t *sup_cmd_generate(struct sup *s, json_t *req, const struct sup_gen_args *g)
+{
+    const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
+    if (state != PI_INST_SERVING)
+        return sup_reply_error("the instance is %s, not serving%s%s", inst_state_name(state),
+                               s->ctl->error[0] ? ": " : "", s->ctl->error);
+    int32_t *ids;
+    size_t n_ids;
+    json_t *reply = sup_gen_tokenize(s->cfg->model->tok, g, s->ctl->n_ctx, &ids, &n_ids);
+    if (reply)
+        return reply;
+    const int slot = s->n_queue ? -1 : find_free_slot(s); /* the queue goes first: requests keep their order */
+    if (slot >= 0) {
+        const uint64_t id = fill_slot(s, slot, g, ids, n_ids);
+        free(ids);
+        return slot_reply(id, slot, (int)n_ids);
+    }
+    if (s->n_queue == SUP_QUEUE_MAX) {
+        free(ids);
+        return sup_reply_error("busy: all %d request slots are in use and %d requests wait", PI_MAX_REQUESTS,
+                               SUP_QUEUE_MAX);
+    }
+    struct sup_waiting *w = &s->queue[s->n_queue++];
+    *w = (struct sup_waiting){ .ticket = ++s->ticket_counter, .req = json_incref(req), .ids = ids, .n_ids = n_ids,
+                               .client = (pid_t)g->client };
+    sup_log("all %d request slots are taken: request waits (ticket %llu, %d waiting)", PI_MAX_REQUESTS,
+            (unsigned long long)w->ticket, s->n_queue);
+    return json_pack("{s:b, s:I, s:i}", "ok", 1, "ticket", (json_int_t)w->ticket, "queued", s->n_queue);
+}
+
+static void drop_waiting(struct sup *s, int k)
+{
+    json_decref(s->queue[k].req);
+    free(s->queue[k].ids);
+    memmove(&s->queue[k], &s->queue[k + 1], (size_t)(s->n_queue - k - 1) * sizeof s->queue[0]);
+    s->n_queue--;
+}
+
+void sup_queue_fini(struct sup *s)
+{
+    while (s->n_queue)
+        drop_waiting(s, 0);
+}
+
+/* Waiting requests into free slots, oldest first; their tickets are answered when polled. */
+static void sup_promote(struct sup *s)
+{
+    char err[ERR_MAX] = "";
+    int slot;
+    while (s->n_queue && (slot = find_free_slot(s)) >= 0) {
+        struct sup_waiting *w = &s->queue[0];
+        struct sup_gen_args g;
+        json_t *bad = parse_generate(w->req, &g, err); /* it parsed when it came: the same again */
+        if (!bad) {
+            const uint64_t id = fill_slot(s, slot, &g, w->ids, w->n_ids);
+            if (s->n_assigned == SUP_QUEUE_MAX) { /* a client that never asks: forget the oldest */
+                memmove(&s->assigned[0], &s->assigned[1], (SUP_QUEUE_MAX - 1) * sizeof s->assigned[0]);
+                s->n_assigned--;
+            }
+            s->assigned[s->n_assigned++] = (struct sup_assigned){ .ticket = w->ticket, .id = id, .slot = slot,
+                                                                   .n_prompt = (int)w->n_ids };
+        }
+        json_decref(bad);
+        drop_waiting(s, 0);
+    }
+}
+
+static json_t *parse_ticket(json_t *req, struct sup_cmd *c, char *err)
+{
+    static const char *const known[] = { "cmd", "ticket", NULL };
+    if (check_keys(req, known, err) || get_int(req, "ticket", 1, INT64_MAX, &c->ticket, err) <= 0)
+        return sup_reply_error("%s", err[0] ? err : "field 'ticket' (an integer) is required");
+    return NULL;
+}
+
+/* A waiting request's client asks whether it has a slot yet. */
+static json_t *sup_cmd_ticket(struct sup *s, const struct sup_cmd *c)
+{
+    sup_promote(s);
+    for (int k = 0; k < s->n_assigned; k++)
+        if (s->assigned[k].ticket == (uint64_t)c->ticket) {
+            const struct sup_assigned a = s->assigned[k];
+            memmove(&s->assigned[k], &s->assigned[k + 1], (size_t)(s->n_assigned - k - 1) * sizeof a);
+            s->n_assigned--;
+            return slot_reply(a.id, a.slot, a.n_prompt);
+        }
+    for (int k = 0; k < s->n_queue; k++)
+        if (s->queue[k].ticket == (uint64_t)c->ticket)
+            return json_pack("{s:b, s:I, s:i}", "ok", 1, "ticket", (json_int_t)c->ticket, "queued", k + 1);
+    return sup_reply_error("no waiting request has ticket %lld", c->ticket);
+}
+
+/* Ask gpud to stop request r (it ends it as FAILED "cancelled" at its next step) and free the slot
+ * once it has. */
+static void cancel_request(struct sup *s, int slot)
+{
+    struct pi_request *r = &s->ctl->reqs[slot];
+    atomic_store_explicit(&r->cancel, 1, memory_order_relaxed);
+    s->req_autorelease[slot] = true;
+    /* release: a sleeping gpud wakes and looks at the table */
+    atomic_fetch_add_explicit(&s->ctl->req_seq, 1, memory_order_release);
+    pi_futex_wake_all(&s->ctl->req_seq);
+}
+
+static json_t *sup_cmd_cancel(struct sup *s, const struct sup_cmd *c)
+{
+    const long long slot = c->slot, id = c->id;
+    struct pi_request *r = &s->ctl->reqs[slot];
+    const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
+    if (st == PI_REQ_FREE || r->id != (uint64_t)id)
+        return sup_reply_error("slot %lld does not hold request %lld", slot, id);
+    sup_log("cancelling request %lld (slot %lld, %s)", id, slot, inst_req_state_name(st));
+    if (st == PI_REQ_DONE || st == PI_REQ_FAILED) {
+        atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
+        s->req_owner[slot] = 0;
+        sup_promote(s);
+    } else {
+        cancel_request(s, (int)slot);
+    }
+    return reply_ok();
+}
+
+/* release and cancel name a request the same way */
+static json_t *parse_release(json_t *req, struct sup_cmd *c, char *err)
 {
     static const char *const known[] = { "cmd", "slot", "id", NULL };
-    long long slot = -1, id = -1;
-    if (check_keys(req, known, err) || get_int(req, "slot", 0, PI_MAX_REQUESTS - 1, &slot, err) <= 0 ||
-        get_int(req, "id", 1, INT64_MAX, &id, err) <= 0)
+    c->slot = c->id = -1;
+    if (check_keys(req, known, err) || get_int(req, "slot", 0, PI_MAX_REQUESTS - 1, &c->slot, err) <= 0 ||
+        get_int(req, "id", 1, INT64_MAX, &c->id, err) <= 0)
         return sup_reply_error("%s", err[0] ? err : "fields 'slot' and 'id' (integers) are required");
+    return NULL;
+}
+
+static json_t *sup_cmd_release(struct sup *s, const struct sup_cmd *c)
+{
+    const long long slot = c->slot, id = c->id;
     struct pi_request *r = &s->ctl->reqs[slot];
     const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
     if (st == PI_REQ_FREE || r->id != (uint64_t)id)
@@ -246,38 +388,75 @@ static json_t *sup_cmd_release(struct sup *s, json_t *req, char *err)
     /* release: pairs with our own relaxed FREE check in find_free_slot; orders nothing else */
     atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
     s->req_owner[slot] = 0;
+    sup_promote(s);
     return reply_ok();
 }
 
-json_t *sup_handle(struct sup *s, const char *msg, size_t len)
+json_t *sup_cmd_parse(const char *msg, size_t len, json_t **reqp, struct sup_cmd *c)
 {
     char err[ERR_MAX] = "";
     json_error_t jerr;
+    memset(c, 0, sizeof *c);
+    *reqp = NULL;
     json_t *req = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req)
         return sup_reply_error("invalid JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
-    json_t *reply;
+    json_t *reply = NULL;
     const char *cmd = json_string_value(json_object_get(req, "cmd"));
     if (!json_is_object(req))
         reply = sup_reply_error("a command must be a JSON object");
     else if (!cmd)
         reply = sup_reply_error("field 'cmd' (a string) is required");
     else if (!strcmp(cmd, "status"))
-        reply = sup_cmd_status(s);
-    else if (!strcmp(cmd, "generate"))
-        reply = sup_cmd_generate(s, req, err);
-    else if (!strcmp(cmd, "release"))
-        reply = sup_cmd_release(s, req, err);
-    else if (!strcmp(cmd, "restart"))
-        reply = sup_cmd_restart(s, req, err);
-    else if (!strcmp(cmd, "stop")) {
+        c->kind = SUP_CMD_STATUS;
+    else if (!strcmp(cmd, "generate")) {
+        c->kind = SUP_CMD_GENERATE;
+        reply = parse_generate(req, &c->gen, err);
+    } else if (!strcmp(cmd, "release")) {
+        c->kind = SUP_CMD_RELEASE;
+        reply = parse_release(req, c, err);
+    } else if (!strcmp(cmd, "ticket")) {
+        c->kind = SUP_CMD_TICKET;
+        reply = parse_ticket(req, c, err);
+    } else if (!strcmp(cmd, "cancel")) {
+        c->kind = SUP_CMD_CANCEL;
+        reply = parse_release(req, c, err);
+    } else if (!strcmp(cmd, "restart")) {
+        c->kind = SUP_CMD_RESTART;
+        reply = parse_restart(req, c, err);
+    } else if (!strcmp(cmd, "stop"))
+        c->kind = SUP_CMD_STOP;
+    else
+        reply = sup_reply_error("unknown command '%.64s' (status, generate, ticket, cancel, release, restart, stop)", cmd);
+    if (reply) {
+        json_decref(req);
+        return reply;
+    }
+    *reqp = req;
+    return NULL;
+}
+
+json_t *sup_handle(struct sup *s, const char *msg, size_t len)
+{
+    struct sup_cmd c;
+    json_t *req;
+    json_t *reply = sup_cmd_parse(msg, len, &req, &c);
+    if (reply)
+        return reply;
+    switch (c.kind) {
+    case SUP_CMD_STATUS: reply = sup_cmd_status(s); break;
+    case SUP_CMD_GENERATE: reply = sup_cmd_generate(s, req, &c.gen); break;
+    case SUP_CMD_TICKET: reply = sup_cmd_ticket(s, &c); break;
+    case SUP_CMD_RELEASE: reply = sup_cmd_release(s, &c); break;
+    case SUP_CMD_CANCEL: reply = sup_cmd_cancel(s, &c); break;
+    case SUP_CMD_RESTART: reply = sup_cmd_restart(s, &c); break;
+    case SUP_CMD_STOP:
         sup_log("stop requested");
         s->stop = true;
         s->stop_reply = true;
-        reply = NULL;
-    } else
-        reply = sup_reply_error("unknown command '%.64s' (status, generate, release, restart, stop)", cmd);
-    json_decref(req);
+        break;
+    }
+    json_decref(req); /* after the command: c's strings point into it */
     if (!reply && !s->stop_reply)
         reply = sup_reply_error("out of memory building the reply");
     return reply;
@@ -288,13 +467,25 @@ void sup_sweep_requests(struct sup *s)
     for (int i = 0; i < PI_MAX_REQUESTS; i++) {
         struct pi_request *r = &s->ctl->reqs[i];
         const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
-        if ((st == PI_REQ_DONE || st == PI_REQ_FAILED) && s->req_owner[i] > 0 && !inst_pid_alive(s->req_owner[i])) {
-            sup_log("freeing slot %d (request %llu): its client %d is gone", i, (unsigned long long)r->id,
+        const bool gone = s->req_owner[i] > 0 && !inst_pid_alive(s->req_owner[i]);
+        if ((st == PI_REQ_QUEUED || st == PI_REQ_RUNNING) && gone && !atomic_load(&r->cancel)) {
+            sup_log("cancelling request %llu (slot %d): its client %d is gone", (unsigned long long)r->id, i,
                     (int)s->req_owner[i]);
+            cancel_request(s, i);
+        } else if ((st == PI_REQ_DONE || st == PI_REQ_FAILED) && (gone || s->req_autorelease[i])) {
+            sup_log("freeing slot %d (request %llu): %s", i, (unsigned long long)r->id,
+                    gone ? "its client is gone" : "cancelled");
             atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
             s->req_owner[i] = 0;
+            s->req_autorelease[i] = false;
         }
-    }
+    }    for (int k = s->n_queue - 1; k >= 0; k--)
+        if (s->queue[k].client > 0 && !inst_pid_alive(s->queue[k].client)) {
+            sup_log("dropping a waiting request (ticket %llu): its client %d is gone",
+                    (unsigned long long)s->queue[k].ticket, (int)s->queue[k].client);
+            drop_waiting(s, k);
+        }
+    sup_promote(s);
 }
 
 void sup_fail_requests(struct sup *s, const char *why)

@@ -132,6 +132,8 @@ static int create_ctl(struct sup *s)
     snprintf(ctl->model_path, sizeof ctl->model_path, "%s", c->model_path);
     ctl->n_threads = c->n_threads;
     ctl->n_ctx = c->n_ctx;
+    ctl->n_parallel = c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL;
+    ctl->cache_type = c->cache_type;
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
@@ -198,7 +200,9 @@ static int choose_hot_set(struct sup *s)
     bool generated = false;
     if ((rc = inst_dir(c->name, dir, sizeof dir)))
         return rc;
-    rc = gpuidx_load_or_make(c->model_path, dir, c->model, c->n_ctx, (uint64_t)c->vram_budget, c->reset_gpu_index,
+    /* the KV cache the budget must hold: -c cells for each of the --parallel sequences */
+    const int32_t kv_cells = c->n_ctx * (c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL);
+    rc = gpuidx_load_or_make(c->model_path, dir, c->model, kv_cells, (uint64_t)c->vram_budget, c->reset_gpu_index,
                              v.gpu_idx, path, sizeof path, &generated);
     if (rc)
         return rc;
@@ -715,6 +719,7 @@ int supervisor_run(const struct sup_config *cfg)
     sup_log("stopping");
     stop_stages(s);
     sup_fail_requests(s, "the instance stopped");
+    sup_queue_fini(s);
     remove_runtime(s);
     if (s->stop_reply && s->sock >= 0) {
         const char *ok = "{\"ok\":true}";

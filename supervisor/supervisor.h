@@ -26,7 +26,13 @@
  *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
- * A slot whose client_pid has exited is freed by the supervisor once it is DONE/FAILED. */
+ *                                             or, when all PI_MAX_REQUESTS slots are taken, the
+ *                                             request waits in order: {"ok":true,"ticket":T,"queued":K}
+ *   {"cmd":"ticket","ticket":T}               → the slot reply above once the request has one, else
+ *                                               {"ok":true,"ticket":T,"queued":K} (its place)
+ *   {"cmd":"cancel","slot":I,"id":ID}         → gpud stops the request at its next step (it ends
+ *                                               FAILED, "cancelled"); the slot is freed then
+ * A request whose client_pid has exited is cancelled, and its slot freed once it has ended. */
 #ifndef PI_SUPERVISOR_H
 #define PI_SUPERVISOR_H
 
@@ -44,12 +50,16 @@ struct pi_model;
  * splitting the FFN between them only adds two hand-offs of those cores per layer (measured in
  * docs/BENCHMARKS.md), and cpud is then the fallback path. --gpu-ffn-share sets any split. */
 #define SUP_DEFAULT_GPU_FFN_SHARE 1.0f
+/* Sequences gpud runs at once when --parallel is not given (llama-server's default is 4 too). */
+#define SUP_DEFAULT_PARALLEL 4
 
 struct sup_config {
     char name[PI_INSTANCE_MAX];
     char model_path[PI_PATH_MAX];   /* absolute */
     const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
-    int32_t n_threads, n_ctx;
+    int32_t n_threads, n_ctx;       /* n_ctx: KV cells per sequence */
+    int32_t n_parallel;             /* sequences gpud runs at once (--parallel) */
+    int32_t cache_type;             /* KV cache elements (--cache-type, enum be_cache_type) */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
     bool reset_gpu_index, disable_gpu_index;

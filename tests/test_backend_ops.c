@@ -1,7 +1,8 @@
-/* test_backend_ops — gpud's backend table against the in-process engine: the layer steps
- * (embed, attn, get_h, ffn_begin / ffn_runs over a hot/cold split / ffn_end with a host cold share,
- * output) give the logits of ctx_eval. Every backend (the CPU one now; CUDA when built) runs the
- * same checks — llama.cpp's test-backend-ops habit.
+/* test_backend_ops — every backend be_names() lists, through the evaluator, against the in-process
+ * engine: with a placement that leaves half of some layers' neurons to the host, the logits equal
+ * ctx_eval's; a sequence's logits in steps shared with another sequence equal its logits alone
+ * (bitwise on the CPU backend). Every backend runs the same checks — llama.cpp's test-backend-ops
+ * habit.
  *
  * usage: test_backend_ops MODEL.gguf */
 #include <math.h>
@@ -9,7 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "forward.h"
+#include "eval.h"
 #include "pi_err.h"
 #include "threadpool.h"
 #include "testutil.h"
@@ -28,47 +29,22 @@ static double rel(const float *a, const float *b, int64_t n)
     return md / (mr > 0 ? mr : 1);
 }
 
-/* One evaluation through the table; the cold share is computed by a second ffn_runs (as gpud does
- * when cpud is down) for odd layers and handed in as a host array (as cpud's) for even ones. */
-static int be_eval(const struct be_ops *ops, struct be *b, const struct pi_model *m, const int32_t *toks, int32_t n,
-                   int32_t pos, float *logits, const uint8_t *sel)
+/* Tokens toks[0..n) of sequence seq at positions pos.. through the evaluator, in steps of at most
+ * step tokens; logits of the last one. */
+static int run_seq(struct eval *e, struct pi_batch_buf *bb, const int32_t *toks, int32_t n, int32_t pos, int32_t seq,
+                   int32_t step, float *logits)
 {
-    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
-    struct ffn_runs hot = { 0 }, cold = { 0 };
-    float *h = malloc((size_t)n * E * sizeof *h), *y = malloc((size_t)n * E * sizeof *y);
-    struct pi_pool *pool = NULL;
-    struct ffn_scratch fs = { 0 };
-    float *xn = malloc((size_t)n * E * sizeof *xn);
-    int rc = ffn_runs_build(&hot, sel, 1, NULL, 0, F);
-    if (!rc)
-        rc = ffn_runs_build(&cold, sel, 0, NULL, 0, F);
-    if (!rc)
-        rc = pool_new(&pool, 2);
-    if (!rc)
-        rc = ops->embed(b, toks, n);
-    for (int l = 0; !rc && l < m->hp.n_layer; l++) {
-        if ((rc = ops->attn(b, l, n, pos)) || (rc = ops->get_h(b, n, h)) || (rc = ops->ffn_begin(b, l, n)) ||
-            (rc = ops->ffn_runs(b, l, n, &hot, NULL)))
-            break;
-        if (l % 2) {
-            rc = ops->ffn_runs(b, l, n, &cold, NULL);
-            if (!rc)
-                rc = ops->ffn_end(b, n, NULL);
-        } else { /* the host's cold share, from h as cpud computes it */
-            ops_rmsnorm_rows(xn, h, m->layers[l].ffn_norm.data, n, E, m->hp.norm_eps);
-            rc = ffn_partial(pool, &fs, m, l, xn, n, &cold, y, NULL);
-            if (!rc)
-                rc = ops->ffn_end(b, n, y);
-        }
+    for (int32_t done = 0; done < n; done += step) {
+        const int32_t B = n - done < step ? n - done : step;
+        batch_buf_clear(bb);
+        for (int32_t i = 0; i < B; i++)
+            batch_buf_add(bb, toks[done + i], pos + done + i, seq, done + i == n - 1);
+        const struct pi_batch b = batch_view(bb);
+        int rc = eval_batch(e, &b, done + B == n ? logits : NULL);
+        if (rc)
+            return rc;
     }
-    if (!rc)
-        rc = ops->output(b, n, logits, false);
-    ffn_runs_fini(&hot);
-    ffn_runs_fini(&cold);
-    ffn_scratch_fini(&fs);
-    pool_free(pool);
-    free(h), free(y), free(xn);
-    return rc;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -94,28 +70,86 @@ int main(int argc, char **argv)
     for (int t = N_PREFILL; t < N_TOK; t++)
         CHECK_OK(ctx_eval(c, toks + t, 1, t, want + (size_t)t * V, false));
 
-    const char *names[] = { "cpu", "cuda" };
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        const struct be_ops *ops = be_find(names[k]);
-        if (!ops) {
-            printf("backend %s: not built, skipped\n", names[k]);
-            continue;
-        }
+    struct pi_pool *host = NULL;
+    CHECK_OK(pool_new(&host, 2));
+    uint8_t *place = malloc((size_t)m->hp.n_layer * F);
+    for (int l = 0; l < m->hp.n_layer; l++) /* even layers half on the device, odd layers all */
+        memcpy(place + (size_t)l * F, sel, (size_t)F), memset(place + (size_t)l * F, 1, l % 2 ? (size_t)F : 0);
+    for (const char *const *nm = be_names(); *nm; nm++)
+    for (int ct = BE_CACHE_F32; ct <= BE_CACHE_F16; ct++) {
+        const struct be_ops *ops = be_find(*nm);
+        /* an f16 KV cache rounds K and V: the logits move by ~1e-3 of their range */
+        const double tol = ct == BE_CACHE_F16 ? 2e-2 : 1e-5;
+        const char *cname = ct == BE_CACHE_F16 ? "f16" : "f32";
+        REQUIRE(ops, "be_find(%s)", *nm);
         struct be *b = NULL;
-        struct be_params bp = { .n_ctx = 64, .n_batch = 8, .n_threads = 2 };
+        struct be_params bp = { .n_ctx = 64, .n_seq = 3, .n_batch = 8, .n_threads = 2, .on_device = place,
+                                .cache_type = (enum be_cache_type)ct };
         CHECK_OK(ops->open(&b, m, &bp));
-        CHECK(ops->n_ctx(b) == 64, "%s: n_ctx %d", ops->name, ops->n_ctx(b));
-        CHECK_OK(be_eval(ops, b, m, toks, N_PREFILL, 0, got, sel));
+        CHECK(ops->n_ctx(b) == 64 && ops->n_seq(b) == 3, "%s: n_ctx %d n_seq %d", ops->name, ops->n_ctx(b),
+              ops->n_seq(b));
+        struct eval e;
+        struct pi_batch_buf bb;
+        const struct eval_params ep = { .n_batch = 8, .on_device = place, .pool = host };
+        CHECK_OK(eval_init(&e, m, ops, b, &ep));
+        CHECK_OK(batch_buf_init(&bb, 8));
+        /* sequence 1: a placement that leaves half of even layers to the host = ctx_eval */
+        CHECK_OK(run_seq(&e, &bb, toks, N_PREFILL, 0, 1, 8, got));
         double d = rel(got, want + (size_t)(N_PREFILL - 1) * V, V);
-        CHECK(d < 1e-5, "%s: prefill logits differ from ctx_eval by %.3g", ops->name, d);
+        CHECK(d < tol, "%s (%s cache): prefill logits differ from ctx_eval by %.3g", ops->name, cname, d);
         for (int t = N_PREFILL; t < N_TOK; t++) {
-            CHECK_OK(be_eval(ops, b, m, toks + t, 1, t, got, sel));
+            CHECK_OK(run_seq(&e, &bb, toks + t, 1, t, 1, 8, got));
             d = rel(got, want + (size_t)t * V, V);
-            CHECK(d < 1e-5, "%s: position %d logits differ from ctx_eval by %.3g", ops->name, t, d);
+            CHECK(d < tol, "%s (%s cache): position %d logits differ from ctx_eval by %.3g", ops->name, cname, t, d);
         }
-        printf("backend %s: logits of %d positions match ctx_eval\n", ops->name, N_TOK - N_PREFILL + 1);
+        struct be_mem mem = { 0 };
+        ops->mem(b, &mem);
+        CHECK(mem.kv > 0, "%s: KV cache bytes reported", ops->name);
+        printf("backend %s, %s cache: logits of %d positions match ctx_eval within %g (KV %.2f MiB)\n", ops->name,
+               cname, N_TOK - N_PREFILL + 1, tol, (double)mem.kv / (1 << 20));
+
+        /* batch invariance: sequence 0 alone, one token a step, then sequences 0 and 2 interleaved
+         * in shared steps with other tokens: sequence 0's logits are bitwise the same */
+        float *alone = malloc((size_t)N_TOK * V * sizeof *alone), *mixed = malloc((size_t)4 * V * sizeof *mixed);
+        CHECK_OK(ops->seq_clear(b, 0));
+        for (int t = 0; t < N_TOK; t++)
+            CHECK_OK(run_seq(&e, &bb, toks + t, 1, t, 0, 1, alone + (size_t)t * V));
+        CHECK_OK(ops->seq_clear(b, 0));
+        CHECK_OK(ops->seq_clear(b, 2));
+        /* step 1: seq 0 prompt (5 tokens, logits of the last) + seq 2's first 3 tokens */
+        batch_buf_clear(&bb);
+        for (int t = 0; t < 5; t++)
+            batch_buf_add(&bb, toks[t], t, 0, t == 4);
+        for (int t = 0; t < 3; t++)
+            batch_buf_add(&bb, toks[N_TOK - 1 - t], t, 2, t == 2);
+        struct pi_batch st = batch_view(&bb);
+        CHECK_OK(eval_batch(&e, &st, mixed)); /* rows: seq 0 pos 4, seq 2 pos 2 */
+        d = rel(mixed, alone + (size_t)4 * V, V);
+        const bool exact = !strcmp(ops->name, "cpu");
+        CHECK(exact ? memcmp(mixed, alone + (size_t)4 * V, (size_t)V * sizeof *mixed) == 0 : d < 1e-5,
+              "%s: seq 0 pos 4 in a mixed step differs from alone by %.3g", ops->name, d);
+        /* step 2: seq 2 pos 3 then seq 0 pos 5..6, all with logits */
+        batch_buf_clear(&bb);
+        batch_buf_add(&bb, toks[N_TOK - 4], 3, 2, true);
+        batch_buf_add(&bb, toks[5], 5, 0, true);
+        batch_buf_add(&bb, toks[6], 6, 0, true);
+        st = batch_view(&bb);
+        CHECK_OK(eval_batch(&e, &st, mixed));
+        for (int t = 5; t <= 6; t++) {
+            const float *row = mixed + (size_t)(t - 4) * V;
+            d = rel(row, alone + (size_t)t * V, V);
+            CHECK(exact ? memcmp(row, alone + (size_t)t * V, (size_t)V * sizeof *row) == 0 : d < 1e-5,
+                  "%s: seq 0 pos %d in a mixed step differs from alone by %.3g", ops->name, t, d);
+        }
+        printf("backend %s, %s cache: a sequence's logits in mixed batches = alone (%s)\n", ops->name, cname,
+               exact ? "bitwise" : "within 1e-5");
+        free(alone), free(mixed);
+        batch_buf_fini(&bb);
+        eval_fini(&e);
         ops->close(b);
     }
+    pool_free(host);
+    free(place);
     ctx_free(c);
     free(want), free(got), free(sel);
     model_free(m);

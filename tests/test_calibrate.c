@@ -1,6 +1,6 @@
 /* test_calibrate — `pictl calibrate` (tools/calibrate) on the tiny ReLU llama:
  *   - the GEMM backend against the scalar reference, the threshold choice on a known set;
- *   - calibration on the training part of ../shared/corpus (first 95 % of each file): per-layer
+ *   - calibration on the training part of the corpus (first 95 % of each file; excerpts in tests/fixtures/corpus): per-layer
  *     held-out recall >= 0.99 (--json-stats figures), and on the corpus' held-out part (last 5 %);
  *   - the PWRI file: gguf_open round trip (magic, keys, shapes), ffn_down_t the bit-exact transpose
  *     of ffn_down (f16), every other tensor unchanged; q8_0 ffn_down requantized after transposing;
@@ -21,7 +21,7 @@
 
 #include "cal_internal.h"
 #include "calibrate.h"
-#include "forward.h"
+#include "eval.h"
 #include "gguf.h"
 #include "model.h"
 #include "pi_err.h"
@@ -69,10 +69,10 @@ static char *slurp(const char *path, size_t *len)
 }
 
 /* train.txt: T_SLICES slices spread over the first 95 % of each corpus file; heldout.txt: the start
- * of each file's last 5 %. */
-static void write_corpus(const char *shared, char *train, char *held, size_t cap)
+ * of each file's last 5 % (tests/fixtures/corpus holds exactly those excerpts: make_fixtures.py). */
+static void write_corpus(const char *fixtures, char *train, char *held, size_t cap)
 {
-    static const char *const files[] = { "tinyshakespeare.txt", "fortunes.txt" };
+    static const char *const files[] = { "tinyshakespeare", "fortunes" };
     snprintf(train, cap, "%s/train.txt", tmpdir);
     snprintf(held, cap, "%s/heldout.txt", tmpdir);
     FILE *ft = fopen(train, "wb"), *fh = fopen(held, "wb");
@@ -80,15 +80,15 @@ static void write_corpus(const char *shared, char *train, char *held, size_t cap
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         size_t len = 0;
-        snprintf(path, sizeof path, "%s/corpus/%s", shared, files[i]);
+        snprintf(path, sizeof path, "%s/corpus/%s.train.txt", fixtures, files[i]);
         char *text = slurp(path, &len);
+        REQUIRE(text && len == (size_t)T_SLICES * T_SLICE_BYTES, "cannot read %s (%zu bytes)", path, len);
+        fwrite(text, 1, len, ft);
+        free(text);
+        snprintf(path, sizeof path, "%s/corpus/%s.heldout.txt", fixtures, files[i]);
+        text = slurp(path, &len);
         REQUIRE(text, "cannot read %s", path);
-        const size_t cut = (size_t)(len * T_TRAIN_FRAC);
-        for (int s = 0; s < T_SLICES; s++) {
-            const size_t off = (cut - T_SLICE_BYTES) / T_SLICES * (size_t)s;
-            fwrite(text + off, 1, T_SLICE_BYTES, ft);
-        }
-        fwrite(text + cut, 1, len - cut < T_EVAL_BYTES ? len - cut : T_EVAL_BYTES, fh);
+        fwrite(text, 1, len < T_EVAL_BYTES ? len : T_EVAL_BYTES, fh);
         free(text);
     }
     fclose(ft);
@@ -452,12 +452,12 @@ static double perplexity(const struct pi_model *m, bool sparse, const int32_t *t
     return count ? exp(nll / (double)count) : NAN;
 }
 
-static void check_sparse(const char *dense_path, const char *pwri_path, const char *shared, const char *held)
+static void check_sparse(const char *dense_path, const char *pwri_path, const char *fixtures, const char *held)
 {
     struct pi_model *dm = NULL, *sm = NULL;
     REQUIRE(model_load(&dm, dense_path) == 0 && model_load(&sm, pwri_path) == 0, "load: %s", pi_errmsg());
     char path[512];
-    snprintf(path, sizeof path, "%s/models/tiny-relu-llama/reference.json", shared);
+    snprintf(path, sizeof path, "%s/models/tiny-relu-llama/reference.json", fixtures);
     json_error_t err;
     json_t *ref = json_load_file(path, 0, &err);
     REQUIRE(ref, "%s: %s", path, err.text);
@@ -548,6 +548,37 @@ static void check_cli(const char *pictl, const char *f16, const char *train)
           "two runs with one seed differ (%zu and %zu bytes)", len[0], len[1]);
     free(file[0]);
     free(file[1]);
+
+    /* the output is never an input (issue 7, item 6): the same path, a symlink to it, the data file */
+    char self[600], link_path[600];
+    snprintf(self, sizeof self, "%s/self.gguf", tmpdir);
+    snprintf(link_path, sizeof link_path, "%s/self-link.gguf", tmpdir);
+    size_t n0 = 0, n1 = 0;
+    char *orig = slurp(f16, &n0);
+    FILE *fo = fopen(self, "wb");
+    REQUIRE(orig && fo && fwrite(orig, 1, n0, fo) == n0, "cannot copy %s", f16);
+    fclose(fo);
+    REQUIRE(symlink(self, link_path) == 0, "symlink: %s", strerror(errno));
+    const char *outs[] = { self, link_path, train };
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "'%s' --data '%s' --tokens 512 --heldout 256 --rank 16 --epochs 1 -q -o '%s'", self,
+                 train, outs[i]);
+        rc = run_pictl(pictl, args, &err);
+        CHECK(rc == 1 && err && strstr(err, "the same file"), "-o %s: exit %d, '%s'", outs[i], rc, err ? err : "");
+        free(err);
+    }
+    char *after = slurp(self, &n1);
+    CHECK(after && n1 == n0 && !memcmp(after, orig, n0), "the input model was modified");
+    free(after);
+    free(orig);
+
+    /* progress numbers layers from 0, as the table, the JSON and blk.N do (issue 7, item 12) */
+    snprintf(args, sizeof args, "'%s' --data '%s' --tokens 512 --heldout 256 --rank 16 --epochs 1 -t 2 -o '%s/prog.gguf'",
+             f16, train, tmpdir);
+    rc = run_pictl(pictl, args, &err);
+    CHECK(rc == 0 && err && strstr(err, "layer 0 (1 of ") && !strstr(err, "layer 1/"),
+          "progress layer numbers: exit %d, '%.300s'", rc, err ? err : "");
+    free(err);
 }
 
 int main(int argc, char **argv)
@@ -555,9 +586,9 @@ int main(int argc, char **argv)
     if (argc < 3)
         SKIP("usage: test_calibrate MODEL_F16.gguf MODEL_Q8_0.gguf");
     const char *f16 = argv[1], *q8 = argv[2];
-    const char *shared = getenv("PINFER_SHARED");
-    if (!shared)
-        SKIP("PINFER_SHARED is not set");
+    const char *fixtures = getenv("PINFER_FIXTURES");
+    if (!fixtures)
+        SKIP("PINFER_FIXTURES (tests/fixtures) is not set: run it with meson test");
     snprintf(tmpdir, sizeof tmpdir, "%s/pinfer-cal-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     REQUIRE(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
     quant_init();
@@ -566,7 +597,7 @@ int main(int argc, char **argv)
     test_threshold();
 
     char train[512], held[512], out[512], swiglu[512], missing[512];
-    write_corpus(shared, train, held, sizeof train);
+    write_corpus(fixtures, train, held, sizeof train);
     snprintf(out, sizeof out, "%s/tiny.powerinfer.gguf", tmpdir);
     snprintf(swiglu, sizeof swiglu, "%s/swiglu.gguf", tmpdir);
     snprintf(missing, sizeof missing, "%s/no-such-file.txt", tmpdir);
@@ -594,7 +625,7 @@ int main(int argc, char **argv)
     check_pwri(f16, out, T_RANK);
     expect_error("PWRI input", out, train, 0, "already a PowerInfer");
     check_quant_transpose(q8);
-    check_sparse(f16, out, shared, held);
+    check_sparse(f16, out, fixtures, held);
     if (argc > 3)
         check_cli(argv[3], f16, train);
 

@@ -2,11 +2,11 @@
 """test_cli — pictl as a user meets it: run / tokenize / perplexity against the HF reference,
 --dump-logits and --json-stats files, seeds, and clear errors for bad input.
 
-usage: test_cli.py PICTL MODEL.gguf SHARED_DIR"""
+usage: test_cli.py PICTL MODEL.gguf FIXTURES_DIR"""
 import json, os, struct, subprocess, sys, tempfile
 
-pictl, model, shared = sys.argv[1:4]
-ref = json.load(open(os.path.join(shared, "models/tiny-relu-llama/reference.json")))
+pictl, model, fixtures = sys.argv[1:4]
+ref = json.load(open(os.path.join(fixtures, "models/tiny-relu-llama/reference.json")))
 failures = 0
 checks = 0
 
@@ -89,9 +89,64 @@ expect_error(["run", "-m", model, "-p", "x", "--temp", "warm"], "--temp", code=2
 expect_error(["run", "-m", model], "prompt", code=2, what="no prompt")
 expect_error(["frobnicate"], "unknown command", code=2, what="unknown command")
 
+# invalid UTF-8 in a prompt (issue 7, item 5): one behaviour everywhere, refused with the offset of the
+# bad byte and the command's own name; before, the pipeline said "out of memory" and --inproc took it
+bad_prompt = b"x\xff"
+for args in (["run", "--inproc", "-m", model], ["run", "-m", model], ["tokenize", "-m", model], ["generate"]):
+    expect_error([*args, "-p", os.fsdecode(bad_prompt)],
+                 f"pictl {args[0]}: -p: byte 0xff at offset 1 is not UTF-8", code=2, what=f"{args[0]} invalid UTF-8")
+badf = os.path.join(tmp, "bad.txt")
+open(badf, "wb").write(b"ok \xc3\x28 no")
+expect_error(["run", "--inproc", "-m", model, "-f", badf], "byte 0xc3 at offset 3 is not UTF-8", code=2,
+             what="-f invalid UTF-8")
+p = run("tokenize", "-m", model, "-p", "caf\u00e9 \u2014 \U0001f600")
+check(p.returncode == 0 and p.stdout.strip(), f"valid multi-byte UTF-8 must be accepted: {p.stderr[-200:]!r}")
+
+# pictl generate refuses the flags its instance fixed, naming itself (issue 7, item 10)
+for flag, value in (("-m", model), ("-c", "64"), ("-t", "2"), ("-b", "8"), ("--inproc", None), ("--vram-budget", "1")):
+    args = ["generate", "-p", "x", flag] + ([value] if value else [])
+    expect_error(args, f"pictl generate: {flag}", code=2, what=f"generate {flag}")
+    p = run(*args, ok=False)
+    check(b"does not apply to generate" in p.stderr and b"pictl run" not in p.stderr.replace(b"'pictl run --inproc'", b""),
+          f"generate {flag}: {p.stderr[:200]!r}")
+expect_error(["generate"], "pictl generate: a prompt is required", code=2, what="generate without a prompt")
+expect_error(["generate", "-p", "x", "--bogus"], "pictl generate: unknown option '--bogus'", code=2, what="generate --bogus")
+p = run("generate", "--help")
+check(p.returncode == 0 and b"--name" in p.stdout and b"--ctx-size" not in p.stdout and b"--dense" in p.stdout,
+      f"generate --help lists its own flags: {p.stdout[:300]!r}")
+expect_error(["tokenize", "-m", model, "-p", "x", "-n", "4"], "pictl tokenize: -n/--n-predict does not apply", code=2,
+             what="tokenize -n")
+
+# --seed (issue 7, item 11): -1 means random as in llama.cpp; the drawn seed is printed and repeats the
+# run; any other negative number is refused (it used to wrap to 2^64-1)
+expect_error(["run", "--inproc", "-m", model, "-p", "x", "--seed", "-5"], "--seed expects an integer in [0, 2^64-1]",
+             code=2, what="--seed -5")
+expect_error(["run", "--inproc", "-m", model, "-p", "x", "--seed", "+5"], "--seed expects", code=2, what="--seed +5")
+sample = ["-p", "Once upon", "-n", "24", "--temp", "1", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--ignore-eos"]
+for mode in (["--inproc"], []):
+    drawn = []
+    for _ in range(2):
+        p = run("run", *mode, "-m", model, *sample, "--seed", "-1")
+        line = [l for l in p.stderr.decode().splitlines() if l.startswith("[seed] ")]
+        check(p.returncode == 0 and len(line) == 1, f"--seed -1 {mode}: no [seed] line: {p.stderr[-200:]!r}")
+        if line:
+            drawn.append((int(line[0].split()[1]), p.stdout))
+    if len(drawn) == 2:
+        check(drawn[0][0] != drawn[1][0], f"--seed -1 {mode}: the same seed drawn twice")
+        p = run("run", *mode, "-m", model, *sample, "--seed", str(drawn[0][0]))
+        check(p.returncode == 0 and p.stdout == drawn[0][1] and b"[seed]" not in p.stderr,
+              f"--seed {drawn[0][0]} {mode} does not repeat the --seed -1 run")
+p = run("run", "--inproc", "-m", model, "-p", "x", "-n", "2", "--temp", "0")
+check(b"[seed]" not in p.stderr, "greedy runs print no seed")
+
+# --version (issue 7, item 12)
+p = run("--version")
+check(p.returncode == 0 and p.stdout.startswith(b"pictl (pinfer) ") and len(p.stdout.split()) == 3,
+      f"--version: {p.stdout!r}")
+
 # perplexity runs and prints the final estimate
 text = os.path.join(tmp, "t.txt")
-with open(os.path.join(shared, "corpus/tinyshakespeare.txt"), encoding="utf-8") as f:
+with open(os.path.join(fixtures, "corpus/tinyshakespeare.heldout.txt"), encoding="utf-8") as f:
     open(text, "w").write(f.read()[-6000:])
 p = run("perplexity", "-m", model, "-f", text, "-c", "128")
 check(p.returncode == 0 and b"PPL = " in p.stdout, f"perplexity: {p.stdout[:200]!r}")

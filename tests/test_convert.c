@@ -1,6 +1,6 @@
 /* test_convert — the HF → GGUF converter.
  *
- * 1. The tiny ReLU llama (PINFER_SHARED/models/tiny-relu-llama, f16 safetensors) converted to f32,
+ * 1. (--hf) The tiny ReLU llama (PINFER_SHARED/models/tiny-relu-llama, f16 safetensors) converted to f32,
  *    f16 and q8_0: hyperparameter and tokenizer keys, tensor count and shapes, the rotary q/k row
  *    permutation (recomputed here by the numpy recipe: reshape [heads, 2, d/2, n] → swap axes 1,2),
  *    f16 output bit-identical to the source, f32 output equal to it, q8_0 within its error bound.
@@ -81,6 +81,26 @@ static void make_dir(char *buf, const char *name)
 }
 
 static bool file_exists(const char *p) { return access(p, F_OK) == 0; }
+
+/* The whole file (malloc'd), or NULL. */
+static uint8_t *slurp_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) &&
+            fread(buf, 1, (size_t)len, f) != (size_t)len) {
+            free(buf);
+            buf = NULL;
+        }
+        *n = len >= 0 ? (size_t)len : 0;
+    }
+    fclose(f);
+    return buf;
+}
 
 static void write_file(const char *dir, const char *name, const void *data, size_t n)
 {
@@ -250,14 +270,9 @@ static void gguf_row(const struct gguf_tensor *t, int64_t r, float *out)
     quant_traits(t->type)->to_float((const char *)t->data + (size_t)r * rs, out, t->ne[0]);
 }
 
-static void test_tiny(const char *shared)
+static void test_tiny(const char *hf)
 {
-    char hf[PATH_CAP], out16[PATH_CAP], out32[PATH_CAP], out8[PATH_CAP];
-    snprintf(hf, sizeof hf, "%s/models/tiny-relu-llama", shared);
-    if (!file_exists(hf)) {
-        fprintf(stderr, "note: %s missing, tiny-model checks skipped\n", hf);
-        return;
-    }
+    char out16[PATH_CAP], out32[PATH_CAP], out8[PATH_CAP];
     path_join(out16, tmp_root, "tiny-f16.gguf");
     path_join(out32, tmp_root, "tiny-f32.gguf");
     path_join(out8, tmp_root, "tiny-q8_0.gguf");
@@ -551,6 +566,19 @@ static void test_qwen2(void)
     make_dir(dir, "qwen2");
     struct w_tensor *t = NULL;
     int nt = write_qwen_dir(dir, QWEN2_REGEX, &t);
+    /* the output is never one of the checkpoint's files (issue 7, item 6) */
+    char own[PATH_CAP];
+    static const char *const inputs[] = { "config.json", "tokenizer.json", "model-00002-of-00002.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        path_join(own, dir, inputs[i]);
+        struct stat before, after;
+        int rc = stat(own, &before);
+        CHECK(rc == 0, "%s exists", own);
+        rc = convert(dir, own, PI_TYPE_F32);
+        CHECK(rc == -PI_E_INVAL && strstr(pi_errmsg(), "the same file"), "-o %s: %d %s", inputs[i], rc, pi_errmsg());
+        CHECK(stat(own, &after) == 0 && after.st_ino == before.st_ino && after.st_size == before.st_size,
+              "%s was replaced", inputs[i]);
+    }
     path_join(out, tmp_root, "qwen2-f32.gguf");
     CHECK_OK(convert(dir, out, PI_TYPE_F32));
 
@@ -719,7 +747,7 @@ static void write_raw_st(const char *dir, const char *header, size_t data_bytes)
     free(buf);
 }
 
-static void test_errors(const char *shared)
+static void test_errors(void)
 {
     char dir[PATH_CAP], out[PATH_CAP], p[PATH_CAP];
     path_join(out, tmp_root, "err.gguf");
@@ -773,10 +801,16 @@ static void test_errors(const char *shared)
         st_close(st);
     }
 
+}
+
+/* Errors that need the Hugging Face checkpoint itself (its safetensors). */
+static void test_errors_hf(const char *hf)
+{
+    char dir[PATH_CAP], out[PATH_CAP];
+    path_join(out, tmp_root, "err-hf.gguf");
+    int rc;
+
     /* the tiny model with its safetensors cut in half */
-    char hf[PATH_CAP];
-    snprintf(hf, sizeof hf, "%s/models/tiny-relu-llama", shared);
-    if (!file_exists(hf)) return;
     make_dir(dir, "truncated");
     link_into(dir, hf, "config.json");
     link_into(dir, hf, "tokenizer.json");
@@ -805,18 +839,51 @@ static void test_errors(const char *shared)
           pi_errmsg());
 }
 
-int main(void)
+/* The build's fixtures (tests/fixture_retype.c: typed GGUFs derived from the embedded F16 file)
+ * are what the converter writes from the checkpoint itself, byte for byte. */
+static void check_fixture(const char *hf, const char *fixture, const char *type_name)
 {
+    char out[PATH_CAP];
+    path_join(out, tmp_root, "fixture-check.gguf");
+    CHECK_OK(convert(hf, out, quant_type_from_name(type_name)));
+    size_t na = 0, nb = 0;
+    uint8_t *a = slurp_file(out, &na), *b = slurp_file(fixture, &nb);
+    CHECK(a && b && na == nb && !memcmp(a, b, na), "%s: %s differs from the converter's %s output (%zu vs %zu bytes)",
+          type_name, fixture, type_name, nb, na);
+    free(a);
+    free(b);
+    unlink(out);
+}
+
+/* test_convert            the converter on checkpoints written here, and its errors
+ * test_convert --hf F16.gguf F32.gguf Q8_0.gguf Q4_0.gguf
+ *                         the real tiny checkpoint in PINFER_SHARED (skipped when absent), and the
+ *                         repository's fixtures against the converter's output */
+int main(int argc, char **argv)
+{
+    const bool hf_mode = argc > 1 && !strcmp(argv[1], "--hf");
+    char hf[PATH_CAP];
     const char *shared = getenv("PINFER_SHARED");
-    if (!shared) shared = "../shared";
+    snprintf(hf, sizeof hf, "%s/models/tiny-relu-llama/model.safetensors", shared ? shared : "../shared");
+    if (hf_mode && !file_exists(hf))
+        SKIP("%s is absent: the 16 MB Hugging Face checkpoint is not in the repository (the embedded F16 GGUF "
+             "and tests/fixtures stand in for it elsewhere)", hf);
+    *strrchr(hf, '/') = '\0';
     snprintf(tmp_root, sizeof tmp_root, "/tmp/test_convert.XXXXXX");
     bool made = mkdtemp(tmp_root) != NULL; /* not inside REQUIRE: it evaluates its condition twice */
     REQUIRE(made, "mkdtemp: %s", strerror(errno));
     quant_init();
 
-    test_tiny(shared);
-    test_qwen2();
-    test_errors(shared);
+    if (hf_mode) {
+        test_tiny(hf);
+        test_errors_hf(hf);
+        static const char *const types[] = { "f16", "f32", "q8_0", "q4_0" };
+        for (int i = 0; i < 4 && i + 2 < argc; i++)
+            check_fixture(hf, argv[i + 2], types[i]);
+    } else {
+        test_qwen2();
+        test_errors();
+    }
 
     nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return tu_finish("test_convert");

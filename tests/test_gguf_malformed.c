@@ -211,9 +211,46 @@ int main(void)
     CASE("data beyond EOF", PI_E_TRUNCATED, "beyond end of file",
          patch64(&m, m.t1_offset, (uint64_t)1 << 20));
     CASE("offset overflow", PI_E_TRUNCATED, "'t.b'", patch64(&m, m.t1_offset, UINT64_MAX - 31));
+    CASE("overlapping data", PI_E_FORMAT, "overlap", patch64(&m, m.t1_offset, 224)); /* t.a is 0..256 */
+    CASE("same data", PI_E_FORMAT, "'t.a' (data 0 + 256 bytes) and 't.b' (data at 0) overlap", patch64(&m, m.t1_offset, 0));
     CASE("duplicate tensor name", PI_E_FORMAT, "duplicate tensor", m.b[m.t1_name + 2] = 'a');
     CASE("empty tensor name", PI_E_FORMAT, "empty name", patch64(&m, m.t0_name - 8, 0));
     CASE("truncated data section", PI_E_TRUNCATED, "'t.b'", m.n = m.data + 300);
+
+    /* Every block type: ne[0] off its block size is refused; a tensor whose bytes (from the
+     * type's block size) reach past the file is refused; one that fits opens with exactly those
+     * bytes. t.b starts 256 bytes into the data section. */
+    const uint32_t block_types[] = { PI_TYPE_Q4_0, PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_Q8_0,
+                                     PI_TYPE_IQ4_NL, PI_TYPE_Q2_K, PI_TYPE_Q3_K, PI_TYPE_Q4_K, PI_TYPE_Q5_K,
+                                     PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
+    const size_t avail = good.n - good.data - 256;
+    for (size_t k = 0; k < sizeof block_types / sizeof block_types[0]; k++) {
+        const struct pi_type_traits *tr = quant_traits(block_types[k]);
+        char name[64];
+        snprintf(name, sizeof name, "%s ne[0] half a block", tr->name);
+        CASE(name, PI_E_FORMAT, "block size", patch32(&m, m.t1_type, block_types[k]);
+             patch64(&m, m.t1_ne0, (uint64_t)tr->blck_size / 2));
+        snprintf(name, sizeof name, "%s ne[0] a block and 16", tr->name);
+        CASE(name, PI_E_FORMAT, "block size", patch32(&m, m.t1_type, block_types[k]);
+             patch64(&m, m.t1_ne0, (uint64_t)tr->blck_size + 16));
+        /* the fewest whole blocks that no longer fit */
+        const uint64_t nblk = avail / tr->type_size + 1;
+        snprintf(name, sizeof name, "%s %llu blocks past EOF", tr->name, (unsigned long long)nblk);
+        CASE(name, PI_E_TRUNCATED, "beyond end of file", patch32(&m, m.t1_type, block_types[k]);
+             patch64(&m, m.t1_ne0, nblk * (uint64_t)tr->blck_size));
+        if (avail >= tr->type_size) {
+            m = good;
+            patch32(&m, m.t1_type, block_types[k]);
+            patch64(&m, m.t1_ne0, (uint64_t)tr->blck_size);
+            rc = gguf_open_mem(&f, m.b, m.n);
+            CHECK(rc == 0, "%s: one block rejected: %s", tr->name, pi_errmsg());
+            if (rc == 0) {
+                const struct gguf_tensor *t = gguf_find_tensor(f, "t.b");
+                CHECK(t && t->nbytes == tr->type_size, "%s: one block is %zu bytes", tr->name, tr->type_size);
+                gguf_close(f);
+            }
+        }
+    }
 
     /* Every truncation fails cleanly with a message; the full image opens. */
     int trunc_bad = 0;

@@ -10,7 +10,7 @@ stop` leaves no segment, socket or runtime file.
 usage: test_pipeline_faults.py PICTL MODEL.gguf SHARED_DIR"""
 import json, os, shutil, signal, struct, subprocess, sys, tempfile, time
 
-pictl, model, shared = sys.argv[1:4]
+pictl, model, fixtures = sys.argv[1:4]
 uid = os.geteuid()
 name = f"pf{os.getpid()}"
 tmp = tempfile.mkdtemp(prefix="pinfer-faults-")
@@ -86,7 +86,7 @@ try:
     V = status()["n_vocab"]
 
     # 1. pipeline == in-process on every reference case: tokens and logits
-    ref = json.load(open(os.path.join(shared, "models/tiny-relu-llama/reference.json")))
+    ref = json.load(open(os.path.join(fixtures, "models/tiny-relu-llama/reference.json")))
     for i, case in enumerate(ref["cases"]):
         n = len(case["greedy_ids"])
         want, want_lg = inproc(case["prompt"], n, f"case{i}")

@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
 """test_quality — quantization quality: perplexity of the tiny model on held-out text (the last 5 %
-of each corpus file, which training never saw) at f32, q8_0 and q4_0. q8_0 must stay within 1 % of
-f32 and q4_0 within 6 %. Prints all three.
+of each corpus file, which training never saw: tests/fixtures/corpus/NAME.heldout.txt holds its
+start) at f32, q8_0 and q4_0. q8_0 must stay within 1 % of f32 and q4_0 within 6 %. Prints all three.
 
-usage: test_quality.py PICTL F32.gguf Q8_0.gguf Q4_0.gguf SHARED_DIR [MAX_CHARS]"""
+usage: test_quality.py PICTL F32.gguf Q8_0.gguf Q4_0.gguf FIXTURES_DIR [MAX_CHARS]"""
 import os, subprocess, sys, tempfile
 
-pictl, f32, q8, q4, shared = sys.argv[1:6]
+pictl, f32, q8, q4, fixtures = sys.argv[1:6]
 max_chars = int(sys.argv[6]) if len(sys.argv) > 6 else 40000
-HELD_OUT = 0.05
 CTX = 256
 
 tmp = tempfile.mkdtemp(prefix="pinfer-ppl-")
 text_path = os.path.join(tmp, "heldout.txt")
 parts = []
-for name in ("tinyshakespeare.txt", "fortunes.txt"):
-    data = open(os.path.join(shared, "corpus", name), encoding="utf-8").read()
-    tail = data[int(len(data) * (1 - HELD_OUT)):]
+for name in ("tinyshakespeare", "fortunes"):
+    tail = open(os.path.join(fixtures, "corpus", name + ".heldout.txt"), encoding="utf-8").read()
     tail = tail[tail.find("\n") + 1:]          # start at a line boundary
     parts.append(tail[:max_chars // 2])
 open(text_path, "w", encoding="utf-8").write("\n".join(parts))

@@ -68,7 +68,22 @@ static void test_traits(void)
         { PI_TYPE_BF16, "bf16", 1, 2, PI_TYPE_F32 },
         { PI_TYPE_Q8_0, "q8_0", 32, 34, PI_TYPE_Q8_0 },
         { PI_TYPE_Q4_0, "q4_0", 32, 18, PI_TYPE_Q8_0 },
+        /* ggml's type ids and block sizes (ggml-common.h) */
+        { PI_TYPE_Q4_1, "q4_1", 32, 20, PI_TYPE_Q8_0 },
+        { PI_TYPE_Q5_0, "q5_0", 32, 22, PI_TYPE_Q8_0 },
+        { PI_TYPE_Q5_1, "q5_1", 32, 24, PI_TYPE_Q8_0 },
+        { PI_TYPE_IQ4_NL, "iq4_nl", 32, 18, PI_TYPE_Q8_0 },
+        { PI_TYPE_Q2_K, "q2_K", 256, 84, PI_TYPE_Q8_K },
+        { PI_TYPE_Q3_K, "q3_K", 256, 110, PI_TYPE_Q8_K },
+        { PI_TYPE_Q4_K, "q4_K", 256, 144, PI_TYPE_Q8_K },
+        { PI_TYPE_Q5_K, "q5_K", 256, 176, PI_TYPE_Q8_K },
+        { PI_TYPE_Q6_K, "q6_K", 256, 210, PI_TYPE_Q8_K },
+        { PI_TYPE_Q8_K, "q8_K", 256, 292, PI_TYPE_Q8_K },
+        { PI_TYPE_IQ4_XS, "iq4_xs", 256, 136, PI_TYPE_Q8_K },
     };
+    CHECK(PI_TYPE_Q4_1 == 3 && PI_TYPE_Q5_0 == 6 && PI_TYPE_Q5_1 == 7 && PI_TYPE_Q2_K == 10 &&
+          PI_TYPE_Q3_K == 11 && PI_TYPE_Q4_K == 12 && PI_TYPE_Q5_K == 13 && PI_TYPE_Q6_K == 14 &&
+          PI_TYPE_Q8_K == 15 && PI_TYPE_IQ4_NL == 20 && PI_TYPE_IQ4_XS == 23, "ggml type ids");
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const struct pi_type_traits *t = quant_traits(want[i].type);
         REQUIRE(t != NULL, "type %u has traits", want[i].type);
@@ -86,13 +101,16 @@ static void test_traits(void)
     CHECK(!i32->is_float_matmul && !i32->to_float && !i32->from_float && !i32->vec_dot, "i32 has no kernels");
     CHECK(quant_type_from_name("i32") == PI_TYPE_I32, "i32 by name");
 
-    const uint32_t unknown[] = { 3, 6, 7, 10, 25, 29, 31, 39, PI_TYPE_COUNT, 1000, UINT32_MAX };
+    /* Q8_1 (9), the IQ2/IQ3/IQ1 family, I8..F64, TQ*, MXFP4 */
+    const uint32_t unknown[] = { 4, 5, 9, 16, 17, 18, 19, 21, 22, 24, 25, 29, 31, 34, 35, 39, PI_TYPE_COUNT,
+                                 1000, UINT32_MAX };
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK(quant_traits(unknown[i]) == NULL, "type %u unknown", unknown[i]);
         CHECK(quant_traits_ref(unknown[i]) == NULL, "ref type %u unknown", unknown[i]);
         CHECK(quant_row_size(unknown[i], 32) == 0, "row size of unknown %u", unknown[i]);
     }
-    CHECK(quant_type_from_name("q4_1") == -1, "q4_1 not supported");
+    CHECK(quant_type_from_name("q8_1") == -1, "q8_1 not supported");
+    CHECK(quant_type_from_name("q4_k") == -1, "K names as ggml spells them (q4_K)");
     CHECK(quant_type_from_name("") == -1 && quant_type_from_name(NULL) == -1, "empty name");
     CHECK(quant_type_from_name("Q4_0") == -1, "names are lower case as in ggml");
 
@@ -105,6 +123,9 @@ static void test_traits(void)
     CHECK(quant_row_size(PI_TYPE_Q8_0, 16) == 0, "q8_0 needs whole blocks");
     CHECK(quant_row_size(PI_TYPE_Q8_0, -32) == 0, "negative n");
     CHECK(quant_row_size(PI_TYPE_I32, 5) == 20, "i32 row");
+    CHECK(quant_row_size(PI_TYPE_Q4_K, 4096) == 16 * 144, "q4_K row");
+    CHECK(quant_row_size(PI_TYPE_Q6_K, 11008) == 43 * 210, "q6_K row");
+    CHECK(quant_row_size(PI_TYPE_Q4_K, 4096 + 32) == 0, "q4_K needs whole super-blocks");
 }
 
 /* ---- f16 / bf16 conversion ---- */

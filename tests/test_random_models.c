@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "generate.h"
 #include "gguf.h"
 #include "model.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "generate.h"
 #include "model.h"
 #include "pi_err.h"
@@ -137,15 +137,14 @@ static void check_case(const struct pi_model *m, json_t *jc, const char *label)
 
 int main(int argc, char **argv)
 {
-    const char *shared = getenv("PINFER_SHARED");
-    if (!shared)
-        SKIP("PINFER_SHARED is not set");
+    const char *fixtures = getenv("PINFER_FIXTURES");
+    if (!fixtures)
+        SKIP("PINFER_FIXTURES (tests/fixtures) is not set: run it with meson test");
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/tiny-relu-llama/reference.json", shared);
+    snprintf(path, sizeof path, "%s/models/tiny-relu-llama/reference.json", fixtures);
     json_error_t jerr;
     json_t *ref = json_load_file(path, 0, &jerr);
-    if (!ref)
-        SKIP("cannot read %s: %s", path, jerr.text);
+    REQUIRE(ref, "cannot read %s: %s", path, jerr.text);
     json_t *cases = json_object_get(ref, "cases");
     REQUIRE(json_array_size(cases) >= 4, "reference.json has %zu cases", json_array_size(cases));
     REQUIRE(argc >= 2, "usage: test_reference MODEL.gguf...");

@@ -5,7 +5,7 @@
  *  - PowerInfer (PWRI) files load: ffn_down_t, fc1/fc2 (rank from the file), act_freq, threshold,
  *    ReGLU for llama and dReLU for bamboo; weight bytes count them; corrupt files give clear errors
  *    (missing fc1, wrong fc1/fc2 shapes, missing ffn_down_t);
- *  - fwd_ffn over down_t only equals an f64 reference; with ffn_down too, both paths agree;
+ *  - ctx_ffn over down_t only equals an f64 reference; with ffn_down too, both paths agree;
  *  - ffn_partial through down_t: hot + cold = all neurons (1e-5 at every type) and = the f64
  *    reference (1e-5 for f32/f16, quantization tolerance for q8_0/q4_0); bytes counted exactly;
  *  - the predictor: an exact predictor (fc2 · relu(fc1 · h) = gate · ffn_norm(h) up to a positive
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "ffn_split.h"
-#include "forward.h"
+#include "eval.h"
 #include "gguf.h"
 #include "model.h"
 #include "pi_err.h"
@@ -291,7 +291,7 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
             pwri_ref_ffn(&c, &w, layer, h + b * E, eps, yr + b * E, act + b * F);
         }
         uint64_t bytes_all = 0, b0 = 0, b1 = 0;
-        CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &all, yall, &bytes_all));
+        CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &all, NULL, yall, &bytes_all));
         double d = rel(yall, yr, B * E);
         CHECK(d < tol, "%s layer %d: all neurons via down_t differ from f64 by %.3g", quant_traits(type)->name, layer,
               d);
@@ -315,8 +315,8 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
                 sel[i] = variant == 0 ? (urand() > 0.0f) : i < F / 3;
             CHECK_OK(ffn_runs_build(&r0, sel, 1, NULL, 0, F));
             CHECK_OK(ffn_runs_build(&r1, sel, 0, NULL, 0, F));
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, y1, &b0));
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, y2, &b1));
+            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, NULL, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, NULL, y2, &b1));
             for (int64_t i = 0; i < B * E; i++)
                 y1[i] += y2[i];
             d = relf(y1, yall, B * E);
@@ -337,12 +337,12 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
 
 /* ---- forward: dense via down_t, sparse with predictors ---- */
 
-/* x (B, E) random; fwd_ffn of one layer; returns the FFN output x' - x in out */
+/* x (B, E) random; ctx_ffn of one layer; returns the FFN output x' - x in out */
 static void ffn_once(struct pi_ctx *ctx, int layer, const float *x0, int64_t E, float *out)
 {
-    float *x = fwd_x(ctx);
+    float *x = ctx_x(ctx);
     memcpy(x, x0, (size_t)(B * E) * sizeof *x);
-    CHECK_OK(fwd_ffn(ctx, layer, B));
+    CHECK_OK(ctx_ffn(ctx, layer, B));
     for (int64_t i = 0; i < B * E; i++)
         out[i] = x[i] - x0[i];
 }
@@ -420,7 +420,7 @@ static void test_forward(const char *dir)
                         true_on += act[b * F + i] != 0.0;
                 }
                 double d = rel(yd, yr, B * E);
-                CHECK(d < F32_TOL, "%s pred %zu layer %d: dense fwd_ffn via down_t differs from f64 by %.3g",
+                CHECK(d < F32_TOL, "%s pred %zu layer %d: dense ctx_ffn via down_t differs from f64 by %.3g",
                       c.arch, pi, layer, d);
                 int64_t on = -1;
                 CHECK_OK(pred_eval(pool, &ps, l, x0, B, m->hp.sparse_threshold, mask, &on));

@@ -46,9 +46,10 @@ def stage_pids(name):
     return [int(x) for x in p.stdout.split()]
 
 
-def status(name):
+def status(name, dead_ok=False):
+    """The instance's status, None when it has none (or, unless dead_ok, when it is dead: exit 1)."""
     p = run("status", "--name", name, "--json")
-    if p.returncode != 0:
+    if p.returncode != 0 and not (dead_ok and p.returncode == 1 and p.stdout.strip()):
         return None
     return json.loads(p.stdout)
 
@@ -290,16 +291,29 @@ def supervisor_killed():
     try:
         start(name)
         st = status(name)
-        os.kill(st["supervisor_pid"], signal.SIGKILL)
+        dead_pid = st["supervisor_pid"]
+        os.kill(dead_pid, signal.SIGKILL)
         check(wait_for(lambda: stage_pids(name) == [], 5), f"stages outlive their supervisor: {stage_pids(name)}")
-        check(status(name) is not None and not status(name)["supervisor_alive"], "status shows a dead supervisor")
+        # status says so (issue 7, item 9): state dead, not the frozen "serving", and exit 1
+        for args in (["--json"], []):
+            p = run("status", "--name", name, *args)
+            check(p.returncode == 1 and b"is dead" in p.stderr, f"status {args} of a dead instance: {p.returncode} "
+                  f"{p.stderr[-200:]!r}")
+            check(b"serving" not in p.stdout, f"status {args} of a dead instance says serving: {p.stdout[:200]!r}")
+        st = status(name, dead_ok=True)
+        check(st is not None and st["state"] == "dead" and not st["supervisor_alive"], f"status shows a dead supervisor")
         t0 = time.time()
         g = run("generate", "--name", name, "-p", "x", "-n", "2")
         check(g.returncode != 0 and b"dead" in g.stderr and time.time() - t0 < 3,
               f"generate to a dead instance: {g.returncode} {g.stderr[-200:]!r}")
-        # the next start cleans up the dead instance's leftovers and serves again
-        start(name)
-        check(status(name)["state"] == "serving", "serving again after the supervisor was killed")
+        # the next start cleans up the dead instance's leftovers and serves again, naming the new
+        # supervisor (it used to print the dead one's pid, left in the pid file)
+        p = start(name)
+        st = status(name)
+        check(st is not None and st["state"] == "serving", "serving again after the supervisor was killed")
+        if st is not None:
+            check(st["supervisor_pid"] != dead_pid and f"supervisor pid {st['supervisor_pid']})".encode() in p.stdout,
+                  f"start reports pid {p.stdout!r}, the new supervisor is {st['supervisor_pid']}, the dead {dead_pid}")
         check(run("stop", "--name", name).returncode == 0, "stop")
         no_leftovers(name, "after a killed supervisor")
     finally:

@@ -204,6 +204,36 @@ static void check_run(const char *pictl, const char *model)
     unlink(stats);
 }
 
+/* `pictl synth` reports progress also when stderr is not a terminal (a 7B file took 33 s in
+ * silence): lines with the bytes written and the layer, ending at 100 %. */
+static void check_progress(const char *pictl)
+{
+    char out[PATH_CAP], err[PATH_CAP], cmd[4 * PATH_CAP];
+    path_in_tmp(out, "progress.gguf");
+    path_in_tmp(err, "progress.txt");
+    snprintf(cmd, sizeof cmd, "'%s' synth --shape tiny -o '%s' 2>'%s'", pictl, out, err);
+    int st = system(cmd);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "pictl synth: status %d", st);
+    FILE *f = fopen(err, "r");
+    REQUIRE(f, "open %s", err);
+    char line[512];
+    int n = 0, last_pct = -1, bad = 0;
+    bool layer_seen = false;
+    while (fgets(line, sizeof line, f)) {
+        const char *w = strstr(line, " written (");
+        if (!w)
+            continue;
+        int pct = atoi(w + strlen(" written ("));
+        bad += pct < last_pct;
+        last_pct = pct;
+        layer_seen = layer_seen || strstr(line, ", layer 1 of 4") || strstr(line, ", layer 4 of 4");
+        n++;
+    }
+    fclose(f);
+    CHECK(n >= 5 && last_pct == 100 && bad == 0 && layer_seen, "progress: %d lines, last %d%%, %d backwards, layer %d",
+          n, last_pct, bad, layer_seen);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2, "usage: test_synth PICTL");
@@ -238,6 +268,7 @@ int main(int argc, char **argv)
     measure("q4_0 twin predictor", q4, q4p, d.hot_share);
     check_run(argv[1], dense);
     check_run(argv[1], q4p);
+    check_progress(argv[1]);
 
     unlink(dense), unlink(dense2), unlink(pwri), unlink(q4), unlink(q4p);
     rmdir(tmp_root);

@@ -1,11 +1,15 @@
 /* test_threadpool — pool_run calls every ith exactly once per run, results are visible to the caller
- * when it returns, many rapid runs neither lose nor duplicate work, and an idle pool sleeps. Run it
+ * when it returns, many rapid runs neither lose nor duplicate work, and an idle pool sleeps; with
+ * --contention, busy threads on every core must not make it collapse nor change a result bit. Run it
  * under TSan as well (meson setup -Db_sanitize=thread) for the memory orders. */
 #include "pi_err.h"
 #include "testutil.h"
 #include "threadpool.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -108,7 +112,98 @@ static void test_pool(int n, const uint32_t *v, uint64_t want_sum)
     pool_free(p);
 }
 
-int main(void)
+/* ---- under CPU contention (issue 7, item 7) ---- */
+
+#define CONT_LEN 200000 /* floats: ~0.1 ms per slice of 2 */
+#define CONT_RUNS 300
+#define CONT_MAX_RATIO 2.5 /* pool time / the same slices run serially, both under contention */
+
+struct fsum_job {
+    const float *v;
+    int64_t len;
+    float partial[MAX_THREADS];
+};
+
+/* partial[ith] = a float sum over this slice, in index order: its bits depend on the slice only */
+static void fsum_fn(void *arg, int ith, int nth)
+{
+    struct fsum_job *j = arg;
+    int64_t per = (j->len + nth - 1) / nth;
+    int64_t lo = ith * per, hi = lo + per < j->len ? lo + per : j->len;
+    float s = 0.0f;
+    for (int64_t i = lo; i < hi; i++)
+        s += j->v[i] * 1.0001f;
+    j->partial[ith] = s;
+}
+
+static _Atomic int spin_stop;
+
+static void *spinner(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&spin_stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
+/* With as many busy threads as cores competing, a pool of 2 must stay within CONT_MAX_RATIO of the
+ * same work done serially (it used to wait a scheduler tick for a preempted worker on every run),
+ * and every run's results must be bitwise those of the serial slices. */
+static void test_contention(void)
+{
+    enum { N = 2 };
+    float *v = malloc(sizeof(float) * CONT_LEN);
+    REQUIRE(v, "alloc");
+    for (int64_t i = 0; i < CONT_LEN; i++)
+        v[i] = (float)((i * 2654435761u) >> 8) / (float)(1 << 24) - 0.5f;
+    struct fsum_job ref = { .v = v, .len = CONT_LEN };
+    for (int i = 0; i < N; i++)
+        fsum_fn(&ref, i, N);
+
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, N));
+    REQUIRE(p, "pool");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_spin = ncpu > 0 && ncpu < 64 ? (int)ncpu : 2;
+    pthread_t th[64];
+    atomic_store(&spin_stop, 0);
+    for (int i = 0; i < n_spin; i++)
+        REQUIRE(pthread_create(&th[i], NULL, spinner, NULL) == 0, "spinner");
+
+    int differ = 0;
+    double t0 = now_ms(CLOCK_MONOTONIC);
+    for (int r = 0; r < CONT_RUNS; r++) {
+        struct fsum_job j = { .v = v, .len = CONT_LEN };
+        pool_run(p, fsum_fn, &j);
+        differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
+    }
+    double t_pool = now_ms(CLOCK_MONOTONIC) - t0;
+    t0 = now_ms(CLOCK_MONOTONIC);
+    for (int r = 0; r < CONT_RUNS; r++) {
+        struct fsum_job j = { .v = v, .len = CONT_LEN };
+        for (int i = 0; i < N; i++)
+            fsum_fn(&j, i, N);
+        differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
+    }
+    double t_serial = now_ms(CLOCK_MONOTONIC) - t0;
+    atomic_store(&spin_stop, 1);
+    for (int i = 0; i < n_spin; i++)
+        pthread_join(th[i], NULL);
+
+    struct pool_stats st;
+    pool_get_stats(p, &st);
+    fprintf(stderr, "contention (%d spinners, pool of %d): %d runs %.1f ms, serially %.1f ms (ratio %.2f); "
+            "straggles %llu, solo periods %llu, solo runs %llu, caller slices %llu\n", n_spin, N, CONT_RUNS, t_pool,
+            t_serial, t_pool / t_serial, st.straggles, st.solo_periods, st.solo_runs, st.caller_slices);
+    CHECK(differ == 0, "%d runs differ from the serial slices bit for bit", differ);
+    CHECK(st.runs == CONT_RUNS, "stats count %llu runs", st.runs);
+    CHECK(t_pool < CONT_MAX_RATIO * t_serial, "under contention the pool took %.1f ms, %.1fx the serial %.1f ms",
+          t_pool, t_pool / t_serial, t_serial);
+    pool_free(p);
+    free(v);
+}
+
+int main(int argc, char **argv)
 {
     static uint32_t v[SUM_LEN];
     uint64_t sum = 0;
@@ -136,5 +231,7 @@ int main(void)
         }
         pool_free(q);
     }
+    if (argc > 1 && !strcmp(argv[1], "--contention"))
+        test_contention();
     return tu_finish("test_threadpool");
 }

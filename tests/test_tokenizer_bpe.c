@@ -225,9 +225,10 @@ static void test_round_trips(const struct pi_tokenizer *t, int p)
 static void test_long(const struct pi_tokenizer *t, int p)
 {
     char path[PATH_LEN];
-    const char *shared = getenv("PINFER_SHARED");
-    int k = snprintf(path, sizeof path, "%s/corpus/tinyshakespeare.txt", shared ? shared : "../shared");
+    const char *fixtures = getenv("PINFER_FIXTURES");
+    int k = snprintf(path, sizeof path, "%s/corpus/tinyshakespeare.head.txt", fixtures ? fixtures : "tests/fixtures");
     FILE *fp = k > 0 && (size_t)k < sizeof path ? fopen(path, "rb") : NULL;
+    REQUIRE(fp, "cannot read %s", path);
     char *buf = malloc(LONG_TEXT_BYTES + 1);
     size_t n = 0;
     if (fp) {

@@ -183,7 +183,8 @@ static int try_rank(const struct cal_gemm *g, const struct cal_rec *rec, int lay
     int rc;
     if ((rc = cal_pred_init(&out->pred, r, rec->n_embd, rec->n_ff)))
         return rc;
-    prog_begin(prog, "layer %d/%d: training rank %d", layer + 1, rec->n_layer, r);
+    /* layers are numbered from 0 everywhere (blk.N, the table, the JSON); "(k of n)" counts */
+    prog_begin(prog, "layer %d (%d of %d): training rank %d", layer, layer + 1, rec->n_layer, r);
     if ((rc = cal_train(g, rec, layer, gate, tp, &out->pred, prog)) ||
         (rc = cal_threshold(g, rec, layer, rec->n_train, rec->n_rows, &out->pred, fit_recall(o), &out->layer_thr,
                             &out->logit_std)) ||
@@ -390,6 +391,18 @@ int cal_run(const struct cal_opts *o)
     if (!(o->recall > 0.0f && o->recall < 1.0f) || o->tokens < 1 || o->heldout < 1 || o->rank < 0 || o->chunk < 2 ||
         o->epochs < 0)
         return pi_fail(PI_E_INVAL, "calibrate: bad option values (recall in (0, 1), tokens and heldout >= 1)");
+    /* every output against every input, before any work (an hour of calibration, then a lost model) */
+    const char *outs[] = { o->out, o->report_svg, o->json_stats };
+    for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++) {
+        if ((rc = gguf_check_not_input(outs[k], o->model, "the model")))
+            return rc;
+        for (int i = 0; i < o->n_data; i++)
+            if ((rc = gguf_check_not_input(outs[k], o->data[i], "the --data file")))
+                return rc;
+        for (int i = 0; i < o->n_eval; i++)
+            if ((rc = gguf_check_not_input(outs[k], o->eval[i], "the --eval file")))
+                return rc;
+    }
     quant_init();
     cal_gemm_blas(&g, o->n_threads);
     if ((rc = model_load(&m, o->model)) || (rc = check_model(m, o)))

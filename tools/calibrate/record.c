@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "model.h"
 #include "pi_err.h"
 #include "tokenizer.h"

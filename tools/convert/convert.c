@@ -6,11 +6,13 @@
 #include "hf_tokenizer.h"
 #include "pi_err.h"
 #include "quant.h"
+#include "quantize.h"
 #include "safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CV_DEFAULT_TYPE PI_TYPE_F16
 #define CV_ALIGNMENT 32u
@@ -18,6 +20,7 @@
 #define CV_QUANT_VERSION 2u
 #define CV_NAME_MAX 96
 #define CV_KEY_MAX 128
+#define CV_PATH_MAX 4096
 
 /* ggml "ftype" (general.file_type): the dominant weight type of the file. */
 enum cv_ftype {
@@ -348,6 +351,24 @@ fail:
     return rc;
 }
 
+/* The output must not be a file the converter reads (`-o HF_DIR/model.safetensors` would replace it). */
+static int cv_check_output(const struct convert_opts *o, const struct st_set *st)
+{
+    static const char *const names[] = { "config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                                         "model.safetensors.index.json" };
+    char in[CV_PATH_MAX];
+    int rc;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(in, sizeof in, "%s/%s", o->hf_dir, names[i]);
+        if ((rc = gguf_check_not_input(o->out_path, in, "the checkpoint's")))
+            return rc;
+    }
+    for (size_t i = 0; i < st_n_tensors(st); i++)
+        if ((rc = gguf_check_not_input(o->out_path, st_tensor_at(st, i)->file, "the checkpoint's")))
+            return rc;
+    return 0;
+}
+
 int convert_hf(const struct convert_opts *o)
 {
     int rc;
@@ -364,12 +385,18 @@ int convert_hf(const struct convert_opts *o)
     if ((rc = hf_config_load(&cfg, o->hf_dir)) || (rc = st_open_dir(&st, o->hf_dir)) ||
         (rc = hf_vocab_load(&voc, o->hf_dir, &cfg)) || (rc = cv_plan_build(&plan, st, &cfg, o->out_type, o->quiet)))
         goto fail;
+    if ((rc = cv_check_output(o, st)))
+        goto fail;
     if ((rc = gguf_writer_new(&w, GGUF_MAGIC_GGUF)) || (rc = cv_write_keys(w, &cfg, o)) || (rc = hf_vocab_write(&voc, w)))
         goto fail;
     for (size_t i = 0; i < plan.n; i++) {
         const struct cv_tensor *t = &plan.t[i];
         if ((rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL))) goto fail;
     }
+    if (strcmp(cfg.act_name, "relu") == 0)
+        fprintf(stderr, "convert: warning: a dense ReLU llama (pinfer.ffn_activation=relu): pinfer runs it as "
+                "ReGLU, but llama.cpp and PowerInfer's dense path ignore that key and run it as SwiGLU (wrong "
+                "output); for PowerInfer make a PWRI file (pictl calibrate)\n");
     if (!o->quiet)
         fprintf(stderr, "convert: %s (%s, %lld layers, %zu tokens, tokenizer %s%s%s) -> %s\n", o->hf_dir, cfg.arch_name,
                 (long long)cfg.n_layer, voc.n, voc.model, voc.pre ? "/" : "", voc.pre ? voc.pre : "", o->out_path);
@@ -391,12 +418,37 @@ fail:
 
 static void cv_usage(FILE *f)
 {
-    fprintf(f, "usage: pictl convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0] [-q]\n");
+    fprintf(f, "usage: pictl convert HF_DIR -o OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|MIXTURE] [-q]\n"
+               "  MIXTURE: a pictl quantize / llama-quantize name (q4_k_m, q6_k, q5_1, iq4_xs...): converted to\n"
+               "  f16 first, then quantized with that mixture's per-tensor types\n");
+}
+
+/* --type q4_k_m etc.: convert to F16 next to OUT, then quantize it into OUT with the mixture */
+static int cv_convert_mixture(struct convert_opts *o, const struct qz_mixture *mix)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.f16.tmp", o->out_path) >= (int)sizeof tmp)
+        return pi_fail(PI_E_INVAL, "convert: output path too long");
+    const char *out = o->out_path;
+    o->out_path = tmp;
+    o->out_type = PI_TYPE_F16;
+    int rc = convert_hf(o);
+    o->out_path = out;
+    if (rc == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        struct qz_opts q = { .in = tmp, .out = out, .n_threads = ncpu > 0 ? (int)ncpu : 1,
+                             .log = o->quiet ? NULL : stderr,
+                             .params = { .mix = mix, .output_type = QZ_TYPE_AUTO, .token_embd_type = QZ_TYPE_AUTO } };
+        rc = qz_run(&q);
+    }
+    unlink(tmp);
+    return rc;
 }
 
 int convert_main(int argc, char **argv)
 {
     struct convert_opts o = { .out_type = CV_DEFAULT_TYPE };
+    const struct qz_mixture *mix = NULL; /* --type names a mixture rather than one type */
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
@@ -409,11 +461,15 @@ int convert_main(int argc, char **argv)
         } else if (!strcmp(a, "--type") || !strcmp(a, "--outtype")) {
             int t = i + 1 < argc ? quant_type_from_name(argv[i + 1]) : -1;
             uint32_t ftype;
-            if (t < 0 || cv_ftype(t, &ftype))
-                rc = pi_fail(PI_E_INVAL, "--type %s: expected f32, f16, bf16, q8_0 or q4_0", i + 1 < argc ? argv[i + 1] : "(missing)");
-            else {
+            if (t >= 0 && cv_ftype(t, &ftype) == 0) {
                 o.out_type = t;
+                mix = NULL;
                 i++;
+            } else if (i + 1 < argc && (mix = qz_mixture_find(argv[i + 1])) != NULL) {
+                i++;
+            } else {
+                rc = pi_fail(PI_E_INVAL, "--type %s: expected f32, f16, bf16, q8_0, q4_0 or a quantize mixture "
+                             "(q4_k_m, q6_k, ...)", i + 1 < argc ? argv[i + 1] : "(missing)");
             }
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = true;
@@ -426,7 +482,7 @@ int convert_main(int argc, char **argv)
         }
     }
     if (!rc && (!o.hf_dir || !o.out_path)) rc = pi_fail(PI_E_INVAL, "need HF_DIR and -o OUT.gguf");
-    if (!rc) rc = convert_hf(&o);
+    if (!rc) rc = mix ? cv_convert_mixture(&o, mix) : convert_hf(&o);
     if (rc) {
         fprintf(stderr, "pictl convert: %s\n", *pi_errmsg() ? pi_errmsg() : pi_strerror(rc));
         if (rc == -PI_E_INVAL) cv_usage(stderr);

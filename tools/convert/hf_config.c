@@ -4,6 +4,7 @@
 #include "pi_err.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,8 +94,10 @@ static int hf_read_rope(struct hf_config *c, const json_t *root)
     if (json_is_object(params) && json_object_get(params, "rope_theta") &&
         (rc = hf_get_num(params, "rope_theta", HF_DEFAULT_ROPE_THETA, &theta)))
         return rc;
-    if (!(theta > 0)) return pi_fail(PI_E_RANGE, "config.json: rope_theta %g must be positive", theta);
     c->rope_theta = (float)theta;
+    /* checked as the float the model keeps: 1e-50 would become 0 and 1e300 infinity */
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        return pi_fail(PI_E_RANGE, "config.json: rope_theta %g must be positive and fit a float", theta);
     return 0;
 }
 
@@ -163,7 +166,8 @@ static int hf_read_params(struct hf_config *c, const json_t *root)
         (rc = hf_get_token_id(root, "pad_token_id", &c->pad_id)))
         return rc;
     c->rms_eps = (float)eps;
-    if (!(eps > 0)) return pi_fail(PI_E_RANGE, "config.json: rms_norm_eps %g must be positive", eps);
+    if (!(c->rms_eps > 0) || !isfinite(c->rms_eps)) /* as a float: 1e-95 would become 0 */
+        return pi_fail(PI_E_RANGE, "config.json: rms_norm_eps %g must be positive and fit a float", eps);
     if (c->n_head % c->n_head_kv)
         return pi_fail(PI_E_RANGE, "config.json: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
                        (long long)c->n_head, (long long)c->n_head_kv);

@@ -125,7 +125,8 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     if (o->dump_logits && (rc = prepare_logits_file(o->dump_logits, logits_abs, sizeof logits_abs)))
         goto out;
     if (!(req = build_request(o, logits_abs))) {
-        rc = pi_fail(PI_E_NOMEM, "cannot build the request");
+        /* jansson refuses strings that are not UTF-8 (run_opts_parse checked the prompt) */
+        rc = pi_fail(PI_E_INVAL, "cannot build the request: the --dump-logits path is not UTF-8, or out of memory");
         goto out;
     }
     json_object_del(req, "cmd");
@@ -140,10 +141,11 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
-    if (rc != -EINTR) {
-        int rrc = pic_release(&st);
+    /* interrupted (Ctrl-C): cancel the request, which frees its slot once gpud has stopped it */
+    {
+        int rrc = rc == -EINTR ? pic_cancel(&st) : pic_release(&st);
         if (rrc && !rc)
-            rc = rrc;
+            rc = rrc; /* (a failed cancel leaves the request to the supervisor's client sweep) */
     }
     if (rc)
         goto out;
@@ -161,16 +163,6 @@ out:
     model_free(m);
     pic_close(&conn);
     return rc;
-}
-
-static void generate_usage(void)
-{
-    printf("usage: pictl generate -p PROMPT [options]   (a completion from a running instance)\n"
-           "  --name NAME              instance (default %s)\n"
-           "  -p, --prompt TEXT / -f, --file FILE\n"
-           "  -n N, --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N,\n"
-           "  --seed S, --ignore-eos, --dump-logits FILE, --json-stats FILE   as in 'pictl run --help'\n",
-           INST_DEFAULT_NAME);
 }
 
 int pictl_take_name(int argc, char **argv, const char **name)
@@ -194,14 +186,9 @@ int pictl_take_name(int argc, char **argv, const char **name)
 int cmd_generate(int argc, char **argv)
 {
     const char *name = INST_DEFAULT_NAME;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            generate_usage();
-            return 0;
-        }
     argc = pictl_take_name(argc, argv, &name);
     struct run_opts o;
-    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
+    int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_GENERATE); /* refuses what the instance fixed */
     if (rc)
         return rc > 0 ? 0 : 2;
     if ((rc = inst_check_name(name))) {
@@ -236,7 +223,9 @@ int run_pipeline(const struct run_opts *o)
     sa.sa_handler = on_run_signal;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    /* one request: one sequence (the KV cache holds -c cells, as in-process) */
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+                             .n_parallel = 1, .cache_type = o->cache_type,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };

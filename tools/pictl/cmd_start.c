@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend.h" /* enum be_cache_type */
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
@@ -113,8 +114,9 @@ static int wait_ready(const struct start_opts *o, int fd, pid_t sup_pid)
         if (ctl) {
             double ms = atomic_load_explicit(&ctl->load_ns, memory_order_relaxed) / 1e6;
             double mib = atomic_load_explicit(&ctl->load_total_bytes, memory_order_relaxed) / MIB;
+            /* the pid the supervisor wrote into its own segment: the pid file may still have been empty */
             printf("pinfer instance '%s' serving %s (supervisor pid %d): loaded %.1f MiB in %.1f ms (%.2f GiB/s, %s)\n",
-                   o->name, ctl->model_path, (int)sup_pid, mib, ms, ms > 0 ? mib / 1024.0 / (ms / 1e3) : 0.0,
+                   o->name, ctl->model_path, (int)ctl->supervisor_pid, mib, ms, ms > 0 ? mib / 1024.0 / (ms / 1e3) : 0.0,
                    ctl->load_method[0] ? ctl->load_method : "?");
         } else {
             printf("pinfer instance '%s' serving (supervisor pid %d)\n", o->name, (int)sup_pid);
@@ -212,7 +214,10 @@ int inst_start(const struct start_opts *o)
     /* fail fast, with the reader's message, before anything exists */
     if ((rc = model_load(&m, o->model)))
         return rc;
-    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
+    if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
+        return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
+    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
+                              .cache_type = o->cache_type,
                               .gpu_ffn_share = o->gpu_ffn_share,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
@@ -289,7 +294,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
        OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
@@ -298,6 +303,8 @@ static const struct option start_long[] = {
     { "threads", required_argument, NULL, 't' },
     { "ctx-size", required_argument, NULL, 'c' },
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
+    { "parallel", required_argument, NULL, OPT_PARALLEL },
+    { "cache-type", required_argument, NULL, OPT_CACHE_TYPE },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
@@ -317,7 +324,11 @@ static void start_usage(void)
            "  -m, --model FILE         GGUF model\n"
            "  --name NAME              instance name, [A-Za-z0-9_]{1,31} (default %s)\n"
            "  -t, --threads N          cpud worker threads (default: online cores)\n"
-           "  -c, --ctx-size N         context length (default %d, at most %d)\n"
+           "  -c, --ctx-size N         context of one sequence (default %d, at most %d); the KV cache\n"
+           "                           holds -c x --parallel cells\n"
+           "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
+           "                           further requests wait queued in order\n"
+           "  --cache-type f32|f16     KV cache element type (default f32; f16 halves its memory)\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
@@ -330,7 +341,8 @@ static void start_usage(void)
            "  --api-key-file FILE      the same, the key read from FILE (first line)\n"
            "  --chat-template NAME     with --http: chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
            "                           (default: recognised from the model's tokenizer.chat_template)\n",
-           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, (double)SUP_DEFAULT_GPU_FFN_SHARE);
+           INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, SUP_DEFAULT_PARALLEL, PI_MAX_REQUESTS,
+           (double)SUP_DEFAULT_GPU_FFN_SHARE);
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, int32_t *out)
@@ -387,6 +399,14 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_CACHE_TYPE:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16")) {
+                fprintf(stderr, "pictl start: --cache-type expects f32 or f16, got '%s'\n", optarg);
+                return 2;
+            }
+            o.cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;
+            break;
+        case OPT_PARALLEL: if (parse_int("--parallel", optarg, 1, PI_MAX_REQUESTS, &o.n_parallel)) return 2; break;
         case OPT_FOREGROUND: o.foreground = true; break;
         case OPT_VRAM:
             o.vram_budget_gib = strtod(optarg, &end);

@@ -111,10 +111,14 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     const pid_t sup = (pid_t)ctl->supervisor_pid;
     json_t *j = json_object();
     json_object_set_new(j, "instance", str_field(ctl->instance, sizeof ctl->instance));
-    json_object_set_new(j, "state", json_string(inst_state_name(atomic_load_explicit(&ctl->state, memory_order_relaxed))));
+    /* The segment outlives a supervisor killed with -9, its state frozen at whatever it was: a
+     * state read from it is only true while the supervisor lives. */
+    const bool alive = inst_pid_alive(sup);
+    json_object_set_new(j, "state", json_string(alive ? inst_state_name(atomic_load_explicit(&ctl->state, memory_order_relaxed))
+                                                      : INST_STATE_DEAD));
     json_object_set_new(j, "model", str_field(ctl->model_path, sizeof ctl->model_path));
     json_object_set_new(j, "supervisor_pid", json_integer(sup));
-    json_object_set_new(j, "supervisor_alive", json_boolean(inst_pid_alive(sup)));
+    json_object_set_new(j, "supervisor_alive", json_boolean(alive));
     json_object_set_new(j, "epoch", json_integer((json_int_t)atomic_load_explicit(&ctl->epoch, memory_order_relaxed)));
     json_object_set_new(j, "threads", json_integer(ctl->n_threads));
     json_object_set_new(j, "gpud_threads", json_integer(ctl->gpud_threads));
@@ -147,18 +151,33 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     }
     json_object_set_new(j, "stages", stages);
 
-    json_t *reqs = json_array();
+    /* requests (the table), the sequences running them (slots) and the queue waiting for one */
+    json_t *reqs = json_array(), *slots = json_array();
+    int queued = 0;
+    for (int q = 0; q < ctl->n_parallel; q++)
+        json_array_append_new(slots, json_pack("{s:i, s:s}", "seq", q, "state", "free"));
     for (int i = 0; i < PI_MAX_REQUESTS; i++) {
         const struct pi_request *r = &ctl->reqs[i];
         const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
         if (st == PI_REQ_FREE)
             continue;
-        json_array_append_new(reqs, json_pack("{s:i, s:I, s:s, s:i, s:i, s:i}", "slot", i, "id", (json_int_t)r->id,
-                                              "state", inst_req_state_name(st), "n_prompt", r->n_prompt, "n_gen",
-                                              (int)atomic_load_explicit(&r->n_gen, memory_order_relaxed), "replays",
-                                              (int)r->replays));
+        const int seq = st == PI_REQ_RUNNING ? atomic_load_explicit(&r->seq, memory_order_relaxed) : -1;
+        const int n_gen = (int)atomic_load_explicit(&r->n_gen, memory_order_relaxed);
+        queued += st == PI_REQ_QUEUED;
+        json_array_append_new(reqs, json_pack("{s:i, s:I, s:s, s:i, s:i, s:i, s:i, s:b}", "slot", i, "id",
+                                              (json_int_t)r->id, "state", inst_req_state_name(st), "seq", seq,
+                                              "n_prompt", r->n_prompt, "n_gen", n_gen, "replays", (int)r->replays,
+                                              "cancel", (int)atomic_load_explicit(&r->cancel, memory_order_relaxed)));
+        if (seq >= 0 && seq < ctl->n_parallel)
+            json_array_set_new(slots, (size_t)seq,
+                               json_pack("{s:i, s:s, s:I, s:i}", "seq", seq, "state",
+                                         n_gen > 0 ? "decoding" : "prefilling",
+                                         "request", (json_int_t)r->id, "tokens", r->n_prompt + n_gen));
     }
     json_object_set_new(j, "requests", reqs);
+    json_object_set_new(j, "parallel", json_integer(ctl->n_parallel));
+    json_object_set_new(j, "slots", slots);
+    json_object_set_new(j, "queued", json_integer(queued));
     json_object_set_new(j, "audit", inst_audit_json(ctl));
     return j;
 }
@@ -217,15 +236,28 @@ static void print_text(FILE *out, json_t *st)
     }
     fputc('\n', out);
     print_section(out, "Audit", json_object_get(st, "audit"));
-    json_t *reqs = json_object_get(st, "requests");
-    fprintf(out, "\n# Requests\nin_flight:%zu\n", json_array_size(reqs));
+    json_t *slots = json_object_get(st, "slots");
+    fprintf(out, "\n# Slots\nparallel:%lld\nqueued:%lld\n", (long long)json_integer_value(json_object_get(st, "parallel")),
+            (long long)json_integer_value(json_object_get(st, "queued")));
     size_t i;
     json_t *r;
+    json_array_foreach(slots, i, r) {
+        const char *state = json_string_value(json_object_get(r, "state"));
+        if (json_object_get(r, "request"))
+            fprintf(out, "seq%zu:state=%s,request=%lld,tokens=%lld\n", i, state,
+                    (long long)json_integer_value(json_object_get(r, "request")),
+                    (long long)json_integer_value(json_object_get(r, "tokens")));
+        else
+            fprintf(out, "seq%zu:state=%s\n", i, state);
+    }
+    json_t *reqs = json_object_get(st, "requests");
+    fprintf(out, "\n# Requests\nin_flight:%zu\n", json_array_size(reqs));
     json_array_foreach(reqs, i, r) {
-        fprintf(out, "slot%lld:id=%lld,state=%s,n_prompt=%lld,n_gen=%lld,replays=%lld\n",
+        fprintf(out, "slot%lld:id=%lld,state=%s,seq=%lld,n_prompt=%lld,n_gen=%lld,replays=%lld\n",
                 (long long)json_integer_value(json_object_get(r, "slot")),
                 (long long)json_integer_value(json_object_get(r, "id")),
                 json_string_value(json_object_get(r, "state")),
+                (long long)json_integer_value(json_object_get(r, "seq")),
                 (long long)json_integer_value(json_object_get(r, "n_prompt")),
                 (long long)json_integer_value(json_object_get(r, "n_gen")),
                 (long long)json_integer_value(json_object_get(r, "replays")));
@@ -272,6 +304,7 @@ int cmd_status(int argc, char **argv)
     shm_detach(&seg);
     if (!st)
         return pictl_error("status", name, -PI_E_NOMEM);
+    const bool dead = !json_is_true(json_object_get(st, "supervisor_alive"));
     if (as_json) {
         char *text = json_dumps(st, JSON_INDENT(1));
         if (text)
@@ -280,6 +313,9 @@ int cmd_status(int argc, char **argv)
     } else {
         print_text(stdout, st);
     }
+    if (dead)
+        fprintf(stderr, "pictl status: instance '%s' is dead: its supervisor (pid %lld) is gone and nothing serves it; "
+                "'pictl start' cleans it up\n", name, (long long)json_integer_value(json_object_get(st, "supervisor_pid")));
     json_decref(st);
-    return 0;
+    return dead ? 1 : 0;
 }

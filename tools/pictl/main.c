@@ -6,6 +6,10 @@
 #include "pi_err.h"
 #include "pictl.h"
 
+#ifndef PI_VERSION
+#define PI_VERSION "unknown" /* tools/meson.build defines it from the project version */
+#endif
+
 struct subcommand {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -26,6 +30,7 @@ static const struct subcommand commands[] = {
     { "profile", cmd_profile, "profile [--name N] [--json] [--trace FILE]    per-stage, per-layer timings" },
     { "synth", cmd_synth, "synth --shape S -o OUT.gguf [--type T] [--pwri]  synthetic sparse model" },
     { "calibrate", cmd_calibrate, "calibrate MODEL.gguf --data TEXT -o OUT.powerinfer.gguf   train sparsity predictors" },
+    { "quantize", cmd_quantize, "quantize IN.gguf OUT.gguf TYPE [--pure ...]   re-quantize (llama-quantize types)" },
     { "convert", convert_main, "convert HF_DIR -o OUT.gguf [--type T]         Hugging Face model -> GGUF" },
 };
 
@@ -34,7 +39,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: pictl COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %s\n", commands[i].help);
-    fprintf(out, "\n'pictl COMMAND --help' for a command's options.\n");
+    fprintf(out, "\n'pictl COMMAND --help' for a command's options; 'pictl --version' for the version.\n");
 }
 
 int pictl_error(const char *cmd, const char *what, int rc)
@@ -46,6 +51,10 @@ int pictl_error(const char *cmd, const char *what, int rc)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) {
+        printf("pictl (pinfer) %s\n", PI_VERSION);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -15,6 +15,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv); /* tools/calibrate: profile, train predictors, write PWRI */
 int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv); /* tools/quantize: GGUF -> GGUF in llama-quantize's types */
 
 /* The control plane (instance.h describes an instance, supervisor.h the daemon). */
 int cmd_start(int argc, char **argv);
@@ -32,6 +33,8 @@ int pictl_error(const char *cmd, const char *what, int rc);
 struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
+    int32_t n_parallel;     /* sequences gpud runs at once; 0 = SUP_DEFAULT_PARALLEL */
+    int32_t cache_type;     /* KV cache elements (enum be_cache_type) */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */

@@ -3,111 +3,185 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"  /* enum be_cache_type */
+#include "instance.h" /* INST_DEFAULT_NAME */
 #include "pi_err.h"
 
-#ifndef PI_DEFAULT_MODEL
-#define PI_DEFAULT_MODEL "models/tiny-relu-llama-f16.gguf"
+/* The default model: the embedded one, as installed (meson install puts it under datadir) or in the
+ * source tree. tools/meson.build defines the three paths. */
+#ifndef PI_SOURCE_MODEL
+#define PI_SOURCE_MODEL "models/tiny-relu-llama-f16.gguf"
+#endif
+#ifndef PI_INSTALLED_MODEL
+#define PI_INSTALLED_MODEL "/usr/local/share/pinfer/models/tiny-relu-llama-f16.gguf"
+#endif
+#ifndef PI_INSTALLED_MODEL_REL /* relative to the directory of the installed pictl (bindir) */
+#define PI_INSTALLED_MODEL_REL "../share/pinfer/models/tiny-relu-llama-f16.gguf"
 #endif
 #define DEFAULT_N_PREDICT 128
+#define PI_XSTR(x) #x
+#define PI_STR(x) PI_XSTR(x)
 
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
-    OPT_DISABLE_IDX, OPT_AUDIT,
+    OPT_DISABLE_IDX, OPT_AUDIT, OPT_CACHE_TYPE,
 };
 
-static const struct option long_opts[] = {
-    { "model", required_argument, NULL, 'm' },
-    { "prompt", required_argument, NULL, 'p' },
-    { "file", required_argument, NULL, 'f' },
-    { "n-predict", required_argument, NULL, 'n' },
-    { "threads", required_argument, NULL, 't' },
-    { "ctx-size", required_argument, NULL, 'c' },
-    { "batch-size", required_argument, NULL, 'b' },
-    { "temp", required_argument, NULL, OPT_TEMP },
-    { "top-k", required_argument, NULL, OPT_TOP_K },
-    { "top-p", required_argument, NULL, OPT_TOP_P },
-    { "min-p", required_argument, NULL, OPT_MIN_P },
-    { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
-    { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
-    { "seed", required_argument, NULL, OPT_SEED },
-    { "dump-logits", required_argument, NULL, OPT_DUMP_LOGITS },
-    { "json-stats", required_argument, NULL, OPT_JSON_STATS },
-    { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
-    { "inproc", no_argument, NULL, OPT_INPROC },
-    { "dense", no_argument, NULL, OPT_DENSE },
-    { "vram-budget", required_argument, NULL, OPT_VRAM },
-    { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
-    { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
-    { "audit-rate", required_argument, NULL, OPT_AUDIT },
-    { "help", no_argument, NULL, 'h' },
-    { NULL, 0, NULL, 0 },
+/* Which commands a flag applies to (bit per enum run_opts_cmd). */
+#define F_RUN (1u << RUN_OPTS_RUN)
+#define F_TOK (1u << RUN_OPTS_TOKENIZE)
+#define F_PPL (1u << RUN_OPTS_PERPLEXITY)
+#define F_GEN (1u << RUN_OPTS_GENERATE)
+#define F_ALL (F_RUN | F_TOK | F_PPL | F_GEN)
+#define F_SAMPLE (F_RUN | F_GEN) /* a request's flags: its sampler, its length, its outputs */
+
+/* One table drives getopt, the refusal of flags that do not apply, and --help. */
+struct run_flag {
+    struct option opt;
+    unsigned cmds;
+    const char *arg, *help;
 };
 
-static const char *const cmd_names[] = { "run", "tokenize", "perplexity" };
+static const struct run_flag flags[] = {
+    { { "model", required_argument, NULL, 'm' }, F_RUN | F_TOK | F_PPL, "FILE", "GGUF model (default below)" },
+    { { "prompt", required_argument, NULL, 'p' }, F_RUN | F_TOK | F_GEN, "TEXT", "prompt text (UTF-8)" },
+    { { "file", required_argument, NULL, 'f' }, F_ALL, "FILE", "read the prompt (perplexity: the text to score) from FILE" },
+    { { "n-predict", required_argument, NULL, 'n' }, F_SAMPLE, "N",
+      "tokens to generate (default " PI_STR(DEFAULT_N_PREDICT) ", -1 = until end or context full)" },
+    { { "threads", required_argument, NULL, 't' }, F_RUN | F_PPL, "N", "CPU threads (default: online cores)" },
+    { { "ctx-size", required_argument, NULL, 'c' }, F_RUN | F_PPL, "N",
+      "context length (default: run 2048 or the model's; perplexity 512)" },
+    { { "batch-size", required_argument, NULL, 'b' }, F_RUN | F_PPL, "N", "prompt tokens per evaluation (default 64)" },
+    { { "cache-type", required_argument, NULL, OPT_CACHE_TYPE }, F_RUN | F_PPL, "f32|f16",
+      "KV cache element type (default f32; f16 halves its memory)" },
+    { { "temp", required_argument, NULL, OPT_TEMP }, F_SAMPLE, "T", "temperature (default 0.8; 0 = greedy)" },
+    { { "top-k", required_argument, NULL, OPT_TOP_K }, F_SAMPLE, "K", "(default 40, 0 = off)" },
+    { { "top-p", required_argument, NULL, OPT_TOP_P }, F_SAMPLE, "P", "(default 0.95, 1 = off)" },
+    { { "min-p", required_argument, NULL, OPT_MIN_P }, F_SAMPLE, "P", "(default 0.05, 0 = off)" },
+    { { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY }, F_SAMPLE, "R", "(default 1.0 = off)" },
+    { { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N }, F_SAMPLE, "N", "window of the penalty (default 64)" },
+    { { "seed", required_argument, NULL, OPT_SEED }, F_SAMPLE, "S",
+      "sampling seed 0..2^64-1; -1 or none: drawn at random, printed on stderr" },
+    { { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS }, F_SAMPLE, NULL, "do not stop at end-of-generation tokens" },
+    { { "dump-logits", required_argument, NULL, OPT_DUMP_LOGITS }, F_SAMPLE, "FILE",
+      "raw little-endian float32, one n_vocab row per generated token" },
+    { { "json-stats", required_argument, NULL, OPT_JSON_STATS }, F_SAMPLE, "FILE", "timings and generated ids as JSON" },
+    { { "inproc", no_argument, NULL, OPT_INPROC }, F_RUN, NULL, "run in this process instead of an ephemeral pipeline instance" },
+    { { "dense", no_argument, NULL, OPT_DENSE }, F_RUN | F_PPL | F_GEN, NULL,
+      "compute every FFN neuron even when the model has predictors" },
+    { { "vram-budget", required_argument, NULL, OPT_VRAM }, F_RUN, "GIB", "(pipeline) choose the hot neurons with the split solver" },
+    { { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX }, F_RUN, NULL, "(pipeline) regenerate the FFN split" },
+    { { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX }, F_RUN, NULL, "(pipeline) no FFN split" },
+    { { "audit-rate", required_argument, NULL, OPT_AUDIT }, F_RUN, "P", "(pipeline) fraction of tokens whose predictions are checked" },
+    { { "help", no_argument, NULL, 'h' }, F_ALL, NULL, "this text" },
+};
+#define N_FLAGS (sizeof flags / sizeof flags[0])
+
+static const char *const cmd_names[] = { "run", "tokenize", "perplexity", "generate" };
+
+/* Why a flag does not apply: generate's instance fixed it at start. */
+static const char *not_applying_why(enum run_opts_cmd cmd, int val)
+{
+    if (cmd != RUN_OPTS_GENERATE)
+        return "";
+    switch (val) {
+    case 'm': return ": the instance runs the model 'pictl start -m' loaded";
+    case 't': case 'c': case 'b': return ": the instance's threads, context and batch are set by 'pictl start'";
+    case OPT_INPROC: return ": generate asks a running instance ('pictl run --inproc' runs in this process)";
+    default: return ": it is set by 'pictl start'";
+    }
+}
+
+static const struct run_flag *flag_of(int val)
+{
+    for (size_t i = 0; i < N_FLAGS; i++)
+        if (flags[i].opt.val == val)
+            return &flags[i];
+    return NULL;
+}
 
 static void usage(enum run_opts_cmd cmd)
 {
-    printf("usage: pictl %s [options]\n"
-           "  -m, --model FILE         GGUF model (default %s)\n",
-           cmd_names[cmd], PI_DEFAULT_MODEL);
-    if (cmd != RUN_OPTS_PERPLEXITY)
-        printf("  -p, --prompt TEXT        prompt text\n"
-               "  -f, --file FILE          read the prompt from a file\n");
-    else
-        printf("  -f, --file FILE          text to score\n");
-    if (cmd == RUN_OPTS_TOKENIZE)
-        return;
-    printf("  -t, --threads N          CPU threads (default: online cores)\n"
-           "  -c, --ctx-size N         context length (default: run 2048 or the model's; perplexity 512)\n"
-           "  -b, --batch-size N       prompt tokens per evaluation (default 64)\n");
-    if (cmd == RUN_OPTS_PERPLEXITY)
-        return;
-    printf("  -n, --n-predict N        tokens to generate (default %d, -1 = until end or context full)\n"
-           "  --temp T                 temperature (default 0.8; 0 = greedy)\n"
-           "  --top-k K                (default 40, 0 = off)\n"
-           "  --top-p P                (default 0.95, 1 = off)\n"
-           "  --min-p P                (default 0.05, 0 = off)\n"
-           "  --repeat-penalty R       (default 1.0 = off)\n"
-           "  --repeat-last-n N        window of the penalty (default 64)\n"
-           "  --seed S                 sampling seed (default: random)\n"
-           "  --ignore-eos             do not stop at end-of-generation tokens\n"
-           "  --dump-logits FILE       raw little-endian float32, one n_vocab row per generated token\n"
-           "  --json-stats FILE        timings and generated ids as JSON\n"
-           "  --inproc                 run in this process instead of an ephemeral pipeline instance\n"
-           "  --dense                  compute every FFN neuron even when the model has predictors\n"
-           "  --vram-budget GIB        (pipeline) choose the hot neurons with the split solver\n"
-           "  --reset-gpu-index / --disable-gpu-index   (pipeline) regenerate / no FFN split\n"
-           "  --audit-rate P           (pipeline) fraction of tokens whose predictions are checked\n",
-           DEFAULT_N_PREDICT);
+    static const char *const synopsis[] = {
+        "run [-m MODEL] -p PROMPT [options]   a completion (an ephemeral pipeline instance, or --inproc)",
+        "tokenize [-m MODEL] -p TEXT          print the token ids",
+        "perplexity [-m MODEL] -f TEXTFILE [options]",
+        "generate -p PROMPT [--name NAME] [options]   a completion from a running instance",
+    };
+    printf("usage: pictl %s\n", synopsis[cmd]);
+    if (cmd == RUN_OPTS_GENERATE)
+        printf("  %-24s %s\n", "--name NAME", "the instance (default: " INST_DEFAULT_NAME ")");
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const struct run_flag *f = &flags[i];
+        if (!(f->cmds & (1u << cmd)))
+            continue;
+        char lhs[48];
+        const char *arg = f->arg ? f->arg : "", *sp = f->arg ? " " : "";
+        if (f->opt.val < 256)
+            snprintf(lhs, sizeof lhs, "-%c, --%s%s%s", f->opt.val, f->opt.name, sp, arg);
+        else
+            snprintf(lhs, sizeof lhs, "--%s%s%s", f->opt.name, sp, arg);
+        printf("  %-24s %s\n", lhs, f->help);
+    }
+    if (cmd != RUN_OPTS_GENERATE)
+        printf("default model: $PINFER_MODEL, else %s\n", run_opts_default_model());
 }
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out)
+/* A pictl in a build tree (<builddir>/tools/pictl, next to <builddir>/build.ninja) runs the source
+ * tree's model; an installed one the model installed beside it (found relative to its own path, so
+ * that a relocated or DESTDIR install works), else the configured install path; the source tree's
+ * when nothing is installed. */
+const char *run_opts_default_model(void)
+{
+    static char found[PATH_MAX];
+    char self[PATH_MAX], probe[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return access(PI_INSTALLED_MODEL, R_OK) == 0 ? PI_INSTALLED_MODEL : PI_SOURCE_MODEL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(probe, sizeof probe, "%s/../build.ninja", self);
+    if (access(probe, F_OK) == 0)
+        return PI_SOURCE_MODEL;
+    if (PI_INSTALLED_MODEL_REL[0] == '/') /* bindir or datadir configured absolute */
+        snprintf(probe, sizeof probe, "%s", PI_INSTALLED_MODEL_REL);
+    else
+        snprintf(probe, sizeof probe, "%s/%s", self, PI_INSTALLED_MODEL_REL);
+    if (access(probe, R_OK) == 0 && realpath(probe, found))
+        return found;
+    return access(PI_INSTALLED_MODEL, R_OK) == 0 ? PI_INSTALLED_MODEL : PI_SOURCE_MODEL;
+}
+
+static int parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "pictl: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, s);
+        fprintf(stderr, "pictl %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, flag, lo, hi, s);
         return -PI_E_INVAL;
     }
     *out = v;
     return 0;
 }
 
-static int parse_float(const char *flag, const char *s, double lo, double hi, float *out)
+static int parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "pictl: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        fprintf(stderr, "pictl %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, s);
         return -PI_E_INVAL;
     }
     *out = (float)v;
@@ -149,45 +223,82 @@ int read_text_file(const char *path, char **out, size_t *len)
     return 0;
 }
 
+static void draw_seed(struct run_opts *o, enum run_opts_cmd cmd)
+{
+    if (!o->seed_given) {
+        /* drawn here, in the client, so that it travels with the request: the supervisor stores it
+         * with the request and a replay after a stage restart draws the same tokens; printed so that
+         * the user can repeat the run (only where a sampler uses it) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        o->gen.samp.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+        if ((cmd == RUN_OPTS_RUN || cmd == RUN_OPTS_GENERATE) && o->gen.samp.temp > 0.0f)
+            fprintf(stderr, "[seed] %llu (random; --seed %llu repeats this run)\n", (unsigned long long)o->gen.samp.seed,
+                    (unsigned long long)o->gen.samp.seed);
+    }
+}
+
 int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd cmd)
 {
     memset(o, 0, sizeof *o);
-    o->model = getenv("PINFER_MODEL") ? getenv("PINFER_MODEL") : PI_DEFAULT_MODEL;
+    o->model = getenv("PINFER_MODEL") ? getenv("PINFER_MODEL") : run_opts_default_model();
     o->n_ctx = cmd == RUN_OPTS_PERPLEXITY ? 512 : 2048;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = ncpu > 0 ? (int32_t)ncpu : 1;
     o->gen.n_predict = DEFAULT_N_PREDICT;
     o->vram_budget_gib = -1.0;
     samp_defaults(&o->gen.samp);
-    const char *prompt = NULL;
+    const char *prompt = NULL, *name = cmd_names[cmd];
+    struct option long_opts[N_FLAGS + 1];
+    for (size_t i = 0; i < N_FLAGS; i++)
+        long_opts[i] = flags[i].opt;
+    long_opts[N_FLAGS] = (struct option){ NULL, 0, NULL, 0 };
     long v;
     int c, rc = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:b:h", long_opts, NULL)) != -1) {
+    opterr = 0; /* getopt's messages would name argv[0] ("run"); ours name the command */
+    while ((c = getopt_long(argc, argv, ":m:p:f:n:t:c:b:h", long_opts, NULL)) != -1) {
+        const struct run_flag *fl = flag_of(c);
+        if (fl && !(fl->cmds & (1u << cmd))) {
+            char shown[40];
+            if (c < 256)
+                snprintf(shown, sizeof shown, "-%c/--%s", c, fl->opt.name);
+            else
+                snprintf(shown, sizeof shown, "--%s", fl->opt.name);
+            fprintf(stderr, "pictl %s: %s does not apply to %s%s; see 'pictl %s --help'\n", name, shown, name,
+                    not_applying_why(cmd, c), name);
+            return -PI_E_INVAL;
+        }
         switch (c) {
         case 'm': o->model = optarg; break;
         case 'p': prompt = optarg; break;
         case 'f': o->file = optarg; break;
-        case 'n': rc = parse_long("-n", optarg, -1, 1L << 30, &v); o->gen.n_predict = (int32_t)v; break;
-        case 't': rc = parse_long("-t", optarg, 1, 1024, &v); o->n_threads = (int32_t)v; break;
-        case 'c': rc = parse_long("-c", optarg, 8, 1L << 24, &v); o->n_ctx = (int32_t)v; break;
-        case 'b': rc = parse_long("-b", optarg, 1, 1L << 16, &v); o->n_batch = (int32_t)v; break;
-        case OPT_TEMP: rc = parse_float("--temp", optarg, 0, 100, &o->gen.samp.temp); break;
-        case OPT_TOP_K: rc = parse_long("--top-k", optarg, 0, 1L << 30, &v); o->gen.samp.top_k = (int32_t)v; break;
-        case OPT_TOP_P: rc = parse_float("--top-p", optarg, 0, 1, &o->gen.samp.top_p); break;
-        case OPT_MIN_P: rc = parse_float("--min-p", optarg, 0, 1, &o->gen.samp.min_p); break;
-        case OPT_REPEAT_PENALTY: rc = parse_float("--repeat-penalty", optarg, 0.01, 100, &o->gen.samp.repeat_penalty); break;
-        case OPT_REPEAT_LAST_N: rc = parse_long("--repeat-last-n", optarg, 0, 1L << 24, &v); o->gen.samp.repeat_last_n = (int32_t)v; break;
+        case 'n': if (!(rc = parse_long(name, "-n", optarg, -1, 1L << 30, &v))) o->gen.n_predict = (int32_t)v; break;
+        case 't': if (!(rc = parse_long(name, "-t", optarg, 1, 1024, &v))) o->n_threads = (int32_t)v; break;
+        case 'c': if (!(rc = parse_long(name, "-c", optarg, 8, 1L << 24, &v))) o->n_ctx = (int32_t)v; break;
+        case 'b': if (!(rc = parse_long(name, "-b", optarg, 1, 1L << 16, &v))) o->n_batch = (int32_t)v; break;
+        case OPT_TEMP: rc = parse_float(name, "--temp", optarg, 0, 100, &o->gen.samp.temp); break;
+        case OPT_TOP_K: if (!(rc = parse_long(name, "--top-k", optarg, 0, 1L << 30, &v))) o->gen.samp.top_k = (int32_t)v; break;
+        case OPT_TOP_P: rc = parse_float(name, "--top-p", optarg, 0, 1, &o->gen.samp.top_p); break;
+        case OPT_MIN_P: rc = parse_float(name, "--min-p", optarg, 0, 1, &o->gen.samp.min_p); break;
+        case OPT_REPEAT_PENALTY: rc = parse_float(name, "--repeat-penalty", optarg, 0.01, 100, &o->gen.samp.repeat_penalty); break;
+        case OPT_REPEAT_LAST_N: if (!(rc = parse_long(name, "--repeat-last-n", optarg, 0, 1L << 24, &v))) o->gen.samp.repeat_last_n = (int32_t)v; break;
         case OPT_SEED: {
+            /* -1 means "random", as in llama.cpp: drawn below like no --seed. strtoull would wrap any
+             * other negative number to a huge seed, so a sign is refused. */
+            if (!strcmp(optarg, "-1"))
+                break;
             char *end;
             errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg) {
-                fprintf(stderr, "pictl: --seed expects a non-negative integer, got '%s'\n", optarg);
+            unsigned long long s = optarg[0] == '-' || optarg[0] == '+' ? 0 : strtoull(optarg, &end, 10);
+            if (optarg[0] == '-' || optarg[0] == '+' || errno || *end || end == optarg) {
+                fprintf(stderr, "pictl %s: --seed expects an integer in [0, 2^64-1], or -1 for a random seed; got '%s'\n",
+                        name, optarg);
                 rc = -PI_E_INVAL;
+            } else {
+                o->gen.samp.seed = s;
+                o->seed_given = true;
             }
-            o->gen.samp.seed = s;
-            o->seed_given = true;
             break;
         }
         case OPT_DUMP_LOGITS: o->dump_logits = optarg; break;
@@ -195,17 +306,30 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case OPT_IGNORE_EOS: o->gen.ignore_eos = true; break;
         case OPT_INPROC: o->inproc = true; break;
         case OPT_DENSE: o->dense = true; break;
+        case OPT_CACHE_TYPE:
+            if (!strcmp(optarg, "f32") || !strcmp(optarg, "f16")) {
+                o->cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;
+            } else {
+                fprintf(stderr, "pictl %s: --cache-type expects f32 or f16, got '%s'\n", name, optarg);
+                rc = -PI_E_INVAL;
+            }
+            break;
         case OPT_VRAM: {
             float gib;
-            rc = parse_float("--vram-budget", optarg, 0, 1e6, &gib);
-            o->vram_budget_gib = gib;
+            if (!(rc = parse_float(name, "--vram-budget", optarg, 0, 1e6, &gib)))
+                o->vram_budget_gib = gib;
             break;
         }
         case OPT_RESET_IDX: o->reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o->disable_gpu_index = true; break;
-        case OPT_AUDIT: rc = parse_float("--audit-rate", optarg, 0, 1, &o->audit_rate); break;
+        case OPT_AUDIT: rc = parse_float(name, "--audit-rate", optarg, 0, 1, &o->audit_rate); break;
         case 'h': usage(cmd); return 1;
-        default: fprintf(stderr, "pictl %s: see --help\n", cmd_names[cmd]); return -PI_E_INVAL;
+        case ':':
+            fprintf(stderr, "pictl %s: %s needs a value; see 'pictl %s --help'\n", name, argv[optind - 1], name);
+            return -PI_E_INVAL;
+        default:
+            fprintf(stderr, "pictl %s: unknown option '%s'; see 'pictl %s --help'\n", name, argv[optind - 1], name);
+            return -PI_E_INVAL;
         }
         if (rc)
             return rc;
@@ -214,33 +338,63 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         fprintf(stderr, "pictl %s: unexpected argument '%s'\n", cmd_names[cmd], argv[optind]);
         return -PI_E_INVAL;
     }
-    if (!o->seed_given) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        o->gen.samp.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
-    }
     if (cmd == RUN_OPTS_PERPLEXITY) {
         if (!o->file) {
             fprintf(stderr, "pictl perplexity: -f TEXTFILE is required\n");
             return -PI_E_INVAL;
         }
+        draw_seed(o, cmd);
         return 0;
     }
     if (prompt && o->file) {
         fprintf(stderr, "pictl %s: give -p or -f, not both\n", cmd_names[cmd]);
         return -PI_E_INVAL;
     }
+    size_t len = 0;
     if (o->file) {
-        size_t len;
         if ((rc = read_text_file(o->file, &o->prompt, &len))) {
-            fprintf(stderr, "pictl %s: %s\n", cmd_names[cmd], pi_errmsg());
+            fprintf(stderr, "pictl %s: %s\n", name, pi_errmsg());
             return rc;
         }
     } else if (prompt) {
-        o->prompt = strdup(prompt);
+        len = strlen(prompt);
+        if (!(o->prompt = strdup(prompt))) {
+            fprintf(stderr, "pictl %s: out of memory\n", name);
+            return -PI_E_NOMEM;
+        }
     } else {
-        fprintf(stderr, "pictl %s: a prompt is required (-p TEXT or -f FILE)\n", cmd_names[cmd]);
+        fprintf(stderr, "pictl %s: a prompt is required (-p TEXT or -f FILE)\n", name);
         return -PI_E_INVAL;
+    }
+    if ((rc = run_opts_check_utf8(o->prompt, len))) {
+        fprintf(stderr, "pictl %s: %s: %s\n", name, o->file ? o->file : "-p", pi_errmsg());
+        run_opts_fini(o);
+        return rc;
+    }
+    draw_seed(o, cmd); /* last: its line is printed only for a command that will run */
+    return 0;
+}
+
+int run_opts_check_utf8(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        const unsigned c = s[i];
+        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        uint32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+        bool ok = n > 0 && i + n <= len;
+        for (size_t k = 1; ok && k < n; k++) {
+            ok = (s[i + k] & 0xc0) == 0x80;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        /* overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either */
+        if (ok && n > 1)
+            ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
+        if (c == 0) /* -f text with a NUL: the prompt would end there */
+            return pi_fail(PI_E_INVAL, "a NUL byte at offset %zu: the prompt must be text", i);
+        if (!ok)
+            return pi_fail(PI_E_INVAL, "byte 0x%02x at offset %zu is not UTF-8: the prompt must be UTF-8 text", c, i);
+        i += n;
     }
     return 0;
 }

@@ -7,7 +7,7 @@
 
 #include "generate.h"
 
-enum run_opts_cmd { RUN_OPTS_RUN, RUN_OPTS_TOKENIZE, RUN_OPTS_PERPLEXITY };
+enum run_opts_cmd { RUN_OPTS_RUN, RUN_OPTS_TOKENIZE, RUN_OPTS_PERPLEXITY, RUN_OPTS_GENERATE };
 
 struct run_opts {
     const char *model;
@@ -22,11 +22,21 @@ struct run_opts {
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     bool seed_given;
+    int32_t cache_type;    /* --cache-type: enum be_cache_type */
 };
 
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
 int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd cmd);
 void run_opts_fini(struct run_opts *o);
+
+/* The model used without -m and $PINFER_MODEL: the installed embedded model for an installed pictl,
+ * the source tree's for one in a build tree. */
+const char *run_opts_default_model(void);
+
+/* Prompt bytes must be UTF-8: the tokenizers would take any bytes, but the pipeline's JSON request
+ * cannot carry them, so every command refuses them alike. 0, or -PI_E_INVAL with the offset of the
+ * first bad byte in pi_errmsg(). */
+int run_opts_check_utf8(const char *s, size_t len);
 
 /* Read a whole file into a NUL-terminated buffer (malloc'd). */
 int read_text_file(const char *path, char **out, size_t *len);

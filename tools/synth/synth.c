@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -428,6 +429,47 @@ static int syn_gen_init(struct syn_gen *g, const struct synth_opts *o)
     return 0;
 }
 
+/* Progress on stderr (a 7B file takes half a minute): on a terminal one line redrawn at most every
+ * SYN_REDRAW_MS, elsewhere (logs, CI) one line per SYN_LOG_STEP percent of the bytes. Layers count
+ * "k of n" from 1, the way the total is given. */
+#define SYN_REDRAW_MS 200.0
+#define SYN_LOG_STEP 10
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * MIB)
+
+struct syn_progress {
+    bool on, tty;
+    double t0_ms, last_ms;
+    int last_step;
+};
+
+static double syn_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void syn_progress(struct syn_progress *p, uint64_t done, uint64_t total, int layer, int n_layer)
+{
+    if (!p->on || total == 0)
+        return;
+    const double now = syn_now_ms();
+    const int pct = (int)(done * 100 / total);
+    if (p->tty ? done < total && now - p->last_ms < SYN_REDRAW_MS : pct / SYN_LOG_STEP == p->last_step && done < total)
+        return;
+    p->last_ms = now;
+    p->last_step = pct / SYN_LOG_STEP;
+    const double unit = total >= GIB ? GIB : MIB;
+    char where[48] = "";
+    if (layer >= 0 && done < total) /* the embedding and the output head belong to no layer */
+        snprintf(where, sizeof where, ", layer %d of %d", layer + 1, n_layer);
+    fprintf(stderr, "%ssynth: %.2f of %.2f %s written (%d%%)%s, %.1f s%s", p->tty ? "\r\033[K" : "", done / unit,
+            total / unit, unit == GIB ? "GiB" : "MiB", pct, where, (now - p->t0_ms) / 1e3,
+            p->tty && done < total ? "" : "\n");
+    fflush(stderr);
+}
+
 int synth_write(const struct synth_opts *o)
 {
     struct syn_gen g;
@@ -469,7 +511,9 @@ int synth_write(const struct synth_opts *o)
                 g.d.sub_dim, g.d.rank, o->out_path);
     if ((rc = gguf_writer_open(w, o->out_path)))
         goto out;
-    const bool progress = !o->quiet && isatty(STDERR_FILENO); /* a layer counter, for terminals only */
+    struct syn_progress prog = { .on = !o->quiet, .tty = isatty(STDERR_FILENO) == 1, .t0_ms = syn_now_ms(),
+                                 .last_step = -1 };
+    uint64_t done = 0;
     for (size_t i = 0; i < plan.n; i++) {
         const struct syn_tensor *t = &plan.t[i];
         syn_set_layer(&g, t->layer);
@@ -479,11 +523,9 @@ int synth_write(const struct synth_opts *o)
         pool_run(pool, syn_rows_worker, &g);
         if ((rc = gguf_writer_write_tensor(w, buf)))
             goto out;
-        if (progress && t->kind == SK_NORM && i + 1 < plan.n && plan.t[i + 1].kind == SK_Q)
-            fprintf(stderr, "\rsynth: layer %d/%d", t->layer + 1, o->shape.n_layer);
+        done += quant_row_size(t->type, t->ne[0]) * (size_t)t->ne[1];
+        syn_progress(&prog, done, total, t->layer, o->shape.n_layer);
     }
-    if (progress)
-        fprintf(stderr, "\n");
     rc = gguf_writer_close(w);
 out:
     gguf_writer_free(w);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
+#include "eval.h"
 #include "gguf.h"
 #include "model.h"
 #include "ops.h"

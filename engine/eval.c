@@ -1,0 +1,254 @@
+/* eval.c — the one layer loop (eval.h), the local FFN step, and the in-process context. */
+#include "eval.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pi_err.h"
+#include "predictor.h"
+#include "threadpool.h"
+
+#define DEFAULT_BATCH 64
+
+int eval_init(struct eval *e, const struct pi_model *m, const struct be_ops *ops, struct be *be,
+              const struct eval_params *p)
+{
+    const struct pi_hparams *hp = &m->hp;
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    e->ops = ops;
+    e->be = be;
+    e->sparse = p->sparse && pred_available(m);
+    e->on_device = p->on_device;
+    e->n_batch = p->n_batch;
+    e->pool = p->pool ? p->pool : (ops == &be_cpu_ops ? be_cpu_pool(be) : NULL);
+    const size_t B = (size_t)p->n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    e->n_host = calloc((size_t)hp->n_layer, sizeof *e->n_host);
+    e->stats = calloc((size_t)hp->n_layer, sizeof *e->stats);
+    e->h = malloc(B * E * sizeof(float));
+    e->xn = malloc(B * E * sizeof(float));
+    e->y = malloc(B * E * sizeof(float));
+    e->mask = malloc(B * F);
+    if (!e->n_host || !e->stats || !e->h || !e->xn || !e->y || !e->mask) {
+        eval_fini(e);
+        return pi_fail(PI_E_NOMEM, "eval: out of memory");
+    }
+    bool any_host = false;
+    for (int32_t l = 0; p->on_device && l < hp->n_layer; l++) {
+        for (size_t i = 0; i < F; i++)
+            e->n_host[l] += p->on_device[(size_t)l * F + i] == 0;
+        any_host |= e->n_host[l] > 0;
+    }
+    if (any_host && !e->pool) {
+        eval_fini(e);
+        return pi_fail(PI_E_INVAL, "eval: the placement leaves neurons to the host but no host pool was given");
+    }
+    return 0;
+}
+
+void eval_fini(struct eval *e)
+{
+    ops_scratch_fini(&e->pred);
+    ffn_scratch_fini(&e->ffn);
+    ffn_runs_fini(&e->runs);
+    free(e->n_host);
+    free(e->stats);
+    free(e->h);
+    free(e->xn);
+    free(e->y);
+    free(e->mask);
+    memset(e, 0, sizeof *e);
+}
+
+void eval_count(struct eval *e, int layer, int32_t n, const struct be_ffn_count *c)
+{
+    struct eval_ffn_stats *st = &e->stats[layer];
+    st->neurons += c->neurons;
+    st->tokens += (uint64_t)n;
+    st->bytes += c->bytes;
+    st->predicted += c->predicted;
+}
+
+int eval_host_predict(struct eval *e, int layer, int32_t n, const float *h, uint8_t *mask)
+{
+    return pred_eval(e->pool, &e->pred, &e->m->layers[layer], h, n, e->m->hp.sparse_threshold, mask, NULL);
+}
+
+int eval_host_share(struct eval *e, int layer, int32_t n, const float *h, const uint8_t *mask, float *y,
+                    uint64_t *bytes)
+{
+    const struct pi_hparams *hp = &e->m->hp;
+    const int64_t F = hp->n_ff;
+    int rc;
+    if (!e->on_device) { /* the device holds everything: nothing is left to the host */
+        memset(y, 0, (size_t)n * (size_t)hp->n_embd * sizeof *y);
+        if (bytes)
+            *bytes = 0;
+        return 0;
+    }
+    ops_rmsnorm_rows(e->xn, h, e->m->layers[layer].ffn_norm.data, n, hp->n_embd, hp->norm_eps);
+    if ((rc = ffn_runs_build(&e->runs, e->on_device + (size_t)layer * F, 0, mask, n, F)))
+        return rc;
+    return ffn_partial(e->pool, &e->ffn, e->m, layer, e->xn, n, &e->runs, mask, y, bytes);
+}
+
+int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
+{
+    const struct be_ops *ops = e->ops;
+    const int32_t n = b->n;
+    const bool host = e->n_host[layer] > 0;
+    struct be_ffn_count c = { 0 };
+    bool have_h = false, have_mask = false;
+    int rc;
+    if (e->sparse) {
+        if (ops->predict) {
+            if ((rc = ops->predict(e->be, layer, n)))
+                return rc;
+        } else {
+            if ((rc = ops->get_h(e->be, n, e->h)) || (rc = eval_host_predict(e, layer, n, e->h, e->mask)) ||
+                (rc = ops->set_mask(e->be, n, e->mask)))
+                return rc;
+            have_h = have_mask = true;
+        }
+        if (host && !have_mask) {
+            if ((rc = ops->get_mask(e->be, n, e->mask)))
+                return rc;
+            have_mask = true;
+        }
+    }
+    if (host && !have_h && (rc = ops->get_h(e->be, n, e->h)))
+        return rc;
+    if ((rc = ops->ffn(e->be, layer, n, e->sparse, &c)))
+        return rc;
+    if (host) {
+        uint64_t hb = 0;
+        if ((rc = eval_host_share(e, layer, n, e->h, e->sparse ? e->mask : NULL, e->y, &hb)))
+            return rc;
+        c.bytes += hb;
+        c.neurons += (uint64_t)e->runs.n_neurons;
+    }
+    eval_count(e, layer, n, &c);
+    return ops->ffn_add(e->be, layer, n, host ? e->y : NULL);
+}
+
+int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
+{
+    const struct be_ops *ops = e->ops;
+    if (b->n <= 0 || b->n > e->n_batch)
+        return pi_fail(PI_E_INVAL, "eval: a step of %d tokens (1..%d)", b->n, e->n_batch);
+    int rc = ops->embed(e->be, b);
+    for (int il = 0; !rc && il < e->m->hp.n_layer; il++) {
+        rc = ops->attn(e->be, il, b);
+        if (!rc)
+            rc = e->ffn_fn ? e->ffn_fn(e->ffn_user, e, il, b) : eval_ffn_local(e, il, b);
+    }
+    if (!rc && logits && batch_n_out(b) > 0)
+        rc = ops->output(e->be, b, logits);
+    return rc;
+}
+
+/* ---- the in-process context ---- */
+
+struct pi_ctx {
+    const struct pi_model *m;
+    struct be *be;
+    struct eval ev;
+    struct pi_batch_buf bb;
+    int32_t n_ctx, n_batch;
+};
+
+int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p)
+{
+    struct pi_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return pi_fail(PI_E_NOMEM, "ctx: out of memory");
+    c->m = m;
+    c->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->hp.n_ctx_train;
+    c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
+    const struct be_params bp = { .n_ctx = c->n_ctx, .n_seq = p->n_seq, .n_batch = c->n_batch,
+                                  .n_threads = p->n_threads > 0 ? p->n_threads : 1, .cache_type = p->cache_type };
+    int rc = be_cpu_ops.open(&c->be, m, &bp);
+    if (!rc) {
+        const struct eval_params ep = { .n_batch = c->n_batch, .sparse = p->sparse };
+        rc = eval_init(&c->ev, m, &be_cpu_ops, c->be, &ep);
+    }
+    if (!rc)
+        rc = batch_buf_init(&c->bb, c->n_batch);
+    if (rc) {
+        ctx_free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void ctx_free(struct pi_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->ev.m)
+        eval_fini(&c->ev);
+    batch_buf_fini(&c->bb);
+    be_cpu_ops.close(c->be);
+    free(c);
+}
+
+int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
+bool ctx_is_sparse(const struct pi_ctx *c) { return c->ev.sparse; }
+struct eval *ctx_eval_state(struct pi_ctx *c) { return &c->ev; }
+void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user) { be_cpu_set_ffn_hook(c->be, fn, user); }
+struct pi_pool *ctx_pool(struct pi_ctx *c) { return be_cpu_pool(c->be); }
+float *ctx_x(struct pi_ctx *c) { return be_cpu_x(c->be); }
+
+int ctx_ffn(struct pi_ctx *c, int layer, int32_t B)
+{
+    const struct pi_batch b = { .n = B };
+    return eval_ffn_local(&c->ev, layer, &b);
+}
+
+void ctx_sparse_stats(const struct pi_ctx *c, int layer, uint64_t *neurons, uint64_t *tokens, uint64_t *bytes)
+{
+    const bool ok = layer >= 0 && layer < c->m->hp.n_layer;
+    const struct eval_ffn_stats *st = ok ? &c->ev.stats[layer] : NULL;
+    if (neurons)
+        *neurons = st ? st->neurons : 0;
+    if (tokens)
+        *tokens = st ? st->tokens : 0;
+    if (bytes)
+        *bytes = st ? st->bytes : 0;
+}
+
+uint64_t ctx_sparse_predicted(const struct pi_ctx *c, int layer)
+{
+    return layer >= 0 && layer < c->m->hp.n_layer ? c->ev.stats[layer].predicted : 0;
+}
+
+void ctx_sparse_stats_reset(struct pi_ctx *c)
+{
+    memset(c->ev.stats, 0, (size_t)c->m->hp.n_layer * sizeof *c->ev.stats);
+}
+
+int ctx_eval_batch(struct pi_ctx *c, const struct pi_batch *b, float *logits) { return eval_batch(&c->ev, b, logits); }
+
+int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits)
+{
+    const int32_t V = c->m->hp.n_vocab;
+    if (n <= 0)
+        return pi_fail(PI_E_INVAL, "eval: no tokens");
+    if (pos < 0 || (int64_t)pos + n > c->n_ctx)
+        return pi_fail(PI_E_RANGE, "eval: positions %d..%d exceed the context of %d tokens", pos, pos + n - 1,
+                       c->n_ctx);
+    for (int32_t done = 0; done < n; done += c->n_batch) {
+        const int32_t B = n - done < c->n_batch ? n - done : c->n_batch;
+        const bool last = done + B == n;
+        batch_buf_clear(&c->bb);
+        for (int32_t i = 0; i < B; i++)
+            batch_buf_add(&c->bb, tokens[done + i], pos + done + i, 0, all_logits || (last && i == B - 1));
+        const struct pi_batch b = batch_view(&c->bb);
+        float *out = all_logits ? logits + (size_t)done * V : last ? logits : NULL;
+        int rc = eval_batch(&c->ev, &b, out);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

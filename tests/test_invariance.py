@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""test_invariance — the engine's invariance contract (docs/ARCHITECTURE.md), on the embedded dense
+model and on a calibrated sparse one (imperfect predictors: where a neuron fires that its token's
+mask did not predict, only computing each token with its own mask keeps results exact):
+
+  1. in-process: tokens and --dump-logits rows bitwise identical for -t 1, 2, 3;
+  2. the pipeline with the in-process placement (every neuron in gpud) = in-process, bitwise;
+  3. the pipeline with the FFN split between gpud and cpud: 4 concurrent requests (2 greedy, 2
+     sampled at temperature 1 with fixed seeds) give bitwise the same tokens and logits rows when
+     gpud, predictord or cpud is killed with SIGKILL in the middle of their generation as when
+     nothing is killed (a replayed request prefills prompt + generated tokens in one batch; a
+     predictord outage makes gpud evaluate the same predictor; a cpud outage makes gpud compute
+     the cold share with cpud's kernels);
+  4. continuous batching: 8 requests with different prompts and lengths (4 greedy, 4 sampled with
+     fixed seeds), some joining while others decode, through an instance with --parallel 4 give
+     bitwise the tokens and logits rows they give through --parallel 1; `pictl status` shows the
+     slots and the queue; Ctrl-C of a client and kill -9 of another cancel their requests and free
+     their slots while the others complete unchanged.
+
+usage: test_invariance.py PICTL MODEL.gguf CALIB_TEXT"""
+import json, os, shutil, signal, subprocess, sys, tempfile, time
+
+pictl, dense_model, calib = sys.argv[1:4]
+tmp = tempfile.mkdtemp(prefix="pinfer-inv-")
+name = f"inv{os.getpid()}"
+failures = checks = 0
+N = 160
+OUTAGE_S = 1.5  # how long a stage is killed again whenever it comes back
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed", "KING HENRY:\nO God", "To be, or not"]
+SAMPLING = [("0", None), ("0", None), ("1", "11"), ("1", "12345")]  # (temp, seed)
+
+
+def check(cond, msg):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("FAIL:", msg, file=sys.stderr)
+    return cond
+
+
+def run(*a, timeout=600):
+    return subprocess.run([pictl, *a], capture_output=True, timeout=timeout)
+
+
+def status():
+    p = run("status", "--name", name, "--json")
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def sample_args(i):
+    temp, seed = SAMPLING[i]
+    return ["--temp", temp] + (["--seed", seed] if seed else [])
+
+
+def result(tag):
+    js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
+    with open(js) as f:
+        toks = json.load(f)["tokens"]
+    with open(lg, "rb") as f:
+        return toks, f.read()
+
+
+def inproc(model, i, threads, tag):
+    js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
+    p = run("run", "--inproc", "-m", model, "-p", PROMPTS[i], "-n", str(N), "--ignore-eos", "-c", "512",
+            "-t", str(threads), *sample_args(i), "--json-stats", js, "--dump-logits", lg)
+    check(p.returncode == 0, f"{tag}: in-process run failed: {p.stderr[-300:]!r}")
+    return result(tag)
+
+
+def gen_cmd(i, tag):
+    js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
+    return [pictl, "generate", "--name", name, "-p", PROMPTS[i], "-n", str(N), "--ignore-eos", *sample_args(i),
+            "--json-stats", js, "--dump-logits", lg]
+
+
+def start(model, *extra):
+    p = run("start", "-m", model, "--name", name, "-t", "2", "-c", "512", *extra)
+    return check(p.returncode == 0, f"start {extra} failed: {p.stderr[-300:]!r}")
+
+
+def stop():
+    run("stop", "--name", name, timeout=60)
+
+
+def concurrent(tag, kill_stage=None, repeat=False):
+    """The 4 requests at once; with kill_stage, SIGKILL it once the first request has streamed a few
+    tokens — with repeat, again each time it is back, for OUTAGE_S, so that the supervisor's restart
+    backoff keeps it down for a while and gpud runs without it (a single kill is often only a redo:
+    the restarted stage takes the step from its ring). Returns {i: (tokens, logits bytes)}."""
+    procs = [subprocess.Popen(gen_cmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in range(len(PROMPTS))]
+    before = status()["stages"][kill_stage]["restarts"] if kill_stage else 0
+    if kill_stage:
+        got = b""
+        while len(got) < 24:
+            c = procs[0].stdout.read(1)
+            if not c:
+                break
+            got += c
+        killed, end = set(), time.time() + (OUTAGE_S if repeat else 0)
+        while True:
+            pid = status()["stages"][kill_stage]["pid"]
+            if pid > 0 and pid not in killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            if time.time() >= end or all(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.01)
+    out = {}
+    for i, p in enumerate(procs):
+        _, err = p.communicate(timeout=600)
+        if check(p.returncode == 0, f"{tag} request {i}: generate exited {p.returncode}: {err[-300:]!r}"):
+            out[i] = result(f"{tag}-{i}")
+    if kill_stage:
+        end = time.time() + 30
+        while time.time() < end and status()["stages"][kill_stage]["restarts"] <= before:
+            time.sleep(0.05)
+        check(status()["stages"][kill_stage]["restarts"] > before, f"{tag}: {kill_stage} was not restarted")
+    return out
+
+
+try:
+    cal = os.path.join(tmp, "cal.powerinfer.gguf")
+    p = run("calibrate", dense_model, "--data", calib, "-o", cal, "--tokens", "4096", "--heldout", "1024",
+            "--rank", "32", "--epochs", "2", "-t", "2", "-q")
+    if not check(p.returncode == 0, f"calibrate failed: {p.stderr[-400:]!r}"):
+        sys.exit(1)
+
+    # 1. thread count
+    for model, kind in ((dense_model, "dense"), (cal, "sparse")):
+        for i in (0, 2):
+            base = inproc(model, i, 1, f"{kind}-t1-{i}")
+            for t in (2, 3):
+                got = inproc(model, i, t, f"{kind}-t{t}-{i}")
+                check(got[0] == base[0], f"{kind} prompt {i}: tokens at -t {t} differ from -t 1")
+                check(got[1] == base[1], f"{kind} prompt {i}: logits at -t {t} differ from -t 1 (not bitwise)")
+        print(f"{kind}: -t 1, 2, 3 bitwise identical")
+
+    # 2. pipeline, every neuron in gpud (the in-process placement) = in-process
+    if start(cal):
+        for i in range(len(PROMPTS)):
+            p = subprocess.run(gen_cmd(i, f"pipe-{i}"), capture_output=True, timeout=600)
+            if check(p.returncode == 0, f"pipeline request {i} failed: {p.stderr[-300:]!r}"):
+                got, want = result(f"pipe-{i}"), inproc(cal, i, 1, f"sparse-ref-{i}")
+                check(got[0] == want[0], f"pipeline prompt {i}: tokens differ from in-process")
+                check(got[1] == want[1], f"pipeline prompt {i}: logits differ from in-process (not bitwise)")
+        stop()
+        print("pipeline = in-process, bitwise, on the calibrated model")
+
+    # 3. FFN split between gpud and cpud; kill -9 each stage under 4 concurrent requests
+    if start(cal, "--gpu-ffn-share", "0.5"):
+        base = concurrent("base")
+        check(len(base) == len(PROMPTS), "undisturbed concurrent requests failed")
+        seeded = [base[i][0] for i in (2, 3) if i in base]
+        check(len(seeded) < 2 or seeded[0] != seeded[1], "the two seeded requests drew the same tokens")
+        for stage, repeat in (("gpud", False), ("predictord", False), ("cpud", False), ("predictord", True),
+                              ("cpud", True)):
+            fb = status()["stages"]["gpud"]["fallbacks"]
+            tag = f"kill-{stage}" + ("-outage" if repeat else "")
+            got = concurrent(tag, stage, repeat)
+            for i in base:
+                if i in got:
+                    check(got[i][0] == base[i][0], f"{tag}: request {i} tokens differ")
+                    check(got[i][1] == base[i][1], f"{tag}: request {i} logits differ (not bitwise)")
+            fb = status()["stages"]["gpud"]["fallbacks"] - fb
+            if repeat:
+                check(fb > 0, f"{tag}: gpud never ran a layer without {stage}: the outage path was not tested")
+            print(f"{tag} under 4 requests: tokens and logits bitwise identical ({fb} layers without {stage})")
+
+    # 4. batched = alone
+    stop()
+    BATCH_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo, Romeo", "First Citizen:\nWe are accounted poor citizens",
+                     "Q: What is", "KING RICHARD III:\nNow is the winter of our discontent\nMade glorious",
+                     "A", "To be, or not to be, that is the question:", "MENENIUS:\nWhat work's, my countrymen"]
+    LENS = [40, 64, 24, 80, 32, 56, 48, 72]
+
+    def bcmd(i, tag):
+        js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
+        samp = ["--temp", "0"] if i % 2 == 0 else ["--temp", "1", "--seed", str(100 + i)]
+        return [pictl, "generate", "--name", name, "-p", BATCH_PROMPTS[i], "-n", str(LENS[i]), "--ignore-eos",
+                *samp, "--json-stats", js, "--dump-logits", lg]
+
+    def batch_round(tag, staggered):
+        procs = {}
+        for i in range(4):
+            procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if staggered:  # the others join while the first ones decode
+            got = b""
+            while len(got) < 16:
+                c = procs[0].stdout.read(1)
+                if not c:
+                    break
+                got += c
+        for i in range(4, 8):
+            procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, seen_queue = {}, 0
+        while any(p.poll() is None for p in procs.values()):
+            st = status()
+            if st:
+                seen_queue = max(seen_queue, st["queued"])
+            time.sleep(0.01)
+        for i, p in procs.items():
+            _, err = p.communicate(timeout=600)
+            if check(p.returncode == 0, f"{tag} request {i}: exited {p.returncode}: {err[-300:]!r}"):
+                out[i] = result(f"{tag}-{i}")
+        return out, seen_queue
+
+    for model, kind in ((dense_model, "dense"), (cal, "sparse")):
+        if not start(model, "--parallel", "1"):
+            continue
+        alone, _ = batch_round(f"alone-{kind}", False)
+        stop()
+        if not start(model, "--parallel", "4"):
+            continue
+        st = status()
+        check(st["parallel"] == 4 and len(st["slots"]) == 4, f"{kind}: status shows {st.get('parallel')} slots")
+        batched, queued = batch_round(f"batched-{kind}", True)
+        check(queued > 0, f"{kind}: 8 requests on 4 sequences never showed a queue in pictl status")
+        for i in alone:
+            if i in batched:
+                check(batched[i][0] == alone[i][0], f"{kind} request {i}: batched tokens differ from alone")
+                check(batched[i][1] == alone[i][1], f"{kind} request {i}: batched logits differ from alone")
+        print(f"{kind}: 8 requests batched on 4 sequences = alone, bitwise (queue seen: {queued})")
+
+        # cancel: a client interrupted (SIGINT) and a client killed free their slots; others go on
+        long = [pictl, "generate", "--name", name, "-p", "ROMEO:", "-n", "100000", "--ignore-eos", "--temp", "0"]
+        a = subprocess.Popen(long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        b = subprocess.Popen(long, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ok = subprocess.Popen(bcmd(0, f"cancel-{kind}-0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for p in (a, b):
+            p.stdout.read(8)
+        a.send_signal(signal.SIGINT)
+        b.kill()
+        a.communicate(timeout=60)
+        b.communicate(timeout=60)
+        _, err = ok.communicate(timeout=600)
+        if check(ok.returncode == 0, f"{kind}: request beside the cancelled ones failed: {err[-300:]!r}"):
+            check(result(f"cancel-{kind}-0") == alone[0], f"{kind}: request beside the cancelled ones differs")
+        end = time.time() + 10
+        while time.time() < end and status()["requests"]:
+            time.sleep(0.05)
+        left = status()["requests"]
+        check(not left, f"{kind}: cancelled requests still hold slots: {left}")
+
+        # more clients than request slots (16): the rest wait in the supervisor's queue, in order
+        if kind == "dense":
+            many = [subprocess.Popen([pictl, "generate", "--name", name, "-p", "ROMEO:", "-n", "12", "--temp", "0",
+                                      "--ignore-eos", "--json-stats", os.path.join(tmp, f"many-{k}.json")],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(24)]
+            toks = []
+            for k, p in enumerate(many):
+                _, err = p.communicate(timeout=600)
+                if check(p.returncode == 0, f"client {k} of 24 on 16 slots failed: {err[-200:]!r}"):
+                    with open(os.path.join(tmp, f"many-{k}.json")) as f:
+                        toks.append(json.load(f)["tokens"])
+            check(len(set(map(tuple, toks))) == 1, "24 identical greedy requests gave different tokens")
+            print(f"24 clients on 16 request slots: all served, identical ({len(toks)})")
+        stop()
+finally:
+    stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+print(f"invariance: {checks} checks, {failures} failed", file=sys.stderr)
+sys.exit(1 if failures else 0)
