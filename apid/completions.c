@@ -30,6 +30,7 @@
 
 struct reap_item {
     struct pic_stream st;
+    uint64_t ticket;             /* > 0: given up while waiting in the supervisor's queue */
     struct reap_item *next;
 };
 
@@ -54,10 +55,12 @@ static void *reaper_main(void *arg)
         struct reap_item *it = r->head;
         r->head = it->next;
         pthread_mutex_unlock(&r->mu);
-        int rc = pic_abandon(&it->st, ABANDON_TIMEOUT_MS);
+        int rc = it->ticket ? pic_abandon_ticket(&a->conn, it->ticket, ABANDON_TIMEOUT_MS)
+                            : pic_abandon(&it->st, ABANDON_TIMEOUT_MS);
         if (rc)
-            fprintf(stderr, "apid: giving up request %llu (slot %d): %s: %s\n", (unsigned long long)it->st.id,
-                    it->st.slot, pi_strerror(rc), pi_errmsg());
+            fprintf(stderr, "apid: giving up request %llu (slot %d, ticket %llu): %s: %s\n",
+                    (unsigned long long)it->st.id, it->st.slot, (unsigned long long)it->ticket, pi_strerror(rc),
+                    pi_errmsg());
         free(it);
         pthread_mutex_lock(&r->mu);
     }
@@ -98,14 +101,15 @@ void apid_reaper_stop(struct apid *a)
     a->reaper = NULL;
 }
 
-static void reaper_add(struct apid *a, const struct pic_stream *st)
+static void reaper_add(struct apid *a, const struct pic_stream *st, uint64_t ticket)
 {
     struct reap_item *it = malloc(sizeof *it);
-    if (!it) {
-        (void)pic_abandon(st, ABANDON_TIMEOUT_MS); /* no memory: do it here */
+    if (!it) { /* no memory: do it here */
+        (void)(ticket ? pic_abandon_ticket(&a->conn, ticket, ABANDON_TIMEOUT_MS) : pic_abandon(st, ABANDON_TIMEOUT_MS));
         return;
     }
-    it->st = *st;
+    it->st = st ? *st : (struct pic_stream){ 0 };
+    it->ticket = ticket;
     pthread_mutex_lock(&a->reaper->mu);
     it->next = a->reaper->head;
     a->reaper->head = it;
@@ -123,6 +127,7 @@ struct job {
     struct pic_stream st;
     bool admitted, submitted, released, ended, gone, timed_out, failed;
     bool engine_done;            /* the slot reached DONE */
+    bool waiting;                /* counted in apid's n_waiting (no slot yet) */
     uint32_t seen;               /* tokens taken from the slot */
     int32_t n_prompt;
     const char *finish;          /* "stop" or "length" once ended */
@@ -159,7 +164,7 @@ static void job_end_request(struct job *j)
     j->released = true;
     if (j->engine_done && pic_release(&j->st) == 0)
         return;
-    reaper_add(j->a, &j->st);
+    reaper_add(j->a, &j->st, 0);
 }
 
 static void job_free(struct job *j)
@@ -260,6 +265,20 @@ static int job_admit(struct job *j)
     return 0;
 }
 
+/* While the request waits for a slot (in the supervisor's queue): count it as waiting, and give up
+ * when the client leaves or the timeout passes. */
+static bool job_give_up(void *arg)
+{
+    struct job *j = arg;
+    if (!j->waiting) {
+        j->waiting = true;
+        pthread_mutex_lock(&j->a->mu);
+        j->a->n_waiting++;
+        pthread_mutex_unlock(&j->a->mu);
+    }
+    return job_check_abort(j);
+}
+
 /* Check the prompt against the context, then hand the request to the supervisor, waiting (with the
  * other admitted requests) while every slot is busy. */
 static int job_submit(struct job *j)
@@ -287,28 +306,27 @@ static int job_submit(struct job *j)
     }
     const int32_t n_predict = j->g.max_tokens > 0 ? j->g.max_tokens : n_ctx - (int32_t)n_ids;
     json_object_set_new(j->g.engine, "n_predict", json_integer(n_predict));
-    bool waiting = false;
     for (;;) {
-        int rc = pic_generate(&a->conn, j->g.engine, &j->st);
+        uint64_t ticket = 0;
+        int rc = pic_generate_hooked(&a->conn, j->g.engine, &j->st, job_give_up, j, &ticket);
         if (rc == 0)
             break;
+        if (rc == -ECANCELED) { /* queued in the supervisor when we gave up: the reaper frees it */
+            reaper_add(a, NULL, ticket);
+            break;
+        }
         if (rc != -EBUSY) {
             apid_err_set(&j->err, rc == -PI_E_INVAL ? 400 : 503, NULL, rc == -PI_E_INVAL ? "invalid_value" : "unavailable",
                          "%s", pi_errmsg());
             break;
         }
-        if (!waiting) {
-            waiting = true;
-            pthread_mutex_lock(&a->mu);
-            a->n_waiting++;
-            pthread_mutex_unlock(&a->mu);
-        }
-        if (job_check_abort(j))
+        if (job_give_up(j))
             break;
         struct timespec ts = { 0, SLOT_RETRY_MS * 1000000L };
         nanosleep(&ts, NULL);
     }
-    if (waiting) {
+    if (j->waiting) {
+        j->waiting = false;
         pthread_mutex_lock(&a->mu);
         a->n_waiting--;
         pthread_mutex_unlock(&a->mu);

@@ -1,7 +1,6 @@
 /* metrics.c — counters, histograms and the Prometheus text format (see metrics.h). */
 #include "metrics.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -34,7 +34,7 @@ struct apid_metrics {
     struct met_hist ttft;
     uint64_t prompt_tokens, generated_tokens;
     double last_decode_tok_s;
-    uint64_t disconnects, timeouts, stops_early;
+    uint64_t disconnects, timeouts;
 };
 
 void metrics_init(struct apid_metrics *m);

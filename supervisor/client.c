@@ -31,7 +31,48 @@ void pic_close(struct pic_conn *c)
     c->ctl = NULL;
 }
 
-int pic_generate(const struct pic_conn *c, json_t *req, struct pic_stream *s)
+/* The stream of a slot reply {"ok":true,"id":ID,"slot":I,"n_prompt":N} (reply is consumed). */
+static int stream_from_reply(const struct pic_conn *c, json_t *reply, struct pic_stream *s)
+{
+    const json_int_t id = json_integer_value(json_object_get(reply, "id"));
+    const json_int_t slot = json_integer_value(json_object_get(reply, "slot"));
+    const json_int_t n_prompt = json_integer_value(json_object_get(reply, "n_prompt"));
+    json_decref(reply);
+    if (id <= 0 || slot < 0 || slot >= PI_MAX_REQUESTS || n_prompt <= 0 || n_prompt > PI_REQ_MAX_TOKENS)
+        return pi_fail(PI_E_FORMAT, "the supervisor's reply lacks a valid id/slot/n_prompt");
+    *s = (struct pic_stream){ .c = c, .r = &c->ctl->reqs[slot], .slot = (int)slot, .id = (uint64_t)id,
+                              .n_prompt = (int32_t)n_prompt };
+    return 0;
+}
+
+/* Ask once for a waiting request's slot: 0 with *reply holding the slot, 1 still waiting, or a
+ * negative code. */
+static int poll_ticket(const struct pic_conn *c, uint64_t ticket, json_t **reply)
+{
+    json_t *poll = json_pack("{s:s, s:I}", "cmd", "ticket", "ticket", (json_int_t)ticket);
+    if (!poll)
+        return pi_fail(PI_E_NOMEM, "cannot build the ticket command");
+    *reply = NULL;
+    int rc = inst_request(c->name, poll, INST_REQ_TIMEOUT_MS, reply);
+    json_decref(poll);
+    if (rc)
+        return rc;
+    if (!json_is_true(json_object_get(*reply, "ok"))) {
+        const char *e = json_string_value(json_object_get(*reply, "error"));
+        rc = pi_fail(PI_E_IO, "waiting for a slot: %s", e ? e : "refused");
+        json_decref(*reply);
+        *reply = NULL;
+        return rc;
+    }
+    if (json_object_get(*reply, "slot"))
+        return 0;
+    json_decref(*reply);
+    *reply = NULL;
+    return 1;
+}
+
+int pic_generate_hooked(const struct pic_conn *c, json_t *req, struct pic_stream *s, bool (*give_up)(void *arg),
+                        void *arg, uint64_t *ticket_out)
 {
     json_t *msg = json_deep_copy(req), *reply = NULL;
     if (!msg || json_object_set_new(msg, "cmd", json_string("generate"))) {
@@ -51,34 +92,46 @@ int pic_generate(const struct pic_conn *c, json_t *req, struct pic_stream *s)
     }
     /* every request slot is taken: the request waits in the supervisor's queue; ask for its slot */
     const json_int_t ticket = json_integer_value(json_object_get(reply, "ticket"));
-    while (ticket > 0 && !json_object_get(reply, "slot")) {
+    if (ticket > 0 && !json_object_get(reply, "slot")) {
         json_decref(reply);
         reply = NULL;
-        const struct timespec ts = { 0, PIC_TICKET_POLL_MS * 1000000L };
-        nanosleep(&ts, NULL);
-        json_t *poll = json_pack("{s:s, s:I}", "cmd", "ticket", "ticket", ticket);
-        if (!poll)
-            return pi_fail(PI_E_NOMEM, "cannot build the ticket command");
-        rc = inst_request(c->name, poll, INST_REQ_TIMEOUT_MS, &reply);
-        json_decref(poll);
+        for (;;) {
+            if (give_up && give_up(arg)) {
+                if (ticket_out)
+                    *ticket_out = (uint64_t)ticket;
+                return pi_fail(ECANCELED, "gave up waiting for a slot (ticket %lld)", (long long)ticket);
+            }
+            const struct timespec ts = { 0, PIC_TICKET_POLL_MS * 1000000L };
+            nanosleep(&ts, NULL);
+            if ((rc = poll_ticket(c, (uint64_t)ticket, &reply)) <= 0)
+                break;
+        }
         if (rc)
             return rc;
-        if (!json_is_true(json_object_get(reply, "ok"))) {
-            const char *e = json_string_value(json_object_get(reply, "error"));
-            rc = pi_fail(PI_E_IO, "waiting for a slot: %s", e ? e : "refused");
-            json_decref(reply);
-            return rc;
-        }
     }
-    const json_int_t id = json_integer_value(json_object_get(reply, "id"));
-    const json_int_t slot = json_integer_value(json_object_get(reply, "slot"));
-    const json_int_t n_prompt = json_integer_value(json_object_get(reply, "n_prompt"));
-    json_decref(reply);
-    if (id <= 0 || slot < 0 || slot >= PI_MAX_REQUESTS || n_prompt <= 0 || n_prompt > PI_REQ_MAX_TOKENS)
-        return pi_fail(PI_E_FORMAT, "the supervisor's reply lacks a valid id/slot/n_prompt");
-    *s = (struct pic_stream){ .c = c, .r = &c->ctl->reqs[slot], .slot = (int)slot, .id = (uint64_t)id,
-                              .n_prompt = (int32_t)n_prompt };
-    return 0;
+    return stream_from_reply(c, reply, s);
+}
+
+int pic_generate(const struct pic_conn *c, json_t *req, struct pic_stream *s)
+{
+    return pic_generate_hooked(c, req, s, NULL, NULL, NULL);
+}
+
+int pic_abandon_ticket(const struct pic_conn *c, uint64_t ticket, int timeout_ms)
+{
+    const uint64_t deadline = inst_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    json_t *reply = NULL;
+    int rc;
+    while ((rc = poll_ticket(c, ticket, &reply)) == 1) {
+        if (inst_now_ns() >= deadline)
+            return pi_fail(ETIMEDOUT, "ticket %llu got no slot within %d ms", (unsigned long long)ticket, timeout_ms);
+        const struct timespec ts = { 0, PIC_TICKET_POLL_MS * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    struct pic_stream s;
+    if (rc || (rc = stream_from_reply(c, reply, &s)))
+        return rc;
+    return pic_abandon(&s, timeout_ms);
 }
 
 int pic_wait(const struct pic_stream *s, uint32_t *n, int wait_ms)

@@ -48,6 +48,14 @@ void pic_close(struct pic_conn *c);
  * supervisor is -PI_E_INVAL with its message; a full table of slots is -EBUSY (retry later). */
 int pic_generate(const struct pic_conn *c, json_t *req, struct pic_stream *s);
 
+/* pic_generate, and while the request waits in the supervisor's queue for a slot, give_up(arg) is
+ * asked between polls: true → -ECANCELED with the request's ticket in *ticket_out (it stays queued:
+ * hand it to pic_abandon_ticket, or its slot would be held by nobody). */
+int pic_generate_hooked(const struct pic_conn *c, json_t *req, struct pic_stream *s, bool (*give_up)(void *arg),
+                        void *arg, uint64_t *ticket_out);
+/* Wait for a given-up ticket's slot, then pic_abandon it. */
+int pic_abandon_ticket(const struct pic_conn *c, uint64_t ticket, int timeout_ms);
+
 /* Wait at most wait_ms (0: do not sleep) for tokens beyond *n or the end of the request. *n gets
  * the number of tokens published. Returns PIC_RUNNING, PIC_DONE, or a negative code with a message:
  * the request FAILED (its message), its slot was taken over, the supervisor is gone. */

@@ -372,6 +372,29 @@ def disconnect_frees_slot(c, name):
     check(st == 200, "serving after a disconnect")
 
 
+def disconnect_while_queued(c, name):
+    """16 long requests take every slot; a 17th waits in the supervisor's queue, and its client leaves:
+    apid gives the ticket to its reaper, which frees the slot the request gets later."""
+    body = {"prompt": "ROMEO:", "max_tokens": 60, "temperature": 0, "ignore_eos": True}
+    th = [threading.Thread(target=lambda: c.json("POST", "/v1/completions", body)) for _ in range(16)]
+    for t in th:
+        t.start()
+    full = wait_for(lambda: len(status(name)["requests"]) >= 16, 30, 0.02)
+    s = socket.create_connection(("127.0.0.1", c.port))
+    data = json.dumps({"prompt": "queued", "max_tokens": 4}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    time.sleep(0.3)
+    queued = status(name).get("queued")
+    s.close()
+    for t in th:
+        t.join(120)
+    check(full, "16 requests hold every slot")
+    check(queued, f"the 17th waited in the supervisor's queue: {queued}")
+    check(wait_for(lambda: (lambda st: st["requests"] == [] and not st.get("queued"))(status(name)), 60, 0.1),
+          f"the left request's slot and ticket were freed: {status(name)['requests']} {status(name).get('queued')}")
+
+
 def kill_apid_mid_stream(c, name):
     s0 = status(name)
     apid0, gpud0 = s0["stages"]["apid"], s0["stages"]["gpud"]
@@ -383,8 +406,12 @@ def kill_apid_mid_stream(c, name):
             os.kill(apid0["pid"], signal.SIGKILL)
     # a long request ahead keeps gpud busy, so the streamed one is still waiting for its first token
     # when its first chunk (the role) arrives and apid is killed
-    blocker = threading.Thread(target=lambda: c.json("POST", "/v1/completions", {
-        "prompt": "ROMEO:", "max_tokens": 250, "ignore_eos": True}))
+    def block():
+        try:
+            c.json("POST", "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 250, "ignore_eos": True})
+        except (OSError, http.client.HTTPException):
+            pass  # it went through the apid we kill
+    blocker = threading.Thread(target=block)
     blocker.start()
     time.sleep(0.05)
     try:
@@ -594,7 +621,7 @@ def main():
         check(os.stat(cfg).st_mode & 0o777 == 0o600, "apid.json is 0600 (it holds the key)")
         for fn in (greedy_and_streams, lambda c_: pictl_chat_matches(c_, name), lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
                    lambda c_: disconnect_frees_slot(c_, name), lambda c_: load_test(c_, name),
-                   lambda c_: kill_gpud_mid_stream(c_, name), lambda c_: kill_apid_mid_stream(c_, name)):
+                   lambda c_: disconnect_while_queued(c_, name), lambda c_: kill_gpud_mid_stream(c_, name), lambda c_: kill_apid_mid_stream(c_, name)):
             t0 = time.time()
             try:
                 fn(c)
