@@ -1,7 +1,8 @@
 /* backend_cpu.c — the CPU backend: llama / qwen2 / bamboo layer steps over a KV cache shared by
  * n_seq sequences, on the host's thread pool (backend.h says what each op does).
  *
- * KV cache: (n_layer, n_seq, n_ctx, n_head_kv · head_dim) f32; sequence s's cell p holds its token
+ * KV cache: (n_layer, n_seq, n_ctx, n_head_kv · head_dim), f32 or f16 (--cache-type: f16 halves it;
+ * the dot products and V sums read it through the type table's kernels); sequence s's cell p holds its token
  * at position p, so a token attends to its sequence's cells 0..pos in position order whatever else
  * is in the batch. The FFN: three GEMMs when this backend holds every neuron of a layer that has
  * ffn_down and runs dense; otherwise ffn_partial (ffn_split.c) over the neurons it holds (sparse:
@@ -32,8 +33,10 @@ struct be {
     float *gate;    /* (n_batch, n_ff) */
     float *up;      /* (n_batch, n_ff) */
     float *scores;  /* (n_threads, n_ctx) attention weights per worker */
-    float *k_cache; /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) */
-    float *v_cache;
+    char *k_cache;  /* (n_layer, n_seq, n_ctx, n_head_kv * head_dim) of cache_type */
+    char *v_cache;
+    uint32_t cache_type; /* PI_TYPE_F32 or PI_TYPE_F16 */
+    size_t cell_bytes;   /* one cell's K (or V) row */
     uint8_t *on_dev;            /* (n_layer, n_ff) placement */
     bool *all_on_dev;           /* (n_layer) every neuron of the layer is held */
     struct ffn_runs *held;      /* (n_layer) runs of the held neurons (dense FFN over them) */
@@ -84,8 +87,8 @@ static int cpu_open(struct be **out, const struct pi_model *m, const struct be_p
     const struct pi_hparams *hp = &m->hp;
     if (p->n_ctx <= 0 || p->n_batch <= 0)
         return pi_fail(PI_E_INVAL, "cpu backend: n_ctx %d, n_batch %d", p->n_ctx, p->n_batch);
-    if (p->cache_type != BE_CACHE_F32)
-        return pi_fail(PI_E_UNSUPPORTED, "cpu backend: only an f32 KV cache is implemented");
+    if (p->cache_type != BE_CACHE_F32 && p->cache_type != BE_CACHE_F16)
+        return pi_fail(PI_E_UNSUPPORTED, "cpu backend: KV cache type %d (f32 or f16)", (int)p->cache_type);
     struct be *b = calloc(1, sizeof *b);
     if (!b)
         return pi_fail(PI_E_NOMEM, "cpu backend: out of memory");
@@ -110,8 +113,10 @@ static int cpu_open(struct be **out, const struct pi_model *m, const struct be_p
     b->gate = malloc(B * F * sizeof(float));
     b->up = malloc(B * F * sizeof(float));
     b->scores = malloc((size_t)nt * (size_t)b->n_ctx * sizeof(float));
-    b->k_cache = calloc(kv_elems, sizeof(float));
-    b->v_cache = calloc(kv_elems, sizeof(float));
+    b->cache_type = p->cache_type == BE_CACHE_F16 ? PI_TYPE_F16 : PI_TYPE_F32;
+    b->cell_bytes = quant_row_size(b->cache_type, (int64_t)KV);
+    b->k_cache = calloc(kv_elems / KV, b->cell_bytes);
+    b->v_cache = calloc(kv_elems / KV, b->cell_bytes);
     b->mask = calloc(B * F, 1);
     b->ydev = malloc(B * E * sizeof(float));
     b->on_dev = malloc(L * F);
@@ -120,7 +125,7 @@ static int cpu_open(struct be **out, const struct pi_model *m, const struct be_p
     if (!b->x || !b->xn || !b->q || !b->k || !b->v || !b->att || !b->proj || !b->gate || !b->up || !b->scores ||
         !b->k_cache || !b->v_cache || !b->mask || !b->ydev || !b->on_dev || !b->all_on_dev || !b->held) {
         rc = pi_fail(PI_E_NOMEM, "cpu backend: cannot allocate buffers for %d x %d cells (KV cache %.1f MiB)",
-                     b->n_seq, b->n_ctx, 2.0 * (double)kv_elems * sizeof(float) / (1 << 20));
+                     b->n_seq, b->n_ctx, 2.0 * (double)(kv_elems / KV) * (double)b->cell_bytes / (1 << 20));
         goto fail;
     }
     if (p->on_device)
@@ -146,7 +151,8 @@ static void cpu_mem(const struct be *b, struct be_mem *o)
     const uint64_t B = (uint64_t)b->n_batch, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff,
                    Q = (uint64_t)hp->n_head * hp->head_dim, KV = kv_row(hp);
     o->weights = 0; /* read in place from the model's mapping */
-    o->kv = 2 * (uint64_t)hp->n_layer * (uint64_t)b->n_seq * (uint64_t)b->n_ctx * KV * sizeof(float);
+    o->kv = 2 * (uint64_t)hp->n_layer * (uint64_t)b->n_seq * (uint64_t)b->n_ctx * b->cell_bytes;
+    (void)KV;
     o->scratch = (B * (4 * E + 2 * Q + 2 * KV + 2 * F) + (uint64_t)pool_size(b->pool) * (uint64_t)b->n_ctx) *
                      sizeof(float) +
                  B * F + (uint64_t)hp->n_layer * F;
@@ -200,10 +206,9 @@ struct attn_job {
     const struct pi_batch *bt;
 };
 
-static float *cache_cell(const struct be *b, float *cache, int layer, int32_t seq, int32_t pos)
+static char *cache_cell(const struct be *b, char *cache, int layer, int32_t seq, int32_t pos)
 {
-    const size_t KV = kv_row(&b->m->hp);
-    return cache + (((size_t)layer * (size_t)b->n_seq + (size_t)seq) * (size_t)b->n_ctx + (size_t)pos) * KV;
+    return cache + (((size_t)layer * (size_t)b->n_seq + (size_t)seq) * (size_t)b->n_ctx + (size_t)pos) * b->cell_bytes;
 }
 
 /* att[i, h] = softmax(q[i,h] · K[seq_i][0..pos_i] / sqrt(d)) · V[seq_i][0..pos_i], kv head = h / group */
@@ -218,23 +223,26 @@ static void attn_worker(void *arg, int ith, int nth)
     const float scale = 1.0f / sqrtf((float)d);
     /* f32 kernels of the type table (AVX2 when available): the dot products over positions and
      * the weighted sum of V rows are most of decode time at long contexts */
-    const struct pi_type_traits *f32 = quant_traits(PI_TYPE_F32);
+    /* (an f16 cache dots f16 rows with the f32 query: F16's vec_dot_type is F32) */
+    const struct pi_type_traits *ct = quant_traits(b->cache_type);
+    const size_t head_off = quant_row_size(b->cache_type, d), cell = b->cell_bytes;
+    (void)KV;
     for (int task = ith; task < j->bt->n * H; task += nth) {
         const int i = task / H, h = task % H, kvh = h / group;
         const int32_t n_kv = j->bt->pos[i] + 1; /* causal: this token sees itself and all before */
-        const float *kc = cache_cell(b, b->k_cache, j->layer, j->bt->seq[i], 0);
-        const float *vc = cache_cell(b, b->v_cache, j->layer, j->bt->seq[i], 0);
+        const char *kc = cache_cell(b, b->k_cache, j->layer, j->bt->seq[i], 0) + (size_t)kvh * head_off;
+        const char *vc = cache_cell(b, b->v_cache, j->layer, j->bt->seq[i], 0) + (size_t)kvh * head_off;
         const float *q = b->q + (size_t)i * Q + (size_t)h * d;
         for (int32_t t = 0; t < n_kv; t++) {
             float s;
-            f32->vec_dot(d, &s, kc + (size_t)t * KV + (size_t)kvh * d, q);
+            ct->vec_dot(d, &s, kc + (size_t)t * cell, q);
             sc[t] = s * scale;
         }
         ops_softmax(sc, n_kv);
         float *o = b->att + (size_t)i * Q + (size_t)h * d;
         memset(o, 0, (size_t)d * sizeof(float));
         for (int32_t t = 0; t < n_kv; t++)
-            f32->axpy(d, o, sc[t], vc + (size_t)t * KV + (size_t)kvh * d);
+            ct->axpy(d, o, sc[t], vc + (size_t)t * cell);
     }
 }
 
@@ -258,8 +266,9 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
         ops_rope(b->q + i * Q, hp->n_head, hp->head_dim, hp->rope_dim, bt->pos[i], hp->rope_theta, hp->rope_mode);
         ops_rope(b->k + i * KV, hp->n_head_kv, hp->head_dim, hp->rope_dim, bt->pos[i], hp->rope_theta,
                  hp->rope_mode);
-        memcpy(cache_cell(b, b->k_cache, layer, bt->seq[i], bt->pos[i]), b->k + i * KV, (size_t)KV * sizeof(float));
-        memcpy(cache_cell(b, b->v_cache, layer, bt->seq[i], bt->pos[i]), b->v + i * KV, (size_t)KV * sizeof(float));
+        const struct pi_type_traits *ct = quant_traits(b->cache_type);
+        ct->from_float(b->k + i * KV, cache_cell(b, b->k_cache, layer, bt->seq[i], bt->pos[i]), KV);
+        ct->from_float(b->v + i * KV, cache_cell(b, b->v_cache, layer, bt->seq[i], bt->pos[i]), KV);
     }
     struct attn_job j = { .b = b, .layer = layer, .bt = bt };
     pool_run(b->pool, attn_worker, &j);

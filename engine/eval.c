@@ -166,7 +166,7 @@ int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_p
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->hp.n_ctx_train;
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
     const struct be_params bp = { .n_ctx = c->n_ctx, .n_seq = p->n_seq, .n_batch = c->n_batch,
-                                  .n_threads = p->n_threads > 0 ? p->n_threads : 1 };
+                                  .n_threads = p->n_threads > 0 ? p->n_threads : 1, .cache_type = p->cache_type };
     int rc = be_cpu_ops.open(&c->be, m, &bp);
     if (!rc) {
         const struct eval_params ep = { .n_batch = c->n_batch, .sparse = p->sparse };

@@ -88,6 +88,7 @@ struct pi_ctx_params {
     int32_t n_batch;   /* most tokens per eval call (prefill chunk); 0 = 64 */
     int32_t n_threads; /* >= 1 */
     int32_t n_seq;     /* sequences; 0 = 1 */
+    enum be_cache_type cache_type; /* KV cache elements (default f32) */
     /* Sparse FFN: when the model has predictors (a PowerInfer file), each token's FFN computes only
      * the neurons its predictor marks active. Ignored otherwise. */
     bool sparse;

@@ -34,6 +34,7 @@ int gpud_init(struct gpud *g, int argc, char **argv)
      * computed on the host here while cpud is down */
     const int32_t n_seq = ctl->n_parallel > 0 ? ctl->n_parallel : 1;
     const struct be_params bp = { .n_ctx = ctl->n_ctx, .n_seq = n_seq, .n_batch = ah->n_batch, .n_threads = nt,
+                                  .cache_type = (enum be_cache_type)ctl->cache_type,
                                   .on_device = g->act.gpu_idx };
     if ((rc = g->be_ops->open(&g->be, g->m, &bp)))
         return rc;

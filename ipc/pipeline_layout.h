@@ -49,7 +49,8 @@ enum pi_stage {
     PI_STAGE_PREDICTORD = 1,
     PI_STAGE_CPUD = 2,
     PI_STAGE_GPUD = 3,
-    PI_STAGE_COUNT = 4,
+    PI_STAGE_APID = 4,  /* optional: the HTTP front door, only with `pictl start --http` */
+    PI_STAGE_COUNT = 5,
 };
 
 enum pi_stage_state {
@@ -184,7 +185,7 @@ struct pi_ctl {
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];
     float audit_rate;                /* supervisor (--audit-rate): fraction of tokens audited */
-    uint32_t reserved2;
+    int32_t cache_type;              /* supervisor (--cache-type): KV cache elements, enum be_cache_type */
     struct pi_audit_row audit[PI_MAX_LAYERS];
     /* Worker threads per stage (supervisor; 0 = n_threads). With the CPU backend gpud and cpud share
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is

@@ -11,7 +11,7 @@
 
 #include "pi_err.h"
 
-static const char *const stage_names[PI_STAGE_COUNT] = { "loaderd", "predictord", "cpud", "gpud" };
+static const char *const stage_names[PI_STAGE_COUNT] = { "loaderd", "predictord", "cpud", "gpud", "apid" };
 
 /* Set from the signal handler: the only state a handler may touch. */
 static volatile sig_atomic_t stop_requested;

@@ -279,6 +279,8 @@ void inst_remove_dir(const char *name)
     inst_cleanup(name);
     if (inst_path(name, INST_PID_FILE, path, sizeof path) == 0)
         unlink(path);
+    if (inst_path(name, INST_APID_CONFIG, path, sizeof path) == 0)
+        unlink(path);
     rmdir(dir);
 }
 

@@ -9,6 +9,7 @@
  *
  *   ctl.ipc          the supervisor's nanomsg REP socket (ipc://<dir>/ctl.ipc)
  *   supervisor.pid   the supervisor's pid (decimal, newline)
+ *   apid.json        apid's settings when the instance serves HTTP (pictl start --http), 0600
  *   logs/<stage>.log each stage's stderr, appended across restarts; logs/supervisor.log
  *
  * Shared memory (/dev/shm/pinfer-<uid>-<name>-{ctl,weights,act}) is named by ipc/shm.h.
@@ -31,6 +32,7 @@
 #define INST_PID_FILE "supervisor.pid"
 #define INST_LOG_DIR "logs"
 #define INST_SUPERVISOR_LOG "supervisor"  /* logs/supervisor.log, `pictl logs supervisor` */
+#define INST_APID_CONFIG "apid.json"      /* apid's settings (pictl start --http), mode 0600 */
 #define INST_SEG_CTL "ctl"
 #define INST_SEG_WEIGHTS "weights"
 #define INST_SEG_ACT "act"

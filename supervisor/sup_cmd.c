@@ -121,10 +121,10 @@ static json_t *parse_restart(json_t *req, struct sup_cmd *c, char *err)
         return sup_reply_error("%s", err);
     const char *name = json_string_value(json_object_get(req, "stage"));
     if (!name)
-        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud or gpud) is required");
+        return sup_reply_error("field 'stage' (a string: loaderd, predictord, cpud, gpud or apid) is required");
     int id = stage_from_name(name);
     if (id < 0)
-        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud)", name);
+        return sup_reply_error("unknown stage '%.64s' (one of loaderd, predictord, cpud, gpud, apid)", name);
     c->stage = (enum pi_stage)id;
     c->stage_name = name;
     return NULL;
@@ -204,22 +204,9 @@ json_t *sup_gen_tokenize(const struct pi_tokenizer *tok, const struct sup_gen_ar
     return reply;
 }
 
-static json_t *sup_cmd_generate(struct sup *s, const struct sup_gen_args *g)
+/* Fill free slot `slot` with the request and queue it for gpud; returns its id. */
+static uint64_t fill_slot(struct sup *s, int slot, const struct sup_gen_args *g, const int32_t *ids, size_t n_ids)
 {
-    const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
-    if (state != PI_INST_SERVING)
-        return sup_reply_error("the instance is %s, not serving%s%s", inst_state_name(state),
-                               s->ctl->error[0] ? ": " : "", s->ctl->error);
-    int32_t *ids;
-    size_t n_ids;
-    json_t *reply = sup_gen_tokenize(s->cfg->model->tok, g, s->ctl->n_ctx, &ids, &n_ids);
-    if (reply)
-        return reply;
-    int slot = find_free_slot(s);
-    if (slot < 0) {
-        reply = sup_reply_error("busy: all %d request slots are in use", PI_MAX_REQUESTS);
-        goto out;
-    }
     struct pi_request *r = &s->ctl->reqs[slot];
     r->id = ++s->req_counter;
     r->temp = g->sp.temp;
@@ -248,10 +235,104 @@ static json_t *sup_cmd_generate(struct sup *s, const struct sup_gen_args *g)
     /* release: a gpud that sees the new req_seq (acquire) also sees the QUEUED slot */
     atomic_fetch_add_explicit(&s->ctl->req_seq, 1, memory_order_release);
     pi_futex_wake_all(&s->ctl->req_seq);
-    reply = json_pack("{s:b, s:I, s:i, s:i}", "ok", 1, "id", (json_int_t)r->id, "slot", slot, "n_prompt", (int)n_ids);
-out:
-    free(ids);
-    return reply;
+    return r->id;
+}
+
+static json_t *slot_reply(uint64_t id, int slot, int n_prompt)
+{
+    return json_pack("{s:b, s:I, s:i, s:i}", "ok", 1, "id", (json_int_t)id, "slot", slot, "n_prompt", n_prompt);
+}
+
+static json_t *sup_cmd_generate(struct sup *s, json_t *req, const struct sup_gen_args *g)
+{
+    const unsigned state = atomic_load_explicit(&s->ctl->state, memory_order_relaxed);
+    if (state != PI_INST_SERVING)
+        return sup_reply_error("the instance is %s, not serving%s%s", inst_state_name(state),
+                               s->ctl->error[0] ? ": " : "", s->ctl->error);
+    int32_t *ids;
+    size_t n_ids;
+    json_t *reply = sup_gen_tokenize(s->cfg->model->tok, g, s->ctl->n_ctx, &ids, &n_ids);
+    if (reply)
+        return reply;
+    const int slot = s->n_queue ? -1 : find_free_slot(s); /* the queue goes first: requests keep their order */
+    if (slot >= 0) {
+        const uint64_t id = fill_slot(s, slot, g, ids, n_ids);
+        free(ids);
+        return slot_reply(id, slot, (int)n_ids);
+    }
+    if (s->n_queue == SUP_QUEUE_MAX) {
+        free(ids);
+        return sup_reply_error("busy: all %d request slots are in use and %d requests wait", PI_MAX_REQUESTS,
+                               SUP_QUEUE_MAX);
+    }
+    struct sup_waiting *w = &s->queue[s->n_queue++];
+    *w = (struct sup_waiting){ .ticket = ++s->ticket_counter, .req = json_incref(req), .ids = ids, .n_ids = n_ids,
+                               .client = (pid_t)g->client };
+    sup_log("all %d request slots are taken: request waits (ticket %llu, %d waiting)", PI_MAX_REQUESTS,
+            (unsigned long long)w->ticket, s->n_queue);
+    return json_pack("{s:b, s:I, s:i}", "ok", 1, "ticket", (json_int_t)w->ticket, "queued", s->n_queue);
+}
+
+static void drop_waiting(struct sup *s, int k)
+{
+    json_decref(s->queue[k].req);
+    free(s->queue[k].ids);
+    memmove(&s->queue[k], &s->queue[k + 1], (size_t)(s->n_queue - k - 1) * sizeof s->queue[0]);
+    s->n_queue--;
+}
+
+void sup_queue_fini(struct sup *s)
+{
+    while (s->n_queue)
+        drop_waiting(s, 0);
+}
+
+/* Waiting requests into free slots, oldest first; their tickets are answered when polled. */
+static void sup_promote(struct sup *s)
+{
+    char err[ERR_MAX] = "";
+    int slot;
+    while (s->n_queue && (slot = find_free_slot(s)) >= 0) {
+        struct sup_waiting *w = &s->queue[0];
+        struct sup_gen_args g;
+        json_t *bad = parse_generate(w->req, &g, err); /* it parsed when it came: the same again */
+        if (!bad) {
+            const uint64_t id = fill_slot(s, slot, &g, w->ids, w->n_ids);
+            if (s->n_assigned == SUP_QUEUE_MAX) { /* a client that never asks: forget the oldest */
+                memmove(&s->assigned[0], &s->assigned[1], (SUP_QUEUE_MAX - 1) * sizeof s->assigned[0]);
+                s->n_assigned--;
+            }
+            s->assigned[s->n_assigned++] = (struct sup_assigned){ .ticket = w->ticket, .id = id, .slot = slot,
+                                                                   .n_prompt = (int)w->n_ids };
+        }
+        json_decref(bad);
+        drop_waiting(s, 0);
+    }
+}
+
+static json_t *parse_ticket(json_t *req, struct sup_cmd *c, char *err)
+{
+    static const char *const known[] = { "cmd", "ticket", NULL };
+    if (check_keys(req, known, err) || get_int(req, "ticket", 1, INT64_MAX, &c->ticket, err) <= 0)
+        return sup_reply_error("%s", err[0] ? err : "field 'ticket' (an integer) is required");
+    return NULL;
+}
+
+/* A waiting request's client asks whether it has a slot yet. */
+static json_t *sup_cmd_ticket(struct sup *s, const struct sup_cmd *c)
+{
+    sup_promote(s);
+    for (int k = 0; k < s->n_assigned; k++)
+        if (s->assigned[k].ticket == (uint64_t)c->ticket) {
+            const struct sup_assigned a = s->assigned[k];
+            memmove(&s->assigned[k], &s->assigned[k + 1], (size_t)(s->n_assigned - k - 1) * sizeof a);
+            s->n_assigned--;
+            return slot_reply(a.id, a.slot, a.n_prompt);
+        }
+    for (int k = 0; k < s->n_queue; k++)
+        if (s->queue[k].ticket == (uint64_t)c->ticket)
+            return json_pack("{s:b, s:I, s:i}", "ok", 1, "ticket", (json_int_t)c->ticket, "queued", k + 1);
+    return sup_reply_error("no waiting request has ticket %lld", c->ticket);
 }
 
 /* Ask gpud to stop request r (it ends it as FAILED "cancelled" at its next step) and free the slot
@@ -277,6 +358,7 @@ static json_t *sup_cmd_cancel(struct sup *s, const struct sup_cmd *c)
     if (st == PI_REQ_DONE || st == PI_REQ_FAILED) {
         atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
         s->req_owner[slot] = 0;
+        sup_promote(s);
     } else {
         cancel_request(s, (int)slot);
     }
@@ -306,6 +388,7 @@ static json_t *sup_cmd_release(struct sup *s, const struct sup_cmd *c)
     /* release: pairs with our own relaxed FREE check in find_free_slot; orders nothing else */
     atomic_store_explicit(&r->state, PI_REQ_FREE, memory_order_release);
     s->req_owner[slot] = 0;
+    sup_promote(s);
     return reply_ok();
 }
 
@@ -332,6 +415,9 @@ json_t *sup_cmd_parse(const char *msg, size_t len, json_t **reqp, struct sup_cmd
     } else if (!strcmp(cmd, "release")) {
         c->kind = SUP_CMD_RELEASE;
         reply = parse_release(req, c, err);
+    } else if (!strcmp(cmd, "ticket")) {
+        c->kind = SUP_CMD_TICKET;
+        reply = parse_ticket(req, c, err);
     } else if (!strcmp(cmd, "cancel")) {
         c->kind = SUP_CMD_CANCEL;
         reply = parse_release(req, c, err);
@@ -341,7 +427,7 @@ json_t *sup_cmd_parse(const char *msg, size_t len, json_t **reqp, struct sup_cmd
     } else if (!strcmp(cmd, "stop"))
         c->kind = SUP_CMD_STOP;
     else
-        reply = sup_reply_error("unknown command '%.64s' (status, generate, cancel, release, restart, stop)", cmd);
+        reply = sup_reply_error("unknown command '%.64s' (status, generate, ticket, cancel, release, restart, stop)", cmd);
     if (reply) {
         json_decref(req);
         return reply;
@@ -359,7 +445,8 @@ json_t *sup_handle(struct sup *s, const char *msg, size_t len)
         return reply;
     switch (c.kind) {
     case SUP_CMD_STATUS: reply = sup_cmd_status(s); break;
-    case SUP_CMD_GENERATE: reply = sup_cmd_generate(s, &c.gen); break;
+    case SUP_CMD_GENERATE: reply = sup_cmd_generate(s, req, &c.gen); break;
+    case SUP_CMD_TICKET: reply = sup_cmd_ticket(s, &c); break;
     case SUP_CMD_RELEASE: reply = sup_cmd_release(s, &c); break;
     case SUP_CMD_CANCEL: reply = sup_cmd_cancel(s, &c); break;
     case SUP_CMD_RESTART: reply = sup_cmd_restart(s, &c); break;
@@ -392,7 +479,13 @@ void sup_sweep_requests(struct sup *s)
             s->req_owner[i] = 0;
             s->req_autorelease[i] = false;
         }
-    }
+    }    for (int k = s->n_queue - 1; k >= 0; k--)
+        if (s->queue[k].client > 0 && !inst_pid_alive(s->queue[k].client)) {
+            sup_log("dropping a waiting request (ticket %llu): its client %d is gone",
+                    (unsigned long long)s->queue[k].ticket, (int)s->queue[k].client);
+            drop_waiting(s, k);
+        }
+    sup_promote(s);
 }
 
 void sup_fail_requests(struct sup *s, const char *why)

@@ -15,6 +15,7 @@ struct pi_tokenizer;
 #include "sampling.h"
 #include "supervisor.h"
 
+#define SUP_QUEUE_MAX 64   /* generate requests that wait for a table slot (beyond PI_MAX_REQUESTS) */
 #define SUP_GIVEUP_DEATHS 10 /* deaths within SUP_GIVEUP_WINDOW_MS that make us give up a stage */
 
 struct sup_stage {
@@ -48,11 +49,28 @@ struct sup {
     uint64_t req_counter;
     pid_t req_owner[PI_MAX_REQUESTS];
     bool req_autorelease[PI_MAX_REQUESTS]; /* cancelled: free the slot once gpud has ended it */
+    /* generate requests beyond the table's PI_MAX_REQUESTS slots wait here, in order, for a slot
+     * (sup_promote); their clients poll with {"cmd":"ticket"} */
+    struct sup_waiting {
+        uint64_t ticket;
+        json_t *req;        /* the request's JSON (a reference held) */
+        int32_t *ids;       /* its tokens (malloc'd) */
+        size_t n_ids;
+        pid_t client;
+    } queue[SUP_QUEUE_MAX];
+    int n_queue;
+    struct sup_assigned {   /* promoted tickets whose client has not asked yet */
+        uint64_t ticket, id;
+        int slot, n_prompt;
+    } assigned[SUP_QUEUE_MAX];
+    int n_assigned;
+    uint64_t ticket_counter;
 };
 
 /* A command parsed and checked against everything but the instance's state (sup_cmd_parse), so
  * that the fuzz target (fuzz/fuzz_sup_cmd.c) drives it without a live instance. */
-enum sup_cmd_kind { SUP_CMD_STATUS, SUP_CMD_STOP, SUP_CMD_GENERATE, SUP_CMD_RELEASE, SUP_CMD_RESTART, SUP_CMD_CANCEL };
+enum sup_cmd_kind { SUP_CMD_STATUS, SUP_CMD_STOP, SUP_CMD_GENERATE, SUP_CMD_RELEASE, SUP_CMD_RESTART, SUP_CMD_CANCEL,
+                    SUP_CMD_TICKET };
 
 struct sup_gen_args {
     const char *prompt;        /* into the request's JSON */
@@ -67,7 +85,8 @@ struct sup_gen_args {
 struct sup_cmd {
     enum sup_cmd_kind kind;
     struct sup_gen_args gen;   /* generate */
-    long long slot, id;        /* release */
+    long long slot, id;        /* release, cancel */
+    long long ticket;          /* ticket */
     enum pi_stage stage;       /* restart */
     const char *stage_name;
 };
@@ -84,8 +103,12 @@ json_t *sup_gen_tokenize(const struct pi_tokenizer *tok, const struct sup_gen_ar
  * s->stop_reply and returns NULL: the reply is sent after the cleanup. */
 json_t *sup_handle(struct sup *s, const char *msg, size_t len);
 json_t *sup_reply_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Free DONE/FAILED slots whose client has exited. */
+/* Cancel the requests of clients that have exited, free DONE/FAILED slots whose client has exited or
+ * that were cancelled, drop waiting requests of dead clients, and move waiting requests into free
+ * slots. */
 void sup_sweep_requests(struct sup *s);
+/* Free the waiting requests (at stop). */
+void sup_queue_fini(struct sup *s);
 /* Fail every QUEUED/RUNNING request (gpud gone for good, or stopping): only when no gpud runs. */
 void sup_fail_requests(struct sup *s, const char *why);
 

@@ -133,6 +133,7 @@ static int create_ctl(struct sup *s)
     ctl->n_threads = c->n_threads;
     ctl->n_ctx = c->n_ctx;
     ctl->n_parallel = c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL;
+    ctl->cache_type = c->cache_type;
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
@@ -594,6 +595,8 @@ static void remove_runtime(struct sup *s)
     char path[INST_PATH_MAX];
     if (inst_path(s->cfg->name, INST_PID_FILE, path, sizeof path) == 0)
         unlink(path);
+    if (inst_path(s->cfg->name, INST_APID_CONFIG, path, sizeof path) == 0)
+        unlink(path); /* it may hold the API key */
 }
 
 static void close_socket(struct sup *s)
@@ -643,7 +646,8 @@ static int setup(struct sup *s)
 {
     int rc;
     for (int i = 0; i < PI_STAGE_COUNT; i++)
-        if ((rc = inst_stage_exe(stage_name((enum pi_stage)i), s->st[i].exe, sizeof s->st[i].exe)))
+        if ((i != PI_STAGE_APID || s->cfg->http) &&
+            (rc = inst_stage_exe(stage_name((enum pi_stage)i), s->st[i].exe, sizeof s->st[i].exe)))
             return rc;
     if ((rc = write_pid(s)) || (rc = create_ctl(s)))
         return rc;
@@ -683,6 +687,8 @@ int supervisor_run(const struct sup_config *cfg)
             cfg->n_threads, cfg->n_ctx, (double)cfg->gpu_ffn_share);
     set_state(s, PI_INST_LOADING);
     spawn(s, PI_STAGE_LOADERD);
+    if (cfg->http)
+        spawn(s, PI_STAGE_APID);
 
     uint64_t next_sweep = 0;
     while (!s->stop) {
@@ -713,6 +719,7 @@ int supervisor_run(const struct sup_config *cfg)
     sup_log("stopping");
     stop_stages(s);
     sup_fail_requests(s, "the instance stopped");
+    sup_queue_fini(s);
     remove_runtime(s);
     if (s->stop_reply && s->sock >= 0) {
         const char *ok = "{\"ok\":true}";

@@ -2,8 +2,10 @@
  * stages, restarts the ones that die or hang, and answers commands on ipc://<dir>/ctl.ipc.
  *
  * Start:   ctl segment (struct pi_ctl) → weights segment (sized from the file, filled by loaderd)
- *          → act segment → loaderd; when the weights are READY: predictord, cpud, gpud; when gpud
- *          and the optional stages are READY: SERVING. A failure before SERVING (the loader's
+ *          → act segment → loaderd (and apid, with --http: it answers /health with 503 while the
+ *          instance loads); when the weights are READY: predictord, cpud, gpud; when gpud and the
+ *          optional data stages are READY: SERVING. apid is optional: restarted like the others,
+ *          never waited for, never a reason to fail. A failure before SERVING (the loader's
  *          message, a stage that keeps dying) stops everything, removes the segments and exits 1.
  * Serving: a stage that dies is restarted (first at once, then after 100 ms doubling to 5 s; the
  *          delay resets after 30 s of uptime); 10 deaths within a minute → the stage is FAILED
@@ -24,6 +26,10 @@
  *    "dump_logits":"/abs/path", "client_pid":PID}   (all but prompt optional)
  *                                             → {"ok":true,"id":ID,"slot":I,"n_prompt":N}
  *   {"cmd":"release","slot":I,"id":ID}        → frees a DONE/FAILED slot
+ *                                             or, when all PI_MAX_REQUESTS slots are taken, the
+ *                                             request waits in order: {"ok":true,"ticket":T,"queued":K}
+ *   {"cmd":"ticket","ticket":T}               → the slot reply above once the request has one, else
+ *                                               {"ok":true,"ticket":T,"queued":K} (its place)
  *   {"cmd":"cancel","slot":I,"id":ID}         → gpud stops the request at its next step (it ends
  *                                               FAILED, "cancelled"); the slot is freed then
  * A request whose client_pid has exited is cancelled, and its slot freed once it has ended. */
@@ -53,6 +59,7 @@ struct sup_config {
     const struct pi_model *model;   /* loaded by the caller (hparams, tokenizer); not freed here */
     int32_t n_threads, n_ctx;       /* n_ctx: KV cells per sequence */
     int32_t n_parallel;             /* sequences gpud runs at once (--parallel) */
+    int32_t cache_type;             /* KV cache elements (--cache-type, enum be_cache_type) */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
     bool reset_gpu_index, disable_gpu_index;
@@ -61,6 +68,7 @@ struct sup_config {
     int lock_fd;       /* supervisor.pid, opened and flock'ed by the caller; the supervisor keeps
                           the lock for its lifetime and writes its pid there */
     int ready_fd;      /* -1, or a pipe: one line "ok" or "error: MESSAGE" once SERVING or failed */
+    bool http;         /* run the apid stage (its settings: <runtime dir>/apid.json, see apid/) */
 };
 
 /* Run the supervisor in this process until the instance stops. Returns the exit code (0 after a

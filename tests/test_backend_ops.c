@@ -75,11 +75,16 @@ int main(int argc, char **argv)
     uint8_t *place = malloc((size_t)m->hp.n_layer * F);
     for (int l = 0; l < m->hp.n_layer; l++) /* even layers half on the device, odd layers all */
         memcpy(place + (size_t)l * F, sel, (size_t)F), memset(place + (size_t)l * F, 1, l % 2 ? (size_t)F : 0);
-    for (const char *const *nm = be_names(); *nm; nm++) {
+    for (const char *const *nm = be_names(); *nm; nm++)
+    for (int ct = BE_CACHE_F32; ct <= BE_CACHE_F16; ct++) {
         const struct be_ops *ops = be_find(*nm);
+        /* an f16 KV cache rounds K and V: the logits move by ~1e-3 of their range */
+        const double tol = ct == BE_CACHE_F16 ? 2e-2 : 1e-5;
+        const char *cname = ct == BE_CACHE_F16 ? "f16" : "f32";
         REQUIRE(ops, "be_find(%s)", *nm);
         struct be *b = NULL;
-        struct be_params bp = { .n_ctx = 64, .n_seq = 3, .n_batch = 8, .n_threads = 2, .on_device = place };
+        struct be_params bp = { .n_ctx = 64, .n_seq = 3, .n_batch = 8, .n_threads = 2, .on_device = place,
+                                .cache_type = (enum be_cache_type)ct };
         const int orc = ops->open(&b, m, &bp);
         if (orc == -PI_E_UNSUPPORTED && strcmp(ops->name, "cpu")) { /* e.g. cuda built, no device here */
             printf("backend %s: cannot run here (%s), skipped\n", ops->name, pi_errmsg());
@@ -96,17 +101,17 @@ int main(int argc, char **argv)
         /* sequence 1: a placement that leaves half of even layers to the host = ctx_eval */
         CHECK_OK(run_seq(&e, &bb, toks, N_PREFILL, 0, 1, 8, got));
         double d = rel(got, want + (size_t)(N_PREFILL - 1) * V, V);
-        CHECK(d < 1e-5, "%s: prefill logits differ from ctx_eval by %.3g", ops->name, d);
+        CHECK(d < tol, "%s (%s cache): prefill logits differ from ctx_eval by %.3g", ops->name, cname, d);
         for (int t = N_PREFILL; t < N_TOK; t++) {
             CHECK_OK(run_seq(&e, &bb, toks + t, 1, t, 1, 8, got));
             d = rel(got, want + (size_t)t * V, V);
-            CHECK(d < 1e-5, "%s: position %d logits differ from ctx_eval by %.3g", ops->name, t, d);
+            CHECK(d < tol, "%s (%s cache): position %d logits differ from ctx_eval by %.3g", ops->name, cname, t, d);
         }
         struct be_mem mem = { 0 };
         ops->mem(b, &mem);
         CHECK(mem.kv > 0, "%s: KV cache bytes reported", ops->name);
-        printf("backend %s: logits of %d positions match ctx_eval (KV %.1f MiB)\n", ops->name, N_TOK - N_PREFILL + 1,
-               (double)mem.kv / (1 << 20));
+        printf("backend %s, %s cache: logits of %d positions match ctx_eval within %g (KV %.2f MiB)\n", ops->name,
+               cname, N_TOK - N_PREFILL + 1, tol, (double)mem.kv / (1 << 20));
 
         /* batch invariance: sequence 0 alone, one token a step, then sequences 0 and 2 interleaved
          * in shared steps with other tokens: sequence 0's logits are bitwise the same */
@@ -141,7 +146,7 @@ int main(int argc, char **argv)
             CHECK(exact ? memcmp(row, alone + (size_t)t * V, (size_t)V * sizeof *row) == 0 : d < 1e-5,
                   "%s: seq 0 pos %d in a mixed step differs from alone by %.3g", ops->name, t, d);
         }
-        printf("backend %s: a sequence's logits in mixed batches = alone (%s)\n", ops->name,
+        printf("backend %s, %s cache: a sequence's logits in mixed batches = alone (%s)\n", ops->name, cname,
                exact ? "bitwise" : "within 1e-5");
         free(alone), free(mixed);
         batch_buf_fini(&bb);

@@ -34,7 +34,7 @@
 #define WAIT_S 120
 
 static char instance[PI_INSTANCE_MAX];
-static const char *bins[PI_STAGE_COUNT];
+static const char *bins[PI_STAGE_COUNT]; /* the data stages 1..PI_STAGE_GPUD (not apid) */
 static struct pi_ctl *ctl;
 static struct shm_seg ctl_seg = { .fd = -1 }, w_seg = { .fd = -1 }, act_seg = { .fd = -1 };
 
@@ -63,7 +63,7 @@ static int reap(void)
     int n = 0, status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (int s = 1; s < PI_STAGE_COUNT; s++)
+        for (int s = 1; s <= PI_STAGE_GPUD; s++)
             if (atomic_load(&ctl->stages[s].pid) == pid) {
                 atomic_store(&ctl->stages[s].state, PI_STAGE_DOWN);
                 atomic_store(&ctl->stages[s].pid, 0);
@@ -88,7 +88,7 @@ static bool wait_ready(void)
     while (now_ms() < end) {
         reap();
         bool all = true;
-        for (int s = 1; s < PI_STAGE_COUNT; s++)
+        for (int s = 1; s <= PI_STAGE_GPUD; s++)
             all &= atomic_load(&ctl->stages[s].state) == PI_STAGE_READY;
         if (all)
             return true;
@@ -134,7 +134,7 @@ static void setup_act(const struct pi_model *m, float share)
 static void teardown(void)
 {
     atomic_store(&ctl->state, PI_INST_STOPPING);
-    for (int s = 1; s < PI_STAGE_COUNT; s++) {
+    for (int s = 1; s <= PI_STAGE_GPUD; s++) {
         pid_t pid = atomic_load(&ctl->stages[s].pid);
         if (pid > 0)
             kill(pid, SIGTERM);
@@ -144,7 +144,7 @@ static void teardown(void)
     while (alive > 0 && now_ms() < end) {
         alive = 0;
         reap();
-        for (int s = 1; s < PI_STAGE_COUNT; s++)
+        for (int s = 1; s <= PI_STAGE_GPUD; s++)
             alive += atomic_load(&ctl->stages[s].pid) > 0;
         sleep_ms(5);
     }
@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 
     setup(model);
     setup_act(m, 0.5f);
-    for (int s = 1; s < PI_STAGE_COUNT; s++)
+    for (int s = 1; s <= PI_STAGE_GPUD; s++)
         spawn((enum pi_stage)s);
     REQUIRE(wait_ready(), "stages did not become ready");
 

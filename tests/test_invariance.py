@@ -243,6 +243,20 @@ try:
             time.sleep(0.05)
         left = status()["requests"]
         check(not left, f"{kind}: cancelled requests still hold slots: {left}")
+
+        # more clients than request slots (16): the rest wait in the supervisor's queue, in order
+        if kind == "dense":
+            many = [subprocess.Popen([pictl, "generate", "--name", name, "-p", "ROMEO:", "-n", "12", "--temp", "0",
+                                      "--ignore-eos", "--json-stats", os.path.join(tmp, f"many-{k}.json")],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(24)]
+            toks = []
+            for k, p in enumerate(many):
+                _, err = p.communicate(timeout=600)
+                if check(p.returncode == 0, f"client {k} of 24 on 16 slots failed: {err[-200:]!r}"):
+                    with open(os.path.join(tmp, f"many-{k}.json")) as f:
+                        toks.append(json.load(f)["tokens"])
+            check(len(set(map(tuple, toks))) == 1, "24 identical greedy requests gave different tokens")
+            print(f"24 clients on 16 request slots: all served, identical ({len(toks)})")
         stop()
 finally:
     stop()

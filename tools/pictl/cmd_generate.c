@@ -1,9 +1,7 @@
 /* pictl generate — one completion from a running instance, and the pipeline path of `pictl run`.
  *
- * The request goes to the supervisor over the control socket; the tokens come back through the
- * ctl segment (attached read-only): gpud writes tokens[n_prompt + i], then stores n_gen with
- * release and wakes the n_gen futex; we load n_gen with acquire and print the new pieces. Whatever
- * stage restarts meanwhile, the slot keeps the tokens, so the stream just continues. */
+ * The request, its token stream and its release go through supervisor/client.h (shared with apid);
+ * this file turns the flags into the request and prints the pieces as they arrive. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -12,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "futex.h"
+#include "client.h"
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
@@ -83,26 +81,16 @@ static json_t *build_request(const struct run_opts *o, const char *logits_abs)
 }
 
 /* Print tokens as they arrive until the request is DONE or FAILED. */
-static int stream(const struct pi_ctl *ctl, int slot, uint64_t id, const struct pi_model *m,
-                  const volatile sig_atomic_t *interrupted, struct gen_result *g)
+static int stream(const struct pic_stream *st, const struct pi_model *m, const volatile sig_atomic_t *interrupted,
+                  struct gen_result *g)
 {
-    const struct pi_request *r = &ctl->reqs[slot];
-    const int32_t n_prompt = r->n_prompt;
-    const uint32_t cap = (uint32_t)(PI_REQ_MAX_TOKENS - n_prompt);
-    const pid_t sup = (pid_t)ctl->supervisor_pid;
-    uint32_t printed = 0;
+    uint32_t printed = 0, n = 0;
     for (;;) {
-        /* acquire on state first: once DONE/FAILED is seen, the n_gen loaded after it is final
-         * (gpud stores n_gen before it stores DONE, both with release) */
-        const unsigned st = atomic_load_explicit(&r->state, memory_order_acquire);
-        uint32_t n = atomic_load_explicit(&r->n_gen, memory_order_acquire);
-        if (r->id != id)
-            return pi_fail(PI_E_IO, "request %llu: its slot %d was taken over (released by someone else?)",
-                           (unsigned long long)id, slot);
-        if (n > cap)
-            n = cap;
+        int rc = pic_wait(st, &n, STREAM_WAIT_MS);
+        if (rc < 0)
+            return rc;
         for (; printed < n; printed++) {
-            const int32_t tok = r->tokens[n_prompt + (int32_t)printed];
+            const int32_t tok = pic_token(st, printed);
             char buf[PIECE_MAX];
             int len = tok_piece(m->tok, tok, false, buf, sizeof buf);
             if (len > 0)
@@ -110,34 +98,27 @@ static int stream(const struct pi_ctl *ctl, int slot, uint64_t id, const struct 
             json_array_append_new(g->ids, json_integer(tok));
         }
         fflush(stdout);
-        if (st == PI_REQ_FAILED)
-            return pi_fail(PI_E_IO, "request %llu failed: %.*s", (unsigned long long)id, PI_MSG_MAX, r->errmsg);
-        if (st == PI_REQ_DONE) {
+        if (rc == PIC_DONE) {
             g->n_gen = (int32_t)n;
             return 0;
         }
         if (interrupted && *interrupted)
             return pi_fail(EINTR, "interrupted");
-        int w = pi_futex_wait((_Atomic uint32_t *)&r->n_gen, n, STREAM_WAIT_MS);
-        if (w == -ETIMEDOUT && !inst_pid_alive(sup))
-            return pi_fail(PI_E_IO, "instance '%s' died (supervisor pid %d is gone)", ctl->instance, (int)sup);
     }
 }
 
 int gen_client_run(const char *name, const struct run_opts *o, const volatile sig_atomic_t *interrupted)
 {
-    struct shm_seg seg = { .fd = -1 };
-    const struct pi_ctl *ctl = NULL;
+    struct pic_conn conn;
+    struct pic_stream st;
     struct pi_model *m = NULL;
-    json_t *req = NULL, *reply = NULL;
+    json_t *req = NULL;
     struct gen_result g = { .ids = json_array() };
     char logits_abs[PI_PATH_MAX] = "";
-    int rc = inst_attach_ctl(name, &seg, &ctl);
-    if (rc) {
-        if (rc == -ENOENT)
-            rc = pi_fail(ENOENT, "instance '%s' is not running", name);
+    int rc = pic_open(&conn, name);
+    if (rc)
         goto out;
-    }
+    const struct pi_ctl *ctl = conn.ctl;
     /* the tokenizer and the [perf] line's model description, from the instance's own file */
     if ((rc = model_load(&m, ctl->model_path)))
         goto out;
@@ -148,33 +129,24 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
         rc = pi_fail(PI_E_INVAL, "cannot build the request: the --dump-logits path is not UTF-8, or out of memory");
         goto out;
     }
-    if ((rc = inst_command(name, req, INST_REQ_TIMEOUT_MS, &reply)))
+    json_object_del(req, "cmd");
+    if ((rc = pic_generate(&conn, req, &st)))
         goto out;
-    const json_int_t id = json_integer_value(json_object_get(reply, "id"));
-    const json_int_t slot = json_integer_value(json_object_get(reply, "slot"));
-    if (id <= 0 || slot < 0 || slot >= PI_MAX_REQUESTS) {
-        rc = pi_fail(PI_E_FORMAT, "the supervisor's reply lacks a valid id/slot");
-        goto out;
-    }
-    rc = stream(ctl, (int)slot, (uint64_t)id, m, interrupted, &g);
+    rc = stream(&st, m, interrupted, &g);
     fputc('\n', stdout);
     fflush(stdout);
-    const struct pi_request *r = &ctl->reqs[slot];
+    const struct pi_request *r = st.r;
     g.n_prompt = r->n_prompt;
     g.prefill_ms = r->prefill_ns / 1e6;
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
     /* interrupted (Ctrl-C): cancel the request, which frees its slot once gpud has stopped it */
-    json_t *rel = json_pack("{s:s, s:I, s:I}", "cmd", rc == -EINTR ? "cancel" : "release", "slot", slot, "id", id);
-    json_t *rel_reply = NULL;
-    if (rel) {
-        int rrc = inst_command(name, rel, INST_REQ_TIMEOUT_MS, &rel_reply);
+    {
+        int rrc = rc == -EINTR ? pic_cancel(&st) : pic_release(&st);
         if (rrc && !rc)
             rc = rrc; /* (a failed cancel leaves the request to the supervisor's client sweep) */
     }
-    json_decref(rel);
-    json_decref(rel_reply);
     if (rc)
         goto out;
     fprintf(stderr,
@@ -187,10 +159,9 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
         rc = write_stats(o->json_stats, m, ctl->n_threads, &g);
 out:
     json_decref(req);
-    json_decref(reply);
     json_decref(g.ids);
     model_free(m);
-    shm_detach(&seg);
+    pic_close(&conn);
     return rc;
 }
 
@@ -254,7 +225,7 @@ int run_pipeline(const struct run_opts *o)
     sigaction(SIGTERM, &sa, &old_term);
     /* one request: one sequence (the KV cache holds -c cells, as in-process) */
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                             .n_parallel = 1,
+                             .n_parallel = 1, .cache_type = o->cache_type,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };

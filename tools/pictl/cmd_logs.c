@@ -54,18 +54,18 @@ int cmd_logs(int argc, char **argv)
         else if (c == 'f')
             follow = true;
         else if (c == 'h') {
-            printf("usage: pictl logs STAGE [--name NAME] [-f]   STAGE: loaderd, predictord, cpud, gpud, supervisor\n");
+            printf("usage: pictl logs STAGE [--name NAME] [-f]   STAGE: loaderd, predictord, cpud, gpud, apid, supervisor\n");
             return 0;
         } else
             return 2;
     }
     if (optind + 1 != argc) {
-        fprintf(stderr, "pictl logs: give one STAGE (loaderd, predictord, cpud, gpud, supervisor)\n");
+        fprintf(stderr, "pictl logs: give one STAGE (loaderd, predictord, cpud, gpud, apid, supervisor)\n");
         return 2;
     }
     const char *stage = argv[optind];
     if (stage_from_name(stage) < 0 && strcmp(stage, INST_SUPERVISOR_LOG)) {
-        fprintf(stderr, "pictl logs: unknown stage '%s' (loaderd, predictord, cpud, gpud, supervisor)\n", stage);
+        fprintf(stderr, "pictl logs: unknown stage '%s' (loaderd, predictord, cpud, gpud, apid, supervisor)\n", stage);
         return 2;
     }
     char path[INST_PATH_MAX];

@@ -59,7 +59,8 @@ int cmd_perplexity(int argc, char **argv)
                 n_tok, n_ctx);
         goto out;
     }
-    struct pi_ctx_params cp = { .n_ctx = n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense };
+    struct pi_ctx_params cp = { .n_ctx = n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense,
+                                .cache_type = (enum be_cache_type)o.cache_type };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("perplexity", "create context", rc);
         goto out;

@@ -46,19 +46,19 @@ int cmd_restart(int argc, char **argv)
         if (c == 'N')
             name = optarg;
         else if (c == 'h') {
-            printf("usage: pictl restart STAGE [--name NAME]   restart loaderd, predictord, cpud or gpud\n");
+            printf("usage: pictl restart STAGE [--name NAME]   restart loaderd, predictord, cpud, gpud or apid\n");
             return 0;
         } else
             return 2;
     }
     if (optind + 1 != argc) {
-        fprintf(stderr, "pictl restart: give one STAGE (loaderd, predictord, cpud, gpud)\n");
+        fprintf(stderr, "pictl restart: give one STAGE (loaderd, predictord, cpud, gpud, apid)\n");
         return 2;
     }
     const char *stage = argv[optind];
     int id = stage_from_name(stage);
     if (id < 0) {
-        fprintf(stderr, "pictl restart: unknown stage '%s' (loaderd, predictord, cpud, gpud)\n", stage);
+        fprintf(stderr, "pictl restart: unknown stage '%s' (loaderd, predictord, cpud, gpud, apid)\n", stage);
         return 2;
     }
     int rc = inst_check_name(name);

@@ -99,7 +99,8 @@ int cmd_run(int argc, char **argv)
         pictl_error("run", "tokenize prompt", rc);
         goto out;
     }
-    struct pi_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense };
+    struct pi_ctx_params cp = { .n_ctx = o.n_ctx, .n_batch = o.n_batch, .n_threads = o.n_threads, .sparse = !o.dense,
+                                .cache_type = (enum be_cache_type)o.cache_type };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("run", "create context", rc);
         goto out;

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend.h" /* enum be_cache_type */
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
@@ -170,6 +171,34 @@ static void run_daemon(struct sup_config *cfg)
     _exit(code);
 }
 
+/* apid's settings (apid/apid.h reads them): written before the supervisor starts, removed when the
+ * instance has no --http (a stale file of an earlier start must not apply). */
+static int write_apid_config(const struct start_opts *o)
+{
+    char path[INST_PATH_MAX];
+    int rc = inst_path(o->name, INST_APID_CONFIG, path, sizeof path);
+    if (rc)
+        return rc;
+    if (!o->http)
+        return unlink(path) == 0 || errno == ENOENT ? 0 : pi_fail(errno, "cannot remove '%s': %s", path, strerror(errno));
+    json_t *j = json_pack("{s:s}", "listen", o->http);
+    if (j && o->api_key)
+        json_object_set_new(j, "api_key", json_string(o->api_key));
+    if (j && o->chat_template)
+        json_object_set_new(j, "chat_template", json_string(o->chat_template));
+    char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    json_decref(j);
+    if (!text)
+        return pi_fail(PI_E_NOMEM, "cannot encode %s (is --api-key valid UTF-8?)", path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    size_t len = strlen(text);
+    rc = fd < 0 || write(fd, text, len) != (ssize_t)len ? pi_fail(errno, "cannot write '%s': %s", path, strerror(errno)) : 0;
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return rc;
+}
+
 int inst_start(const struct start_opts *o)
 {
     struct pi_model *m = NULL;
@@ -188,10 +217,12 @@ int inst_start(const struct start_opts *o)
     if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
         return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
     struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
+                              .cache_type = o->cache_type,
                               .gpu_ffn_share = o->gpu_ffn_share,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
-                              .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1 };
+                              .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1,
+                              .http = o->http != NULL };
     snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
     char abs_path[PATH_MAX];
     if (!realpath(o->model, abs_path)) {
@@ -207,7 +238,7 @@ int inst_start(const struct start_opts *o)
         goto out;
     cfg.lock_fd = lock_fd;
     /* we hold the lock: no supervisor of this name runs, whatever is left is a dead one's */
-    if ((rc = inst_cleanup(o->name)) < 0)
+    if ((rc = inst_cleanup(o->name)) < 0 || (rc = write_apid_config(o)) < 0)
         goto out;
     rc = 0;
     if (o->foreground) {
@@ -263,7 +294,8 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT };
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
+       OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
     { "model", required_argument, NULL, 'm' },
@@ -272,11 +304,16 @@ static const struct option start_long[] = {
     { "ctx-size", required_argument, NULL, 'c' },
     { "gpu-ffn-share", required_argument, NULL, OPT_GPU_SHARE },
     { "parallel", required_argument, NULL, OPT_PARALLEL },
+    { "cache-type", required_argument, NULL, OPT_CACHE_TYPE },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
     { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
     { "audit-rate", required_argument, NULL, OPT_AUDIT },
+    { "http", required_argument, NULL, OPT_HTTP },
+    { "api-key", required_argument, NULL, OPT_API_KEY },
+    { "api-key-file", required_argument, NULL, OPT_API_KEY_FILE },
+    { "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -291,13 +328,19 @@ static void start_usage(void)
            "                           holds -c x --parallel cells\n"
            "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
            "                           further requests wait queued in order\n"
+           "  --cache-type f32|f16     KV cache element type (default f32; f16 halves its memory)\n"
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
            "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
            "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
            "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
-           "  --foreground             run the supervisor in this process (logs to stderr)\n",
+           "  --foreground             run the supervisor in this process (logs to stderr)\n"
+           "  --http HOST:PORT         serve the OpenAI-compatible HTTP API (apid) there, e.g. 127.0.0.1:8080\n"
+           "  --api-key KEY            with --http: require 'Authorization: Bearer KEY' (not on /health)\n"
+           "  --api-key-file FILE      the same, the key read from FILE (first line)\n"
+           "  --chat-template NAME     with --http: chatml, llama2, llama3, mistral, zephyr, gemma, phi3\n"
+           "                           (default: recognised from the model's tokenizer.chat_template)\n",
            INST_DEFAULT_NAME, DEFAULT_CTX, PI_REQ_MAX_TOKENS - 1, SUP_DEFAULT_PARALLEL, PI_MAX_REQUESTS,
            (double)SUP_DEFAULT_GPU_FFN_SHARE);
 }
@@ -315,8 +358,28 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, int32_t 
     return 0;
 }
 
+/* First line of FILE, without its newline; an empty key is refused (it would match nothing). */
+static int read_key_file(const char *path, char *key, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(key, (int)cap, f)) {
+        fprintf(stderr, "pictl start: cannot read --api-key-file '%s'%s%s\n", path, f ? "" : ": ", f ? "" : strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    fclose(f);
+    key[strcspn(key, "\r\n")] = '\0';
+    if (!key[0]) {
+        fprintf(stderr, "pictl start: --api-key-file '%s' holds an empty key\n", path);
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_start(int argc, char **argv)
 {
+    static char key[512];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
                             .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0 };
@@ -336,6 +399,13 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_CACHE_TYPE:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16")) {
+                fprintf(stderr, "pictl start: --cache-type expects f32 or f16, got '%s'\n", optarg);
+                return 2;
+            }
+            o.cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;
+            break;
         case OPT_PARALLEL: if (parse_int("--parallel", optarg, 1, PI_MAX_REQUESTS, &o.n_parallel)) return 2; break;
         case OPT_FOREGROUND: o.foreground = true; break;
         case OPT_VRAM:
@@ -354,6 +424,20 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_HTTP:
+            if (!strchr(optarg, ':')) {
+                fprintf(stderr, "pictl start: --http expects HOST:PORT (e.g. 127.0.0.1:8080), got '%s'\n", optarg);
+                return 2;
+            }
+            o.http = optarg;
+            break;
+        case OPT_API_KEY: o.api_key = optarg; break;
+        case OPT_API_KEY_FILE:
+            if (read_key_file(optarg, key, sizeof key))
+                return 2;
+            o.api_key = key;
+            break;
+        case OPT_CHAT_TEMPLATE: o.chat_template = optarg; break;
         case 'h': start_usage(); return 0;
         default: fprintf(stderr, "pictl start: see --help\n"); return 2;
         }
@@ -364,6 +448,10 @@ int cmd_start(int argc, char **argv)
     }
     if (!o.model) {
         fprintf(stderr, "pictl start: -m MODEL is required\n");
+        return 2;
+    }
+    if (!o.http && (o.api_key || o.chat_template)) {
+        fprintf(stderr, "pictl start: --api-key and --chat-template need --http\n");
         return 2;
     }
     int rc = inst_start(&o);

@@ -143,8 +143,12 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "load", load);
 
     json_t *stages = json_object();
-    for (int i = 0; i < PI_STAGE_COUNT; i++)
+    for (int i = 0; i < PI_STAGE_COUNT; i++) {
+        /* apid runs only with --http: an instance that never started it does not list it */
+        if (i == PI_STAGE_APID && !atomic_load_explicit(&ctl->stages[i].started_ns, memory_order_relaxed))
+            continue;
         json_object_set_new(stages, stage_name((enum pi_stage)i), stage_json(&ctl->stages[i], now));
+    }
     json_object_set_new(j, "stages", stages);
 
     /* requests (the table), the sequences running them (slots) and the queue waiting for one */

@@ -21,6 +21,7 @@ static const struct subcommand commands[] = {
     { "tokenize", cmd_tokenize, "tokenize -m MODEL -p TEXT                     print token ids" },
     { "perplexity", cmd_perplexity, "perplexity -m MODEL -f TEXTFILE [-c CTX]   perplexity of a text" },
     { "start", cmd_start, "start -m MODEL [--name N] [-t T] [-c CTX]       start an instance (daemon)" },
+    { "chat", cmd_chat, "chat [--name N | -m MODEL] [--system TEXT]     interactive chat (chat templates)" },
     { "generate", cmd_generate, "generate -p PROMPT [--name N] [-n N] [...]   a completion from an instance" },
     { "status", cmd_status, "status [--name N] [--json]                    state of an instance" },
     { "stop", cmd_stop, "stop [--name N]                               stop an instance" },

@@ -25,6 +25,7 @@ int cmd_restart(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_chat(int argc, char **argv); /* on apid's chat templates */
 
 /* Print "pictl CMD: <what>: <pi_strerror>: <detail>" to stderr; returns exit code 1. */
 int pictl_error(const char *cmd, const char *what, int rc);
@@ -33,6 +34,7 @@ struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
     int32_t n_parallel;     /* sequences gpud runs at once; 0 = SUP_DEFAULT_PARALLEL */
+    int32_t cache_type;     /* KV cache elements (enum be_cache_type) */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
@@ -41,6 +43,9 @@ struct start_opts {
     bool foreground;
     bool quiet;      /* no summary line (pictl run) */
     pid_t owner_pid; /* > 0: the instance stops when this process is gone */
+    /* --http: run the apid stage on HOST:PORT; its settings go to <runtime dir>/apid.json (0600:
+     * the API key is not put on a command line) */
+    const char *http, *api_key, *chat_template;
 };
 /* Start an instance and wait until it serves (cmd_start.c). 0 or a negative code with a message;
  * on failure nothing of the instance is left running. */

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"  /* enum be_cache_type */
 #include "instance.h" /* INST_DEFAULT_NAME */
 #include "pi_err.h"
 
@@ -31,7 +32,7 @@
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
-    OPT_DISABLE_IDX, OPT_AUDIT,
+    OPT_DISABLE_IDX, OPT_AUDIT, OPT_CACHE_TYPE,
 };
 
 /* Which commands a flag applies to (bit per enum run_opts_cmd). */
@@ -59,6 +60,8 @@ static const struct run_flag flags[] = {
     { { "ctx-size", required_argument, NULL, 'c' }, F_RUN | F_PPL, "N",
       "context length (default: run 2048 or the model's; perplexity 512)" },
     { { "batch-size", required_argument, NULL, 'b' }, F_RUN | F_PPL, "N", "prompt tokens per evaluation (default 64)" },
+    { { "cache-type", required_argument, NULL, OPT_CACHE_TYPE }, F_RUN | F_PPL, "f32|f16",
+      "KV cache element type (default f32; f16 halves its memory)" },
     { { "temp", required_argument, NULL, OPT_TEMP }, F_SAMPLE, "T", "temperature (default 0.8; 0 = greedy)" },
     { { "top-k", required_argument, NULL, OPT_TOP_K }, F_SAMPLE, "K", "(default 40, 0 = off)" },
     { { "top-p", required_argument, NULL, OPT_TOP_P }, F_SAMPLE, "P", "(default 0.95, 1 = off)" },
@@ -303,6 +306,14 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case OPT_IGNORE_EOS: o->gen.ignore_eos = true; break;
         case OPT_INPROC: o->inproc = true; break;
         case OPT_DENSE: o->dense = true; break;
+        case OPT_CACHE_TYPE:
+            if (!strcmp(optarg, "f32") || !strcmp(optarg, "f16")) {
+                o->cache_type = optarg[1] == '1' ? BE_CACHE_F16 : BE_CACHE_F32;
+            } else {
+                fprintf(stderr, "pictl %s: --cache-type expects f32 or f16, got '%s'\n", name, optarg);
+                rc = -PI_E_INVAL;
+            }
+            break;
         case OPT_VRAM: {
             float gib;
             if (!(rc = parse_float(name, "--vram-budget", optarg, 0, 1e6, &gib)))

@@ -22,6 +22,7 @@ struct run_opts {
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     bool seed_given;
+    int32_t cache_type;    /* --cache-type: enum be_cache_type */
 };
 
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
