@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-3}
 N_GEN=${N_GEN:-256}
 PP=${PP:-512}
-MODELS=${MODELS:-d16 s16 d4 s4}
+MODELS=${MODELS-d16 s16 d4 s4} # MODELS="" for the tests alone
 BATCH=${BATCH:-1,4,8}
 EAGER=${EAGER:-64}
 SHM=/dev/shm/pinfer-bench
