@@ -232,8 +232,8 @@ static int32_t build_step(struct gpud *g)
             int32_t pick = -1;
             for (int32_t s = 0; s < g->n_seq; s++) {
                 const struct gpud_seq *q = &g->seqs[s];
-                const int32_t todo = q->n_known - q->n_past;
-                if (q->slot < 0 || q->dense != dense || q->in_step || todo <= 0 || (pass == 0) != (todo == 1))
+                const int32_t left = q->n_known - q->n_past; /* tokens not yet in its cells */
+                if (q->slot < 0 || q->dense != dense || q->in_step || left <= 0 || (pass == 0) != (left == 1))
                     continue;
                 if (pick < 0 || q->req_id < g->seqs[pick].req_id)
                     pick = s;
