@@ -105,6 +105,9 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     ops_scratch_fini(&s->aq);
     ops_scratch_fini(&s->drun);
     free(s->act);
+    free(s->gacc);
+    free(s->gused);
+    free(s->grows);
     memset(s, 0, sizeof *s);
 }
 
@@ -123,11 +126,15 @@ struct ffn_job {
     int32_t n_drun;
     float *y;
     int32_t B;
-    /* down_t path: each thread adds every live neuron's row into its own slice of y */
+    /* down_t path: neurons in fixed groups of AXPY_GROUP by index, each group's live rows added
+     * into its own accumulator, the accumulators then summed in group order */
     const struct pi_tensor *dt; /* NULL: ffn_down path */
     pi_axpy_fn axpy;
-    int64_t blk;                /* elements of one down_t block: slices are whole blocks */
-    int64_t rows_read;          /* down_t rows with a live activation (thread 0 counts) */
+    int32_t t0, t1;             /* the tokens of this pass (at most AXPY_TOKENS) */
+    int64_t n_groups;
+    float *gacc;                /* (n_groups, AXPY_TOKENS, n_embd) */
+    uint8_t *gused;             /* (n_groups, AXPY_TOKENS): the group has a live neuron for the token */
+    int64_t *grows;             /* (n_groups) down_t rows read by the group */
 };
 
 /* Runs shorter than this are dotted row by row (vec_dot) in the dense case: the multi-row GEMV
@@ -178,7 +185,7 @@ static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float 
 static void act_segment(const struct ffn_job *j, int64_t r0, int64_t r1, int64_t next)
 {
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
-    for (int32_t t = 0; t < j->B; t++) {
+    for (int32_t t = j->t0; t < j->t1; t++) {
         const char *x = j->xq + (size_t)t * j->xq_stride;
         float *a = j->act + (size_t)t * F, *u = j->up + (size_t)t * F;
         rows_dot(&j->l->ffn_gate, E, x, a, r0, r1, next, j->mask != NULL);
@@ -208,47 +215,75 @@ static void act_worker(void *arg, int ith, int nth)
     }
 }
 
-/* down_t path: y[b, e0:e1] = Σ over the runs' neurons i in ascending order with act[b, i] != 0 of
- * act[b, i] · down_t[i, e0:e1], for this thread's slice [e0, e1) of whole blocks. Every element of y
- * sums the same terms in the same order whatever the thread count (ReLU zeros read nothing). */
-static void axpy_worker(void *arg, int ith, int nth)
+/* The down_t reduction's order is tied to neuron indices, never to the thread count: neurons form
+ * fixed groups of AXPY_GROUP; a group's live neurons are added in ascending order into the group's
+ * accumulator (a neuron's gate, up and down_t rows read back to back), and y sums the accumulators
+ * of the groups that have a live neuron for that token, in group order. A token's terms and their
+ * order depend only on its own activations. Tokens go AXPY_TOKENS at a time (bounded scratch). */
+#define AXPY_GROUP 256
+#define AXPY_TOKENS 16
+
+/* This thread's groups [g0, g1): the activations of their neurons, then their AXPYs. */
+static void group_worker(void *arg, int ith, int nth)
 {
-    struct ffn_job *j = arg;
+    const struct ffn_job *j = arg;
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
-    const int64_t nblk = (E + j->blk - 1) / j->blk;
-    const int64_t e0 = nblk * ith / nth * j->blk;
-    int64_t e1 = nblk * (ith + 1) / nth * j->blk;
-    if (e1 > E)
-        e1 = E;
-    if (e0 >= e1)
-        return;
-    const size_t off = quant_row_size(j->dt->type, e0), span = quant_row_size(j->dt->type, e1 - e0);
-    for (int32_t t = 0; t < j->B; t++)
-        memset(j->y + (size_t)t * E + e0, 0, (size_t)(e1 - e0) * sizeof *j->y);
-    int64_t rows = 0, prev = -1;
-    for (int32_t k = 0; k < j->runs->n; k++) {
-        const int64_t s = j->runs->run[k][0], len = j->runs->run[k][1];
-        for (int64_t i = s; i < s + len; i++) {
-            bool live = false;
-            for (int32_t t = 0; t < j->B && !live; t++)
-                live = j->act[(size_t)t * F + i] != 0.0f;
-            if (!live)
-                continue;
-            const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes + off;
-            if (prev >= 0)
-                prefetch_bytes(row, span); /* the rows of live neurons are scattered */
-            prev = i;
-            rows++;
-            for (int32_t t = 0; t < j->B; t++) {
-                const float a = j->act[(size_t)t * F + i];
-                if (a != 0.0f)
-                    j->axpy(e1 - e0, j->y + (size_t)t * E + e0, a, row);
+    const int64_t g0 = j->n_groups * ith / nth, g1 = j->n_groups * (ith + 1) / nth;
+    const int32_t nt = j->t1 - j->t0;
+    int32_t k = 0; /* first run that may reach group g */
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
+        float *acc = j->gacc + (size_t)g * AXPY_TOKENS * (size_t)E;
+        uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
+        memset(used, 0, AXPY_TOKENS);
+        int64_t rows = 0;
+        while (k < j->runs->n && j->runs->run[k][0] + j->runs->run[k][1] <= lo)
+            k++;
+        for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
+            const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
+            const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
+            act_segment(j, s, e, -1);
+            for (int64_t i = s; i < e; i++) {
+                const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes;
+                bool read = false;
+                for (int32_t t = 0; t < nt; t++) {
+                    const float a = j->act[(size_t)(j->t0 + t) * F + i];
+                    if (a == 0.0f)
+                        continue;
+                    float *at = acc + (size_t)t * E;
+                    if (!used[t]) {
+                        memset(at, 0, (size_t)E * sizeof *at);
+                        used[t] = 1;
+                    }
+                    j->axpy(E, at, a, row);
+                    read = true;
+                }
+                rows += read;
             }
         }
+        j->grows[g] = rows;
     }
-    if (ith == 0)
-        j->rows_read = rows;
 }
+
+/* y[t, e0:e1] = Σ in group order of the accumulators of the groups used by token t */
+static void group_reduce_worker(void *arg, int ith, int nth)
+{
+    const struct ffn_job *j = arg;
+    const int64_t E = j->m->hp.n_embd;
+    const int64_t e0 = E * ith / nth, e1 = E * (ith + 1) / nth;
+    for (int32_t t = 0; t < j->t1 - j->t0; t++) {
+        float *y = j->y + (size_t)(j->t0 + t) * E;
+        memset(y + e0, 0, (size_t)(e1 - e0) * sizeof *y);
+        for (int64_t g = 0; g < j->n_groups; g++) {
+            if (!j->gused[(size_t)g * AXPY_TOKENS + t])
+                continue;
+            const float *acc = j->gacc + ((size_t)g * AXPY_TOKENS + (size_t)t) * (size_t)E;
+            for (int64_t e = e0; e < e1; e++)
+                y[e] += acc[e];
+        }
+    }
+}
+
 /* y[b, e] = Σ over runs of down[e, run] · act[b, run] for this thread's rows e */
 static void down_worker(void *arg, int ith, int nth)
 {
@@ -315,7 +350,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         s->act = p;
         s->act_cap = need;
     }
-    struct ffn_job j = { .m = m, .l = l, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
+    struct ffn_job j = { .t0 = 0, .t1 = B, .m = m, .l = l, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
     memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
@@ -343,12 +378,37 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
                            l->ffn_down_t.name, l->ffn_down_t.type);
         j.dt = &l->ffn_down_t;
         j.axpy = tt->axpy;
-        j.blk = tt->blck_size;
-        pool_run(pool, act_worker, &j);
-        pool_run(pool, axpy_worker, &j);
+        j.n_groups = (F + AXPY_GROUP - 1) / AXPY_GROUP;
+        const size_t gneed = (size_t)j.n_groups * AXPY_TOKENS * (size_t)E;
+        if (s->gacc_cap < gneed) {
+            float *p = realloc(s->gacc, gneed * sizeof *p);
+            uint8_t *u = realloc(s->gused, (size_t)j.n_groups * AXPY_TOKENS);
+            int64_t *gr = realloc(s->grows, (size_t)j.n_groups * sizeof *gr);
+            if (p)
+                s->gacc = p;
+            if (u)
+                s->gused = u;
+            if (gr)
+                s->grows = gr;
+            if (!p || !u || !gr)
+                return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
+            s->gacc_cap = gneed;
+        }
+        j.gacc = s->gacc;
+        j.gused = s->gused;
+        j.grows = s->grows;
+        uint64_t rows = 0;
+        for (int32_t t0 = 0; t0 < B; t0 += AXPY_TOKENS) {
+            j.t0 = t0;
+            j.t1 = t0 + AXPY_TOKENS < B ? t0 + AXPY_TOKENS : B;
+            pool_run(pool, group_worker, &j);
+            pool_run(pool, group_reduce_worker, &j);
+            for (int64_t g = 0; g < j.n_groups; g++)
+                rows += (uint64_t)j.grows[g];
+        }
         if (bytes)
             *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +
-                     (uint64_t)j.rows_read * l->ffn_down_t.row_bytes;
+                     rows * l->ffn_down_t.row_bytes;
         return 0;
     }
     /* ffn_down: the activations first, then each thread dots its rows of down with them */

@@ -16,10 +16,11 @@
  *
  * Neurons whose activation is exactly 0 for every token of the batch (ReLU zeros: most of them)
  * cost no down_t read at all; the activations stay f32 (no quantization), so any split is exact up
- * to the order of the sums. The activations are computed first (each thread an equal share of the
- * neurons); then each thread adds every live neuron's down_t row, in ascending neuron order, into
- * its own slice of y (whole blocks of the row's type): each element of y sums the same terms in the
- * same order for any thread count.
+ * to the order of the sums. Neurons form fixed groups of 256 by index; a thread takes whole groups,
+ * computes their neurons' activations and adds each live neuron's down_t row (its three rows read
+ * back to back) into the group's accumulator in ascending neuron order; y then sums, per token, the
+ * accumulators of the groups that have a live neuron for it, in group order: the same terms in the
+ * same order for any thread count and any batch.
  *
  * Under a mask (sparse), token b's activation of neuron i is 0 unless mask[b, i]: a batch may
  * compute the rows of the union of its tokens' masks, but a token's result depends only on its own
@@ -53,6 +54,11 @@ struct ffn_scratch {
     struct ops_scratch drun; /* runs widened to whole blocks of the down weights */
     float *act;             /* (B, n_ff) */
     int64_t act_cap;
+    /* down_t path: per neuron group accumulators (see ffn_split.c) */
+    float *gacc;
+    size_t gacc_cap;
+    uint8_t *gused;
+    int64_t *grows;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 
