@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "layout.h"
 
@@ -194,7 +195,22 @@ struct pi_ctl {
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is
      * divided between them instead of given to each (4 threads on 2 cores would fight). */
     int32_t gpud_threads, cpud_threads;
+    /* Where the masks come from when gpud's backend has no predict op of its own (the CPU backend):
+     * supervisor, --predict-in. In gpud (default) the predictor runs on gpud's threads between
+     * attention and the FFN; in predictord each layer makes a round trip to it and back (measured
+     * 0.67x of in-process at -t 16 on a 7B, docs/BENCHMARKS.md). An audit (audit_rate > 0) always
+     * routes the masks through predictord, which audits. */
+    int32_t predict_in; /* enum pi_predict_in */
 };
+
+enum pi_predict_in { PI_PREDICT_IN_GPUD = 0, PI_PREDICT_IN_PREDICTORD = 1 };
+
+/* "gpud" / "predictord" → enum pi_predict_in, or -1 */
+static inline int predict_in_parse(const char *s)
+{
+    return !strcmp(s, "gpud") ? PI_PREDICT_IN_GPUD : !strcmp(s, "predictord") ? PI_PREDICT_IN_PREDICTORD : -1;
+}
+static inline const char *predict_in_name(int32_t v) { return v == PI_PREDICT_IN_PREDICTORD ? "predictord" : "gpud"; }
 
 enum pi_weights_state {
     PI_WEIGHTS_EMPTY = 0,

@@ -147,6 +147,7 @@ static int create_ctl(struct sup *s)
         ctl->cpud_threads = c->n_threads - g;
     }
     ctl->audit_rate = c->audit_rate;
+    ctl->predict_in = c->predict_in;
     ctl->n_layer = c->model->hp.n_layer;
     ctl->n_embd = c->model->hp.n_embd;
     ctl->n_ff = c->model->hp.n_ff;

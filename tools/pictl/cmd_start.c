@@ -223,7 +223,7 @@ int inst_start(const struct start_opts *o)
                               .gpu_ffn_share = o->gpu_ffn_share,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
-                              .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1,
+                              .audit_rate = o->audit_rate, .predict_in = o->predict_in, .owner_pid = o->owner_pid, .ready_fd = -1,
                               .http = o->http != NULL };
     snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
     snprintf(cfg.backend, sizeof cfg.backend, "%s", o->backend ? o->backend : "auto");
@@ -297,7 +297,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_HTTP,
        OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
@@ -314,6 +314,7 @@ static const struct option start_long[] = {
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
     { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
     { "audit-rate", required_argument, NULL, OPT_AUDIT },
+    { "predict-in", required_argument, NULL, OPT_PREDICT_IN },
     { "http", required_argument, NULL, OPT_HTTP },
     { "api-key", required_argument, NULL, OPT_API_KEY },
     { "api-key-file", required_argument, NULL, OPT_API_KEY_FILE },
@@ -341,6 +342,8 @@ static void start_usage(void)
            "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
            "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
            "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
+           "  --predict-in gpud|predictord  where the CPU backend's masks are computed (default gpud: a\n"
+           "                           round trip to predictord per layer costs more than the predictor)\n"
            "  --foreground             run the supervisor in this process (logs to stderr)\n"
            "  --http HOST:PORT         serve the OpenAI-compatible HTTP API (apid) there, e.g. 127.0.0.1:8080\n"
            "  --api-key KEY            with --http: require 'Authorization: Bearer KEY' (not on /health)\n"
@@ -434,6 +437,12 @@ int cmd_start(int argc, char **argv)
             o.audit_rate = strtof(optarg, &end);
             if (*end || end == optarg || !(o.audit_rate >= 0.0f && o.audit_rate <= 1.0f)) {
                 fprintf(stderr, "pictl start: --audit-rate expects a number in [0, 1], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_PREDICT_IN:
+            if ((o.predict_in = predict_in_parse(optarg)) < 0) {
+                fprintf(stderr, "pictl start: --predict-in expects gpud or predictord, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -41,6 +41,7 @@ struct start_opts {
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
     bool disable_gpu_index; /* no FFN split: every neuron on the CPU side */
     float audit_rate;       /* fraction of tokens predictord audits densely */
+    int32_t predict_in;     /* enum pi_predict_in: where the CPU backend's masks are computed */
     bool foreground;
     bool quiet;      /* no summary line (pictl run) */
     pid_t owner_pid; /* > 0: the instance stops when this process is gone */

@@ -21,6 +21,7 @@ struct run_opts {
     double vram_budget_gib; /* --vram-budget (pipeline path), < 0: none */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
+    int32_t predict_in;    /* --predict-in (pipeline): enum pi_predict_in */
     bool seed_given;
     int32_t cache_type;    /* --cache-type: enum be_cache_type; -1: the backend's default */
     const char *backend;   /* --backend cpu|cuda|auto (default auto: cuda when a device opens) */
