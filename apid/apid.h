@@ -112,7 +112,11 @@ bool apid_client_gone(const struct apid_http *h);
 /* request.c: an OpenAI completion request, validated, as the engine's generate fields. */
 struct gen_req {
     bool chat, stream, include_usage;
-    char *prompt;                  /* rendered (chat) or given (completions); malloc'd */
+    char *prompt;                  /* rendered (chat) or given (completions); malloc'd; NULL
+                                      when the prompt is token ids */
+    int32_t *prompt_ids;           /* completions: a prompt given as token ids (malloc'd), or NULL */
+    size_t n_prompt_ids;
+    int n_probs;                   /* -1: no logprobs; else top candidates per token, 0..20 */
     json_t *engine;                /* the generate command's fields (n_predict set later) */
     int32_t max_tokens;            /* -1: up to the context */
     char *stops[16];
