@@ -657,6 +657,11 @@ def queue_timeout_body(name_b):
     try:
         c = Client(port)
         check(wait_for(lambda: _port_open(port) and c.request("GET", "/health")[0] == 200, 30, 0.1), "standalone up")
+        for k in ("max_tokens", "max_completion_tokens"):
+            st, _, r = c.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                               k: 1100, "logprobs": True})
+            check(st == 400 and r["error"]["param"] == k and "1024" in r["error"]["message"],
+                  f"logprobs with {k} beyond the table: {st} {r}")
         held = threading.Event()
         res = {}
 
@@ -773,7 +778,8 @@ def main():
             t0 = time.time()
             templates_from_model(tmpdir)
             print(f"templates_from_model: {time.time() - t0:.1f} s")
-        p = run("start", "-m", model, "--name", name_b, "-t", "1", "-c", "256")
+        # a context beyond the 1024 tokens the log-probability table holds per request
+        p = run("start", "-m", model, "--name", name_b, "-t", "1", "-c", "1280")
         if check(p.returncode == 0, f"start b: {p.stderr!r}"):
             check("apid" not in status(name_b)["stages"], "no apid stage without --http")
             queue_timeout_body(name_b)
