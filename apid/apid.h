@@ -8,7 +8,7 @@
  * Files: main.c (flags, settings, the stage loop), server.c (HTTP: routing, auth, bodies, errors,
  * static files), completions.c (chat and text completions, streaming), request.c (OpenAI request
  * fields → the engine's), endpoints.c (models, health, tokenize, status), metrics.c (Prometheus),
- * chat_template.c, textout.c (stop strings, UTF-8).
+ * chat_template.c, textout.c (stop strings, UTF-8), logprobs.c (OpenAI's logprobs objects).
  *
  * Settings: <runtime dir>/apid.json (written by `pictl start --http`), then flags:
  *   listen "HOST:PORT" (127.0.0.1:8080), api_key, chat_template, max_queue (requests accepted at
