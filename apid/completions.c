@@ -8,6 +8,7 @@
  * for its end and releases the slot, so a handler never waits for tokens nobody reads. */
 #include <errno.h>
 #include <microhttpd.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,7 @@ struct job {
     long long created;
     struct apid_err err;         /* when failed */
     struct lp_list lp;           /* with logprobs: one entry per token of the answer's text */
+    size_t prompt_chars;         /* text completions: the prompt's characters (text_offset's base) */
     /* streaming */
     char *pend;
     size_t pend_len, pend_off, pend_cap;
@@ -375,7 +377,7 @@ static json_t *lp_part(struct job *j, size_t to)
 {
     if (j->g.n_probs < 0)
         return json_null();
-    json_t *o = lp_json(j->a->model->tok, j->g.chat, &j->lp, j->lp.sent, to, textout_text(&j->out));
+    json_t *o = lp_json(j->a->model->tok, j->g.chat, &j->lp, j->lp.sent, to, textout_text(&j->out), j->prompt_chars);
     j->lp.sent = to;
     return o ? o : json_null();
 }
@@ -533,6 +535,19 @@ static int start_stream(struct job *j)
 
 /* ---- the handler ---- */
 
+/* The prompt's length in characters; a prompt of token ids counts as its decoded text. */
+static size_t prompt_chars(const struct apid *a, const struct gen_req *g)
+{
+    if (!g->prompt_ids)
+        return lp_chars(g->prompt, SIZE_MAX);
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    if (tok_decode(a->model->tok, g->prompt_ids, g->n_prompt_ids, true, &text, &len) == 0)
+        n = lp_chars(text, len);
+    free(text);
+    return n;
+}
+
 static int fail(struct job *j, struct apid_http *h)
 {
     int ret = apid_reply_error(h, &j->err);
@@ -570,6 +585,8 @@ int apid_handle_completion(struct apid_http *h, const char *body, size_t len, bo
     json_decref(b);
     if (rc)
         return fail(j, h);
+    if (!chat && j->g.n_probs >= 0)
+        j->prompt_chars = prompt_chars(a, &j->g);
     for (size_t i = 0; i < j->g.n_stops; i++)
         if (j->g.stops[i] && textout_add_stop(&j->out, j->g.stops[i], strlen(j->g.stops[i]))) {
             apid_err_set(&j->err, 400, "stop", "invalid_value", "%s", pi_errmsg());

@@ -69,17 +69,16 @@ static json_t *chat_entry(const struct pi_tokenizer *tok, const struct lp_entry 
     return o;
 }
 
-/* Characters (UTF-8 sequences) in text[0..off): text_offset counts characters, as Python's does. */
-static size_t char_offset(const char *text, size_t off)
+size_t lp_chars(const char *s, size_t n)
 {
     size_t c = 0;
-    for (size_t i = 0; i < off && text[i]; i++)
-        c += ((unsigned char)text[i] & 0xC0) != 0x80;
+    for (size_t i = 0; i < n && s[i]; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80; /* not a continuation byte */
     return c;
 }
 
 json_t *lp_json(const struct pi_tokenizer *tok, bool chat, const struct lp_list *l, size_t from, size_t to,
-                const char *text)
+                const char *text, size_t base)
 {
     if (chat) {
         json_t *content = json_array();
@@ -102,7 +101,7 @@ json_t *lp_json(const struct pi_tokenizer *tok, bool chat, const struct lp_list 
                 json_object_set_new(d, s, json_real(lp_value(e->rec.top_logprob[k])));
         }
         json_array_append_new(tops, d);
-        json_array_append_new(offs, json_integer((json_int_t)char_offset(text, e->offset)));
+        json_array_append_new(offs, json_integer((json_int_t)(base + lp_chars(text, e->offset))));
     }
     if (!tokens || !lps || !tops || !offs) {
         json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs);

@@ -4,6 +4,7 @@
  *   chat:  {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
  *          "bytes"}]}], "refusal": null}
  *   text:  {"tokens": [], "token_logprobs": [], "top_logprobs": [{token: logprob}], "text_offset": []}
+ *          (text_offset: characters from the start of the prompt to the token's text)
  * A token's "token" is its text (control tokens by name), made valid UTF-8 (U+FFFD for a byte
  * that is part of a character); "bytes" are its exact bytes. A log-probability of -infinity (a
  * banned token) is written as -9999.0, OpenAI's floor, since JSON has no infinity. */
@@ -33,9 +34,12 @@ struct lp_list {
 void lp_fini(struct lp_list *l);
 /* Append a copy of rec. 0 or -PI_E_NOMEM. */
 int lp_add(struct lp_list *l, int32_t id, size_t offset, const struct pi_logprob *rec);
-/* Entries [from, to) as chat's or the text completions' object. text: the answer so far (for the
- * character offsets of text_offset). NULL on out of memory. */
+/* Entries [from, to) as chat's or the text completions' object. text: the answer so far; base: the
+ * prompt's length in characters (text_offset counts characters from the start of the prompt, as
+ * OpenAI's does, echo or not). NULL on out of memory. */
 json_t *lp_json(const struct pi_tokenizer *tok, bool chat, const struct lp_list *l, size_t from, size_t to,
-                const char *text);
+                const char *text, size_t base);
+/* Characters (UTF-8 sequences) in s[0..n), or up to its NUL. */
+size_t lp_chars(const char *s, size_t n);
 
 #endif

@@ -481,7 +481,7 @@ def logprobs_penalties_ids(c):
         check(set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, f"legacy keys {set(lp)}")
         check(all(len(lp[k]) == n for k in lp), f"legacy lengths {[len(v) for v in lp.values()]}")
         check("".join(lp["tokens"]) == ch["text"], "legacy tokens spell the text")
-        offs = [len("".join(lp["tokens"][:i])) for i in range(n)]
+        offs = [len("ROMEO:") + len("".join(lp["tokens"][:i])) for i in range(n)]  # from the prompt's start
         check(lp["text_offset"] == offs, f"text_offset {lp['text_offset']} != {offs}")
         for t, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
             check(1 <= len(top) <= 2 and top.get(t) == l and max(top.values()) == l, f"legacy top {t!r} {l} {top}")
