@@ -301,18 +301,18 @@ static int take_prompt(struct apid *a, json_t *p, struct gen_req *g, struct apid
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_array(json_array_get(p, 0)))
         p = json_array_get(p, 0);
     if (json_is_array(p)) {
-        if (json_array_size(p) == 0 || !json_is_integer(json_array_get(p, 0))) {
-            if (json_array_size(p) == 0) {
-                apid_err_set(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
-                return -1;
-            }
-            if (json_is_array(json_array_get(p, 0)) || json_is_string(json_array_get(p, 0)))
-                return unsupported(e, "prompt", "more than one prompt per request");
-            apid_err_set(e, 400, "prompt", "invalid_type",
-                         "'prompt' must be a string, an array of token ids, or one of either in an array");
+        json_t *first = json_array_get(p, 0);
+        if (!first) {
+            apid_err_set(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
             return -1;
         }
-        return take_prompt_ids(a, p, g, e);
+        if (json_is_integer(first))
+            return take_prompt_ids(a, p, g, e);
+        if (json_is_array(first) || json_is_string(first))
+            return unsupported(e, "prompt", "more than one prompt per request");
+        apid_err_set(e, 400, "prompt", "invalid_type",
+                     "'prompt' must be a string, an array of token ids, or one of either in an array");
+        return -1;
     }
     if (!json_is_string(p)) {
         apid_err_set(e, 400, "prompt", "invalid_type", "'prompt' must be a string");
