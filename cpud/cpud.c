@@ -83,8 +83,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
         mask = a->mask;
     uint64_t bytes = 0;
     int rc;
+    const struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)) ||
-        (rc = ffn_partial(c->pool, &c->ffn, m, it->layer, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
+        (rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
         return rc;
     /* release: ycold is written before gpud can see it as this step's */
     atomic_store_explicit(&a->hdr->ycold_seq, it->seq, memory_order_release);

@@ -89,7 +89,8 @@ int eval_host_share(struct eval *e, int layer, int32_t n, const float *h, const 
     ops_rmsnorm_rows(e->xn, h, e->m->layers[layer].ffn_norm.data, n, hp->n_embd, hp->norm_eps);
     if ((rc = ffn_runs_build(&e->runs, e->on_device + (size_t)layer * F, 0, mask, n, F)))
         return rc;
-    return ffn_partial(e->pool, &e->ffn, e->m, layer, e->xn, n, &e->runs, mask, y, bytes);
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    return ffn_partial(e->pool, &e->ffn, e->m, &w, e->xn, n, &e->runs, mask, y, bytes);
 }
 
 int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
@@ -118,7 +119,8 @@ int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
     }
     if (host && !have_h && (rc = ops->get_h(e->be, n, e->h)))
         return rc;
-    if ((rc = ops->ffn(e->be, layer, n, e->sparse, &c)))
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = ops->ffn(e->be, &w, n, e->sparse, &c)))
         return rc;
     if (host) {
         uint64_t hb = 0;
