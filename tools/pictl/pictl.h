@@ -12,6 +12,7 @@ struct run_opts;
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_bundle(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv); /* tools/calibrate: profile, train predictors, write PWRI */
 int cmd_synth(int argc, char **argv);
