@@ -323,6 +323,8 @@ int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncach
         goto fail;
     }
     c->mem = mem;
+    if (c->io && c->io->register_mem && (rc = c->io->register_mem(c->io->ctx, mem, (size_t)c->n_slots * c->h.stride)))
+        goto fail;
     for (int64_t k = 0; k < L * F; k++)
         c->slot_of[k] = p->tier[k] == PI_TIER_RAM ? -2 : -1; /* -2: to pin */
     for (int64_t s = 0; s < c->n_slots; s++)
@@ -349,6 +351,8 @@ void ncache_free(struct ncache *c)
         return;
     while (c->io && c->st.in_flight > 0 && c->io->reap(c->io->ctx, 1, complete, c) == 0)
         ; /* no read may land in freed memory */
+    if (c->io && c->io->register_mem && c->mem)
+        c->io->register_mem(c->io->ctx, NULL, 0);
     if (c->fd >= 0)
         close(c->fd);
     free(c->mem);

@@ -34,7 +34,10 @@ struct ncache_io {
     void *ctx;
     int (*submit)(void *ctx, int fd, void *dst, uint64_t off, uint32_t len, uint64_t tag);
     int (*reap)(void *ctx, unsigned min, void (*done)(void *arg, uint64_t tag, int res), void *arg);
-    const char *name; /* for status: "io_uring O_DIRECT qd 64", ... */
+    /* (optional) the cache's memory once allocated (registered buffers), and (NULL, 0) when it is
+     * freed; NULL: nothing to do */
+    int (*register_mem)(void *ctx, void *base, size_t len);
+    const char *name; /* for status: "io_uring qd 64, registered buffers", ... */
 };
 
 struct ncache_params {
