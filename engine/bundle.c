@@ -228,7 +228,7 @@ int bundle_open(const char *path, const struct pi_model *m, bool want_direct, in
                          n < 0 ? strerror(errno) : "file too short");
     }
     if (!rc && !(rc = bundle_parse(buf, (uint64_t)st.st_size, h)))
-        rc = bundle_check(h, m);
+        rc = m ? bundle_check(h, m) : 0;
     if (rc && !strstr(pi_errmsg(), path)) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", pi_errmsg());

@@ -57,7 +57,7 @@ static inline uint64_t bundle_offset(const struct bundle_hdr *h, int layer, int6
 
 /* Write m's bundle to path (path.tmp, fsync, rename). *bytes (may be NULL) receives its size. */
 int bundle_write(const struct pi_model *m, const char *path, uint32_t align, uint64_t *bytes);
-/* Open and check path against m: an fd (O_RDONLY | O_DIRECT when direct and the file system takes
+/* Open and check path against m (NULL: the header alone, for a reader that checked it before): an fd (O_RDONLY | O_DIRECT when direct and the file system takes
  * it; *direct says what was opened) and the header. */
 int bundle_open(const char *path, const struct pi_model *m, bool want_direct, int *fd, bool *direct,
                 struct bundle_hdr *h);

@@ -24,6 +24,7 @@ static int st_register(void *ctx, void *base, size_t len)
     if (rc == 0) {
         s->fixed = true;
         s->base = base;
+        s->len = len;
         snprintf(s->name, sizeof s->name, "io_uring qd %u, registered buffers", s->qd);
     } else {
         snprintf(s->name, sizeof s->name, "io_uring qd %u (buffers not registered: %s; RLIMIT_MEMLOCK?)", s->qd,
@@ -81,7 +82,7 @@ static int st_submit(void *ctx, int fd, void *dst, uint64_t off, uint32_t len, u
         if (!(sqe = io_uring_get_sqe(&s->ring)))
             return -EBUSY;
     }
-    if (s->fixed)
+    if (s->fixed && (char *)dst >= s->base && (char *)dst + len <= s->base + s->len)
         io_uring_prep_read_fixed(sqe, fd, dst, len, off, 0);
     else
         io_uring_prep_read(sqe, fd, dst, len, off);

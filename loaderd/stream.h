@@ -25,7 +25,8 @@ struct stream_io {
     unsigned qd;
     unsigned queued;    /* SQEs prepared, not submitted */
     unsigned inflight;  /* submitted, not reaped */
-    char *base;         /* the registered region (fixed) */
+    char *base;         /* the registered region (fixed): reads into it are READ_FIXED, others READ */
+    size_t len;
     struct stream_done *stash; /* completions taken while making room in submit, delivered by reap */
     unsigned n_stash, cap_stash;
     char name[160];
