@@ -80,12 +80,6 @@ int cmd_run(int argc, char **argv)
     int rc = run_opts_parse(&o, argc, argv, RUN_OPTS_RUN);
     if (rc)
         return rc > 0 ? 0 : 2;
-    if (o.ram_budget_gib >= 0 && !o.inproc) {
-        fprintf(stderr, "pictl run: --ram-budget runs in process for now: add --inproc (the pipeline's disk tier, "
-                        "cpud reading through loaderd, is not built yet)\n");
-        run_opts_fini(&o);
-        return 2;
-    }
     if (!o.inproc) {
         int code = run_pipeline(&o);
         run_opts_fini(&o);
