@@ -322,9 +322,6 @@ int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncach
                      (unsigned long long)c->h.stride);
         goto fail;
     }
-    c->mem = mem;
-    if (c->io && c->io->register_mem && (rc = c->io->register_mem(c->io->ctx, mem, (size_t)c->n_slots * c->h.stride)))
-        goto fail;
     for (int64_t k = 0; k < L * F; k++)
         c->slot_of[k] = p->tier[k] == PI_TIER_RAM ? -2 : -1; /* -2: to pin */
     for (int64_t s = 0; s < c->n_slots; s++)
@@ -332,7 +329,13 @@ int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncach
     c->window_steps = (uint64_t)(p->window > 0 ? p->window : 1) * (uint64_t)L;
     const char *fail = getenv(NCACHE_ENV_FAIL_READ);
     c->fail_at = fail ? strtoull(fail, NULL, 10) : 0;
+    c->mem = mem;
     if ((rc = load_pinned(c)))
+        goto fail;
+    /* only the window takes reads after open (a registered buffer is at most 1 GiB: the pinned
+     * region would often not fit) */
+    if (c->io && c->io->register_mem &&
+        (rc = c->io->register_mem(c->io->ctx, slot_mem(c, c->n_pinned), (size_t)p->window_slots * c->h.stride)))
         goto fail;
     c->st.pinned = (uint64_t)c->n_pinned;
     c->st.slots = (uint64_t)p->window_slots;

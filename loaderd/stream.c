@@ -27,7 +27,7 @@ static int st_register(void *ctx, void *base, size_t len)
         s->len = len;
         snprintf(s->name, sizeof s->name, "io_uring qd %u, registered buffers", s->qd);
     } else {
-        snprintf(s->name, sizeof s->name, "io_uring qd %u (buffers not registered: %s; RLIMIT_MEMLOCK?)", s->qd,
+        snprintf(s->name, sizeof s->name, "io_uring qd %u (buffers not registered: %s: RLIMIT_MEMLOCK, or over 1 GiB)", s->qd,
                  strerror(-rc));
     }
     return 0;
