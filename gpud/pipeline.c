@@ -129,7 +129,8 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
         if (cpu_sent)
             act_ring_cpud_bell(a->hdr);
     }
-    if ((rc = be->ffn(e->be, layer, B, sparse, &cnt)))
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
         return rc;
 
     const float *ycold = NULL;

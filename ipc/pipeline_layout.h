@@ -203,7 +203,9 @@ struct pi_ctl {
     char backend[16];                /* supervisor (--backend): "cpu", "cuda" or "auto" for gpud; gpud
                                         writes the one it opened into backend_used */
     char backend_used[16];
-    uint64_t reserved1[3];
+    uint64_t ram_budget;             /* supervisor (--ram-budget): bytes of host weights + neuron cache; 0 =
+                                        all in RAM. cpud then reads its disk-tier neurons from the bundle */
+    uint64_t reserved1[2];
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];

@@ -231,7 +231,7 @@ int run_pipeline(const struct run_opts *o)
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                              .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
-                             .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
+                             .ram_budget_gib = o->ram_budget_gib, .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .predict_in = o->predict_in, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;
     int rc = inst_start(&so);

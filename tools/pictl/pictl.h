@@ -12,6 +12,7 @@ struct run_opts;
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_bundle(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv); /* tools/calibrate: profile, train predictors, write PWRI */
 int cmd_synth(int argc, char **argv);
@@ -38,6 +39,7 @@ struct start_opts {
     const char *backend;    /* gpud's device: "cpu", "cuda", "auto" (NULL = auto) */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
+    double ram_budget_gib;  /* < 0: none; else the disk tier: cpud reads cold neurons from the bundle */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
     bool disable_gpu_index; /* no FFN split: every neuron on the CPU side */
     float audit_rate;       /* fraction of tokens predictord audits densely */
