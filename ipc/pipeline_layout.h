@@ -194,6 +194,13 @@ struct pi_ctl {
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is
      * divided between them instead of given to each (4 threads on 2 cores would fight). */
     int32_t gpud_threads, cpud_threads;
+    /* The VRAM plan (supervisor, engine/vram_plan.h) and what gpud's backend allocated (gpud, after it
+     * opened; bytes by kind, read from its allocator; device_used: cudaMemGetInfo's used bytes). */
+    int64_t vram_budget;             /* bytes; -1: none given */
+    uint64_t vram_planned;           /* the plan's total for the placement (0: no plan) */
+    int64_t hot_neurons;             /* FFN neurons placed on gpud (all layers) */
+    double hot_coverage;             /* share of all activations (act_freq) they cover; -1 unknown */
+    uint64_t vram_weights, vram_hot, vram_pred, vram_kv, vram_scratch, vram_context, vram_device_used;
 };
 
 enum pi_weights_state {
