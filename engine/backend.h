@@ -55,12 +55,19 @@ struct be_params {
     /* Placement: (n_layer, n_ff), 1 = this backend holds neuron i of layer l (gate, up, down rows)
      * and computes it in ffn(); NULL = every neuron. Copied at open. */
     const uint8_t *on_device;
+    /* Whole-layer placement (-ngl): only the first n_gpu_layers layers run here (<= 0: all). */
+    int32_t n_gpu_layers;
 };
 
 /* Bytes the backend allocated, by kind (device memory for a GPU, host memory for the CPU backend;
- * weights a CPU backend reads in place from the model's mapping count 0). */
+ * weights a CPU backend reads in place from the model's mapping count 0). A GPU also reports its
+ * compacted hot FFN rows (hot), predictors (pred, else in weights), the CUDA context measured before
+ * its first allocation, and cudaMemGetInfo's used and total bytes; hot_neurons: the FFN neurons it
+ * computes (all layers). */
 struct be_mem {
     uint64_t weights, kv, scratch;
+    uint64_t hot, pred, context, device_used, device_total;
+    int64_t hot_neurons;
 };
 
 /* Per-call FFN counters (all optional to fill; zeroed by the caller). */

@@ -42,6 +42,11 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     if (why[0])
         fprintf(stderr, "gpud: --backend %s: not using cuda (%s)\n", backend, why);
     snprintf(ctl->backend_used, sizeof ctl->backend_used, "%s", g->be_ops->name);
+    /* device memory by kind, from the backend's allocator (status, --json-stats, [perf]) */
+    struct be_mem mem = { 0 };
+    g->be_ops->mem(g->be, &mem);
+    ctl->vram_weights = mem.weights, ctl->vram_hot = mem.hot, ctl->vram_pred = mem.pred, ctl->vram_kv = mem.kv;
+    ctl->vram_scratch = mem.scratch, ctl->vram_context = mem.context, ctl->vram_device_used = mem.device_used;
     /* a device backend leaves the host share (cpud's, while cpud is down) to host threads */
     if (g->be_ops != &be_cpu_ops && (rc = pool_new(&g->host_pool, nt)))
         return rc;

@@ -3,8 +3,10 @@
  *
  * Each op maps onto one cudev step; ffn() writes the device share into the pending buffer and
  * ffn_add() adds it (and the host's cold share) to x in the order the interface fixes. Placement:
- * the weights of every neuron are uploaded, but ffn() computes only the neurons on_device gives this
- * backend (dense: those; sparse: those ∧ each token's own mask). */
+ * only the neurons on_device gives this backend are uploaded (their gate, up and down_t rows,
+ * compacted: cudev.h), and ffn() computes only those (dense: all of them; sparse: those ∧ each
+ * token's own mask). A layer of a file without ffn_down_t is uploaded whole when any of its
+ * neurons is placed, and its placement is applied here, on the host mask. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +66,8 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
                 b->all_held[l] = b->held[l * F + i] != 0;
     }
     const struct cudev_params dp = { .n_ctx = b->n_ctx, .n_seq = b->n_seq, .n_batch = b->n_batch,
-                                     .kv_f32 = p->cache_type == BE_CACHE_F32 };
+                                     .kv_f32 = p->cache_type == BE_CACHE_F32, .on_device = p->on_device,
+                                     .n_gpu_layers = p->n_gpu_layers };
     if (!rc)
         rc = cudev_open(&b->d, m, &dp);
     if (rc) {
@@ -79,7 +82,9 @@ static void cu_mem(const struct be *b, struct be_mem *out)
 {
     struct cudev_mem mm;
     cudev_mem(b->d, &mm);
-    *out = (struct be_mem){ .weights = mm.weights, .kv = mm.kv, .scratch = mm.scratch };
+    *out = (struct be_mem){ .weights = mm.weights, .kv = mm.kv, .scratch = mm.scratch, .hot = mm.hot,
+                            .pred = mm.pred, .context = mm.context, .device_used = mm.device_used,
+                            .device_total = mm.device_total, .hot_neurons = mm.hot_neurons };
 }
 
 static int32_t cu_n_ctx(const struct be *b) { return b->n_ctx; }
@@ -117,7 +122,7 @@ static int cu_ffn(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn
     if (sparse && !b->dev_mask)
         return pi_fail(PI_E_INVAL, "cuda backend: sparse FFN of layer %d without masks", layer);
     bool masked = sparse;
-    if (!b->all_held[layer]) {
+    if (!b->all_held[layer] && !cudev_ffn_compact(b->d, layer)) {
         /* the neurons held here: the placement, ∧ each token's own mask when sparse */
         const uint8_t *held = b->held + (size_t)layer * F;
         int rc = sparse ? cudev_get_mask(b->d, n, b->mask) : 0;
