@@ -106,9 +106,22 @@ struct be_ops {
     int (*sync)(struct be *b);
     /* (optional) let idle worker threads sleep: the caller is about to wait on another stage */
     void (*idle)(struct be *b);
+    /* (optional) pin a host range for DMA (gpud's act segment). A buffer inside it that ffn_add
+     * reads is copied asynchronously: the caller leaves it unchanged until its next stage_wait.
+     * NULL: copies are synchronous. */
+    int (*host_register)(struct be *b, void *ptr, size_t bytes);
+    /* (optional) enqueue the copy of x (the FFN input, as get_h) and, when mask is not NULL, of the
+     * masks of n tokens to the host, behind what is already enqueued; stage_wait waits for those
+     * copies alone (an event: work enqueued after stage_out, e.g. the hot FFN, keeps running).
+     * NULL: get_h / get_mask. */
+    int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask);
+    int (*stage_wait)(struct be *b);
 };
 
 extern const struct be_ops be_cpu_ops;
+/* Dense partial offload (-ngl, backend_ngl.c): the first be_params.n_gpu_layers layers on the CUDA
+ * backend, the rest and the output on the CPU backend; open fails without the CUDA backend. */
+extern const struct be_ops be_ngl_ops;
 
 /* The backend named name ("cpu"; "cuda" when built with it), or NULL. NULL name = "cpu". */
 const struct be_ops *be_find(const char *name);

@@ -201,6 +201,9 @@ struct pi_ctl {
     int64_t hot_neurons;             /* FFN neurons placed on gpud (all layers) */
     double hot_coverage;             /* share of all activations (act_freq) they cover; -1 unknown */
     uint64_t vram_weights, vram_hot, vram_pred, vram_kv, vram_scratch, vram_context, vram_device_used;
+    int32_t n_gpu_layers;            /* supervisor: whole-layer placement (-ngl, or the budget's
+                                        fallback): the first N layers on the GPU; -1: by neurons */
+    int32_t reserved2;
 };
 
 enum pi_weights_state {

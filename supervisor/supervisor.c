@@ -142,6 +142,7 @@ static int create_ctl(struct sup *s)
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     ctl->vram_budget = -1;
     ctl->hot_coverage = -1;
+    ctl->n_gpu_layers = c->n_gpu_layers;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
     ctl->gpud_threads = ctl->cpud_threads = c->n_threads;
@@ -217,6 +218,38 @@ static int64_t default_budget(const struct sup_config *c, const struct vram_para
     return (int64_t)b;
 }
 
+/* Whole-layer placement of the first n layers (-ngl, or the budget's fallback): gpud computes every
+ * neuron (the first n layers on the GPU, the others on its host backend), cpud none. */
+static int whole_layers(struct sup *s, const struct vram_params *vp, int32_t n, uint8_t *gpu_idx, const char *why)
+{
+    const struct sup_config *c = s->cfg;
+    const int32_t L = c->model->hp.n_layer;
+    n = n < L ? n : L;
+    memset(gpu_idx, 1, (size_t)L * (size_t)c->model->hp.n_ff);
+    struct vram_params w = *vp;
+    w.whole_layers = true;
+    w.n_gpu_layers = n;
+    struct vram_plan pl;
+    int rc = vram_plan_make(c->model, &w, NULL, &pl);
+    if (rc)
+        return rc;
+    s->ctl->n_gpu_layers = n;
+    s->ctl->vram_planned = n > 0 ? pl.total : 0;
+    s->ctl->hot_neurons = pl.neurons;
+    /* the activations the GPU's layers cover: their neurons' share of Σ act_freq */
+    const size_t F = (size_t)c->model->hp.n_ff;
+    uint8_t *on = calloc((size_t)L * F, 1);
+    if (on) {
+        memset(on, 1, (size_t)n * F);
+        s->ctl->hot_coverage = split_coverage(c->model, on);
+        free(on);
+    }
+    sup_log("%s: the first %d of %d layers whole on the GPU (plan %.3f GiB = weights %.3f + predictors %.3f + KV "
+            "%.3f + scratch %.3f + reserve %.3f), the rest on the CPU in gpud",
+            why, n, L, GIB(pl.total), GIB(pl.weights), GIB(pl.pred), GIB(pl.kv), GIB(pl.scratch), GIB(pl.reserve));
+    return 0;
+}
+
 /* The per-layer split of FFN neurons between gpud (hot) and cpud: by default the first
  * gpu_ffn_share of each layer (act_seg_init); with a VRAM budget (or, on a GPU without one, the
  * free memory), PowerInfer's gpuidx next to the model (made by the split solver over the exact
@@ -237,8 +270,10 @@ static int choose_hot_set(struct sup *s)
         return 0;
     }
     const struct vram_params vp = plan_params(c);
-    const int64_t budget = c->vram_budget >= 0 ? c->vram_budget : default_budget(c, &vp);
     s->ctl->vram_budget = c->vram_budget;
+    if (c->n_gpu_layers >= 0)
+        return whole_layers(s, &vp, c->n_gpu_layers, v.gpu_idx, "-ngl");
+    const int64_t budget = c->vram_budget >= 0 ? c->vram_budget : default_budget(c, &vp);
     if (budget < 0) {
         struct vram_plan pl;
         if (vram_plan_make(c->model, &vp, v.gpu_idx, &pl) == 0) {
@@ -250,15 +285,12 @@ static int choose_hot_set(struct sup *s)
     }
     const uint64_t fixed = split_fixed_bytes(c->model, &vp);
     if (fixed > (uint64_t)budget) {
-        struct vram_params w = vp;
-        w.whole_layers = true;
-        w.n_gpu_layers = vram_max_layers(c->model, &vp, (uint64_t)budget);
-        return pi_fail(PI_E_RANGE,
-                       "--vram-budget %.3f GiB: the parts every token needs on the GPU (attention, embeddings, "
-                       "output, predictors, KV cache for %d x %d cells, scratch, driver reserve) take %.3f GiB; "
-                       "whole-layer placement would fit %d of %d layers (-ngl %d), which gpud does not run yet",
-                       GIB(budget), vp.n_seq, vp.n_ctx, GIB(fixed), w.n_gpu_layers, c->model->hp.n_layer,
-                       w.n_gpu_layers);
+        const int32_t N = vram_max_layers(c->model, &vp, (uint64_t)budget);
+        sup_log("vram budget %.3f GiB: the parts every token needs on the GPU (attention, embeddings, output, "
+                "predictors, KV cache for %d x %d cells, scratch, driver reserve) take %.3f GiB: falling back to "
+                "whole-layer placement (llama.cpp's -ngl): the first %d of %d layers on the GPU, the rest on the CPU",
+                GIB(budget), vp.n_seq, vp.n_ctx, GIB(fixed), N, c->model->hp.n_layer);
+        return whole_layers(s, &vp, N, v.gpu_idx, "fallback");
     }
     char path[PI_PATH_MAX], dir[INST_PATH_MAX];
     bool generated = false;

@@ -63,6 +63,7 @@ struct sup_config {
     char backend[16];               /* gpud's device (--backend): cpu, cuda, auto */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
+    int32_t n_gpu_layers;    /* -ngl: the first N whole layers on the GPU (llama.cpp); < 0: by neurons */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     pid_t owner_pid;   /* > 0: stop when this process is gone (ephemeral instance) */

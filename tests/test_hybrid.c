@@ -10,6 +10,9 @@
  *   tokens are reported; prompts run through the GEMV path (steps of ≤ 8 tokens) and through the
  *   cuBLAS path (12-token steps);
  *
+ *   -ngl (backend_ngl.c): the first half of the layers whole on the device, the rest and the output
+ *   on the host, dense and sparse, against the same CPU runs;
+ *
  *   the device memory the backend allocated equals the VRAM plan (engine/vram_plan.c) kind by kind
  *   (weights, hot rows, predictors, KV cache, scratch), and cudaMemGetInfo's used bytes exceed
  *   context + arenas by less than the plan's driver reserve.
@@ -101,25 +104,26 @@ static const char *mib(uint64_t b, char *buf)
     return buf;
 }
 
-/* One placement: the CUDA backend with on_device, prompt in steps of `step`, then decode. */
+/* One placement: the CUDA backend with on_device (ngl > 0: the -ngl backend with the first ngl
+ * layers on the device), prompt in steps of `step`, then decode. */
 static void run_case(const struct pi_model *m, const char *name, const uint8_t *place, uint64_t budget, bool sparse,
-                     int32_t step, const struct ref *r, struct pi_pool *host)
+                     int32_t step, const struct ref *r, struct pi_pool *host, int32_t ngl)
 {
     const int32_t V = m->hp.n_vocab;
     const int32_t n_batch = 16;
-    const struct be_ops *ops = be_find("cuda");
+    const struct be_ops *ops = ngl > 0 ? &be_ngl_ops : be_find("cuda");
     REQUIRE(ops, "be_find(cuda)");
-    struct be_params bp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = n_batch, .n_threads = 2, .on_device = place,
-                            .cache_type = BE_CACHE_F16 };
+    struct be_params bp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = n_batch, .n_threads = 2,
+                            .on_device = ngl > 0 ? NULL : place, .cache_type = BE_CACHE_F16, .n_gpu_layers = ngl };
     struct be *b = NULL;
     CHECK_OK(ops->open(&b, m, &bp));
     if (!b)
         return;
     /* the allocator against the plan */
     const struct vram_params vp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = n_batch, .reserve = VRAM_RESERVE,
-                                    .no_sparse = false };
+                                    .whole_layers = ngl > 0, .n_gpu_layers = ngl };
     struct vram_plan pl;
-    CHECK_OK(vram_plan_make(m, &vp, place, &pl));
+    CHECK_OK(vram_plan_make(m, &vp, ngl > 0 ? NULL : place, &pl));
     struct be_mem mem = { 0 };
     ops->mem(b, &mem);
     CHECK(mem.weights == pl.weights && mem.hot == pl.hot && mem.pred == pl.pred && mem.kv == pl.kv &&
@@ -139,7 +143,8 @@ static void run_case(const struct pi_model *m, const char *name, const uint8_t *
 
     struct eval e;
     struct pi_batch_buf bb;
-    const struct eval_params ep = { .n_batch = n_batch, .sparse = sparse, .on_device = place, .pool = host };
+    const struct eval_params ep = { .n_batch = n_batch, .sparse = sparse, .on_device = ngl > 0 ? NULL : place,
+                                    .pool = host };
     CHECK_OK(eval_init(&e, m, ops, b, &ep));
     CHECK_OK(batch_buf_init(&bb, n_batch));
     float *l = malloc((size_t)V * sizeof *l);
@@ -208,9 +213,9 @@ int main(int argc, char **argv)
                     best = i;
             place[(size_t)l * F + best] = 1;
         }
-    run_case(m, "3-per-layer", place, 0, true, 8, &rs, host);
-    run_case(m, "3-per-layer-cublas", place, 0, true, 12, &rs, host);
-    run_case(m, "3-per-layer-dense", place, 0, false, 8, &rd, host);
+    run_case(m, "3-per-layer", place, 0, true, 8, &rs, host, 0);
+    run_case(m, "3-per-layer-cublas", place, 0, true, 12, &rs, host, 0);
+    run_case(m, "3-per-layer-dense", place, 0, false, 8, &rd, host, 0);
 
     /* the solver at three budgets between the fixed bytes and every neuron */
     const struct vram_params vp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = 16, .reserve = VRAM_RESERVE };
@@ -227,10 +232,13 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "solver-%.0f%%", 100 * shares[k]);
         printf("{\"solver\":\"%s\",\"budget\":%llu,\"neurons\":%lld,\"covered\":%.4f}\n", name,
                (unsigned long long)budget, (long long)r.neurons, r.covered);
-        run_case(m, name, place, budget, true, 8, &rs, host);
+        run_case(m, name, place, budget, true, 8, &rs, host, 0);
         split_report_fini(&r);
     }
-    run_case(m, "solver-90%-cublas", place, 0, true, 12, &rs, host);
+    run_case(m, "solver-90%-cublas", place, 0, true, 12, &rs, host, 0);
+    /* -ngl: half the layers whole on the device, the rest and the output on the host */
+    run_case(m, "ngl-half-dense", NULL, 0, false, 8, &rd, host, L / 2);
+    run_case(m, "ngl-half-sparse", NULL, 0, true, 12, &rs, host, L / 2);
     free(place);
     pool_free(host);
     model_free(m);

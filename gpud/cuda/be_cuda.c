@@ -202,6 +202,9 @@ static int cu_seq_clear(struct be *b, int32_t seq)
 }
 
 static int cu_sync(struct be *b) { return cudev_sync(b->d); }
+static int cu_host_register(struct be *b, void *ptr, size_t bytes) { return cudev_host_register(b->d, ptr, bytes); }
+static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask) { return cudev_stage_out(b->d, n, h, mask); }
+static int cu_stage_wait(struct be *b) { return cudev_stage_wait(b->d); }
 
 const struct be_ops be_cuda_ops = {
     .name = "cuda",
@@ -223,4 +226,7 @@ const struct be_ops be_cuda_ops = {
     .seq_clear = cu_seq_clear,
     .sync = cu_sync,
     .idle = NULL,
+    .host_register = cu_host_register,
+    .stage_out = cu_stage_out,
+    .stage_wait = cu_stage_wait,
 };

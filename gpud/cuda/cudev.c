@@ -122,6 +122,12 @@ struct cudev {
     cudaGraphExec_t graph[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
+    /* the pipeline's hand-off: registered host ranges, the event after a stage_out's copies */
+#define CUDEV_MAX_REG 4
+    void *reg[CUDEV_MAX_REG];
+    size_t reg_bytes[CUDEV_MAX_REG];
+    int n_reg;
+    cudaEvent_t ev_out;
 };
 
 bool cudev_available(char *why, size_t cap)
@@ -493,6 +499,10 @@ void cudev_close(struct cudev *d)
             cudaGraphExecDestroy(d->graph[i]);
     if (d->blas)
         cublasDestroy(d->blas);
+    for (int i = 0; i < d->n_reg; i++)
+        cudaHostUnregister(d->reg[i]);
+    if (d->ev_out)
+        cudaEventDestroy(d->ev_out);
     cudaFree(d->w_arena);
     cudaFree(d->kv_arena);
     cudaFree(d->s_arena);
@@ -552,6 +562,8 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CB(cublasCreate(&d->blas));
     if (!rc)
         rc = CB(cublasSetStream(d->blas, d->st));
+    if (!rc)
+        rc = CU(cudaEventCreateWithFlags(&d->ev_out, cudaEventDisableTiming));
     if (!rc)
         d->ctx_bytes = dev_used();
     /* weights */
@@ -918,6 +930,14 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
 }
 
+static bool registered(const struct cudev *d, const void *p, size_t n)
+{
+    for (int i = 0; i < d->n_reg; i++)
+        if ((const char *)p >= (const char *)d->reg[i] && (const char *)p + n <= (const char *)d->reg[i] + d->reg_bytes[i])
+            return true;
+    return false;
+}
+
 int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
 {
     TRY(check_n(d, n));
@@ -925,10 +945,33 @@ int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
     if (y_cold)
         TRY(CU(cudaMemcpyAsync(d->ycold, y_cold, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, d->st)));
     TRY(CK(cuk_add2(d->x, d->pending, y_cold ? d->ycold : NULL, ne, d->st)));
-    if (y_cold) /* the host array may be reused once we return */
+    /* a plain host array may be reused once we return; a registered one (the act segment) is left
+     * alone by the pipeline until its next stage_wait, which comes after this copy in the stream */
+    if (y_cold && !registered(d, y_cold, (size_t)ne * sizeof(float)))
         TRY(CU(cudaStreamSynchronize(d->st)));
     return 0;
 }
+
+int cudev_host_register(struct cudev *d, void *ptr, size_t bytes)
+{
+    if (d->n_reg >= CUDEV_MAX_REG)
+        return pi_fail(PI_E_RANGE, "cuda: more than %d registered host ranges", CUDEV_MAX_REG);
+    TRY(CU(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault)));
+    d->reg[d->n_reg] = ptr;
+    d->reg_bytes[d->n_reg++] = bytes;
+    return 0;
+}
+
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask)
+{
+    TRY(check_n(d, n));
+    TRY(CU(cudaMemcpyAsync(h, d->x, (size_t)n * d->m->hp.n_embd * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
+    if (mask)
+        TRY(CU(cudaMemcpyAsync(mask, d->mask, (size_t)n * d->m->hp.n_ff, cudaMemcpyDeviceToHost, d->st)));
+    return CU(cudaEventRecord(d->ev_out, d->st));
+}
+
+int cudev_stage_wait(struct cudev *d) { return CU(cudaEventSynchronize(d->ev_out)); }
 
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
 {

@@ -89,6 +89,13 @@ int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold);
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits);
 int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids);
 int cudev_sync(struct cudev *d);
+/* Pin [ptr, ptr + bytes) for DMA (cudaHostRegister; unregistered at close; at most 4 ranges).
+ * ffn_add's y_cold inside a registered range is copied without waiting for it. */
+int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
+/* Enqueue x (n, n_embd) → h and, when mask is not NULL, the masks (n, n_ff) → mask, then an event;
+ * stage_wait waits for that event only. */
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask);
+int cudev_stage_wait(struct cudev *d);
 /* Benchmarks: count the neurons each layer's masked FFN computes (costs a sync per layer; not in
  * graphs). per_layer (n_layer, may be NULL) receives the counts so far; on starts a new count. */
 int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer);

@@ -249,6 +249,7 @@ int run_pipeline(const struct run_opts *o)
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                              .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
+                             .n_gpu_layers = o->n_gpu_layers,
                              .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;
