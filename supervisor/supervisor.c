@@ -287,9 +287,10 @@ static int choose_hot_set(struct sup *s)
     if (fixed > (uint64_t)budget) {
         const int32_t N = vram_max_layers(c->model, &vp, (uint64_t)budget);
         sup_log("vram budget %.3f GiB: the parts every token needs on the GPU (attention, embeddings, output, "
-                "predictors, KV cache for %d x %d cells, scratch, driver reserve) take %.3f GiB: falling back to "
-                "whole-layer placement (llama.cpp's -ngl): the first %d of %d layers on the GPU, the rest on the CPU",
-                GIB(budget), vp.n_seq, vp.n_ctx, GIB(fixed), N, c->model->hp.n_layer);
+                "predictors, KV cache for %d x %d cells, scratch, driver reserve) take %.3f GiB (%llu bytes): falling "
+                "back to whole-layer placement (llama.cpp's -ngl): the first %d of %d layers on the GPU, the rest on "
+                "the CPU",
+                GIB(budget), vp.n_seq, vp.n_ctx, GIB(fixed), (unsigned long long)fixed, N, c->model->hp.n_layer);
         return whole_layers(s, &vp, N, v.gpu_idx, "fallback");
     }
     char path[PI_PATH_MAX], dir[INST_PATH_MAX];
