@@ -11,10 +11,13 @@
 #
 #   bench/gpu/hybrid.sh [DIR]   DIR: pictl + stages + test_hybrid + lib/ + tiny-cal.gguf (.device/hybrid)
 #   env: OUT (results), DEADLINE (seconds of the whole script, default 225)
+#   Results: $OUT/run.log, $OUT/poll.log and everything else packed in $OUT/results.tgz (the device
+#   tool returns only a few files: the first call of 2026-12-01 lost the per-run JSON to that limit).
 set -u
 D=${1:-.device/hybrid}
-OUT=${OUT:-/tmp/hybrid-out}
-mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/hybrid-out}
+OUT=/tmp/hybrid-work
+mkdir -p "$OUT" "$FINAL"
 export PINFER_KEEP_LOGS=1 # the ephemeral instances' logs stay for the copy at the end
 export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 P=$D/pictl
@@ -104,3 +107,5 @@ for d in /tmp/pinfer-*/*/logs; do
     [ -d "$d" ] && cp -r "$d" "$OUT/logs/$(basename "$(dirname "$d")")" 2>/dev/null
 done
 log "done in $(($(date +%s) - T0)) s"
+cp "$OUT/run.log" "$OUT/poll.log" "$FINAL/"
+tar -czf "$FINAL/results.tgz" -C "$OUT" .

@@ -138,7 +138,7 @@ static int cu_ffn(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn
         masked = true;
     }
     if (cnt && !masked)
-        cnt->neurons += (uint64_t)F;
+        cnt->neurons += (uint64_t)cudev_layer_hot(b->d, layer);
     b->dev_mask = false;
     return cudev_ffn(b->d, layer, n, masked, true);
 }

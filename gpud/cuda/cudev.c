@@ -644,6 +644,7 @@ void cudev_mem(const struct cudev *d, struct cudev_mem *mem)
 bool cudev_sparse_ok(const struct cudev *d) { return d->sparse_ok; }
 bool cudev_ffn_compact(const struct cudev *d, int layer) { return !d->L[layer].host_masked; }
 int32_t cudev_n_layers(const struct cudev *d) { return d->n_dev_layers; }
+int64_t cudev_layer_hot(const struct cudev *d, int layer) { return d->L[layer].n_hot; }
 const char *cudev_device_name(const struct cudev *d) { return d->prop.name; }
 
 /* ---- matrix products: own GEMV up to CUDEV_GEMV_MAX tokens, cuBLAS above ---- */

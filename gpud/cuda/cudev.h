@@ -73,6 +73,8 @@ bool cudev_sparse_ok(const struct cudev *d); /* predictors and down_t uploaded *
 /* True when layer's placement is applied on the device (all neurons there, or compacted rows);
  * false for a layer without ffn_down_t held whole under a partial placement (mask it first). */
 bool cudev_ffn_compact(const struct cudev *d, int layer);
+/* FFN neurons of layer the device computes (its placed neurons; n_ff when held whole). */
+int64_t cudev_layer_hot(const struct cudev *d, int layer);
 /* Layers on the device (n_gpu_layers, or n_layer). */
 int32_t cudev_n_layers(const struct cudev *d);
 const char *cudev_device_name(const struct cudev *d);
