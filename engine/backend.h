@@ -122,6 +122,8 @@ extern const struct be_ops be_cpu_ops;
 /* Dense partial offload (-ngl, backend_ngl.c): the first be_params.n_gpu_layers layers on the CUDA
  * backend, the rest and the output on the CPU backend; open fails without the CUDA backend. */
 extern const struct be_ops be_ngl_ops;
+/* Tests: be_ngl_ops.open with another backend for the first layers (the CPU backend in CI). */
+int be_ngl_open_on(struct be **out, const struct pi_model *m, const struct be_params *p, const struct be_ops *dev);
 
 /* The backend named name ("cpu"; "cuda" when built with it), or NULL. NULL name = "cpu". */
 const struct be_ops *be_find(const char *name);

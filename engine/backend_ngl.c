@@ -37,6 +37,11 @@ static void ngl_close(struct be *b)
 
 static int ngl_open(struct be **out, const struct pi_model *m, const struct be_params *p)
 {
+    return be_ngl_open_on(out, m, p, be_find("cuda"));
+}
+
+int be_ngl_open_on(struct be **out, const struct pi_model *m, const struct be_params *p, const struct be_ops *dev)
+{
     const int32_t L = m->hp.n_layer;
     if (p->n_gpu_layers <= 0 || p->n_gpu_layers >= L)
         return pi_fail(PI_E_INVAL, "-ngl backend: %d layers on the device of %d (1..%d)", p->n_gpu_layers, L, L - 1);
@@ -46,7 +51,7 @@ static int ngl_open(struct be **out, const struct pi_model *m, const struct be_p
     b->m = m;
     b->n_dev = p->n_gpu_layers;
     b->n_batch = p->n_batch > 0 ? p->n_batch : 64;
-    b->dops = be_find("cuda");
+    b->dops = dev;
     b->hops = &be_cpu_ops;
     int rc = 0;
     if (!b->dops)
