@@ -56,12 +56,19 @@ struct be_params {
     /* Placement: (n_layer, n_ff), 1 = this backend holds neuron i of layer l (gate, up, down rows)
      * and computes it in ffn(); NULL = every neuron. Copied at open. */
     const uint8_t *on_device;
+    /* Whole-layer placement (-ngl): only the first n_gpu_layers layers run here (<= 0: all). */
+    int32_t n_gpu_layers;
 };
 
 /* Bytes the backend allocated, by kind (device memory for a GPU, host memory for the CPU backend;
- * weights a CPU backend reads in place from the model's mapping count 0). */
+ * weights a CPU backend reads in place from the model's mapping count 0). A GPU also reports its
+ * compacted hot FFN rows (hot), predictors (pred, else in weights), the CUDA context measured before
+ * its first allocation, and cudaMemGetInfo's used and total bytes; hot_neurons: the FFN neurons it
+ * computes (all layers). */
 struct be_mem {
     uint64_t weights, kv, scratch;
+    uint64_t hot, pred, context, device_used, device_total;
+    int64_t hot_neurons;
 };
 
 /* Per-call FFN counters (all optional to fill; zeroed by the caller). */
@@ -102,9 +109,24 @@ struct be_ops {
     int (*sync)(struct be *b);
     /* (optional) let idle worker threads sleep: the caller is about to wait on another stage */
     void (*idle)(struct be *b);
+    /* (optional) pin a host range for DMA (gpud's act segment). A buffer inside it that ffn_add
+     * reads is copied asynchronously: the caller leaves it unchanged until its next stage_wait.
+     * NULL: copies are synchronous. */
+    int (*host_register)(struct be *b, void *ptr, size_t bytes);
+    /* (optional) enqueue the copy of x (the FFN input, as get_h) and, when mask is not NULL, of the
+     * masks of n tokens to the host, behind what is already enqueued; stage_wait waits for those
+     * copies alone (an event: work enqueued after stage_out, e.g. the hot FFN, keeps running).
+     * NULL: get_h / get_mask. */
+    int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask);
+    int (*stage_wait)(struct be *b);
 };
 
 extern const struct be_ops be_cpu_ops;
+/* Dense partial offload (-ngl, backend_ngl.c): the first be_params.n_gpu_layers layers on the CUDA
+ * backend, the rest and the output on the CPU backend; open fails without the CUDA backend. */
+extern const struct be_ops be_ngl_ops;
+/* Tests: be_ngl_ops.open with another backend for the first layers (the CPU backend in CI). */
+int be_ngl_open_on(struct be **out, const struct pi_model *m, const struct be_params *p, const struct be_ops *dev);
 
 /* The backend named name ("cpu"; "cuda" when built with it), or NULL. NULL name = "cpu". */
 const struct be_ops *be_find(const char *name);

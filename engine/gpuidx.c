@@ -215,7 +215,8 @@ static bool try_load(const char *path, const struct pi_model *m, uint64_t budget
 /* a system error (-errno, below the PI_E_* range): the directory is read-only, full, or in the way */
 static bool write_failed_here(int rc) { return rc < 0 && -rc < PI_E_FORMAT; }
 
-int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m, int32_t n_ctx,
+int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m,
+                        const struct vram_params *vp,
                         uint64_t budget, bool reset, uint8_t *gpu_idx, char *path_out, size_t cap,
                         bool *generated)
 {
@@ -234,7 +235,7 @@ int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const 
         strcpy(path_out, alt);
         return 0;
     }
-    if ((rc = split_solve(m, n_ctx, budget, gpu_idx, NULL)))
+    if ((rc = split_solve(m, vp, budget, gpu_idx, NULL)))
         return rc;
     rc = gpuidx_write(path_out, m->hp.n_layer, m->hp.n_ff, gpu_idx, budget);
     if (write_failed_here(rc) && fallback_dir) {

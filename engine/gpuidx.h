@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "vram_plan.h"
 
 #define GPUIDX_SUFFIX ".generated.gpuidx"
 #define GPUIDX_ARCH "generic.gpu_index"
@@ -47,14 +48,16 @@ int gpuidx_load_matching(const char *path, const struct pi_model *m, uint64_t bu
  * under the model file's base name. -PI_E_RANGE if it does not fit in cap. */
 int gpuidx_path(const char *model_path, const char *dir, char *out, size_t cap);
 
-/* The GPU split for a model, a context length and a budget: the existing index next to the model
+/* The GPU split for a model, the CUDA backend's parameters (vram_plan.h: context, sequences,
+ * batch, cache type) and a budget: the existing index next to the model
  * (or, failing that, in fallback_dir) when it is valid for this model and was made for exactly this
  * budget; otherwise (or with reset: --reset-gpu-index) solved by split_solve and written next to the
  * model — or into fallback_dir (may be NULL) when that fails with a system error (a read-only
  * directory...). gpu_idx
  * (n_layer × n_ff) receives the split, path_out (cap bytes) the file used, *generated (may be NULL)
  * whether it was (re)made. */
-int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m, int32_t n_ctx,
+int gpuidx_load_or_make(const char *model_path, const char *fallback_dir, const struct pi_model *m,
+                        const struct vram_params *vp,
                         uint64_t budget, bool reset, uint8_t *gpu_idx, char *path_out, size_t cap,
                         bool *generated);
 

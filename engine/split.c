@@ -1,59 +1,56 @@
-/* split.c — the VRAM budget split: fixed bytes, then the hottest neurons per byte (see split.h). */
+/* split.c — the VRAM budget split: the plan's fixed bytes, then the hottest neurons per byte
+ * (see split.h). */
 #include "split.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "pi_err.h"
-#include "quant.h"
 
-#define KV_TENSORS 2 /* K and V */
+uint64_t split_neuron_cost(const struct pi_model *m, int layer) { return vram_neuron_bytes(m, layer); }
 
-static uint64_t tensor_bytes(const struct pi_tensor *t)
+static uint64_t slack_bytes(const struct pi_model *m)
 {
-    return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne[1] : 0;
+    uint64_t s = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (vram_layer_compactable(m, il))
+            s += vram_hot_slack(m, il);
+    return s;
 }
 
-uint64_t split_neuron_cost(const struct pi_model *m, int layer)
+uint64_t split_fixed_bytes(const struct pi_model *m, const struct vram_params *vp)
 {
-    const struct pi_layer *l = &m->layers[layer];
-    uint64_t down;
-    if (l->ffn_down_t.data) {
-        down = l->ffn_down_t.row_bytes;
-    } else {
-        /* a column of ffn_down: n_embd elements at the type's average bytes per element */
-        const struct pi_type_traits *tt = quant_traits_ref(l->ffn_down.type);
-        down = ((uint64_t)m->hp.n_embd * tt->type_size + (uint64_t)tt->blck_size - 1) / (uint64_t)tt->blck_size;
-    }
-    return (uint64_t)l->ffn_gate.row_bytes + (uint64_t)l->ffn_up.row_bytes + down;
+    struct vram_params p = *vp;
+    p.whole_layers = false;
+    const size_t n = (size_t)m->hp.n_layer * (size_t)m->hp.n_ff;
+    uint8_t *none = calloc(n ? n : 1, 1);
+    struct vram_plan pl;
+    const int rc = none ? vram_plan_make(m, &p, none, &pl) : -1;
+    free(none);
+    return rc ? UINT64_MAX : pl.fixed + slack_bytes(m);
 }
 
-uint64_t split_fixed_bytes(const struct pi_model *m, int32_t n_ctx, struct split_report *r)
+double split_coverage(const struct pi_model *m, const uint8_t *gpu_idx)
 {
-    const struct pi_hparams *hp = &m->hp;
-    struct split_report z;
-    if (!r)
-        r = &z;
-    r->attn_bytes = r->norm_bytes = r->pred_bytes = 0;
-    r->n_ctx = n_ctx > 0 ? n_ctx : hp->n_ctx_train;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const struct pi_layer *l = &m->layers[il];
-        r->attn_bytes += tensor_bytes(&l->wq) + tensor_bytes(&l->wk) + tensor_bytes(&l->wv) + tensor_bytes(&l->wo) +
-                         tensor_bytes(&l->bq) + tensor_bytes(&l->bk) + tensor_bytes(&l->bv);
-        r->norm_bytes += tensor_bytes(&l->attn_norm) + tensor_bytes(&l->ffn_norm);
-        r->pred_bytes += tensor_bytes(&l->fc1) + tensor_bytes(&l->fc2);
+    const int64_t F = m->hp.n_ff;
+    double all = 0, on = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const float *f = m->layers[il].act_freq;
+        if (!f)
+            return -1;
+        for (int64_t i = 0; i < F; i++) {
+            const double v = f[i] > 0.0f ? (double)f[i] : 0.0; /* NaN / negative count nothing */
+            all += v;
+            if (gpu_idx[il * F + i])
+                on += v;
+        }
     }
-    r->norm_bytes += tensor_bytes(&m->output_norm);
-    r->output_bytes = tensor_bytes(&m->output);
-    r->kv_bytes = (uint64_t)hp->n_layer * (uint64_t)r->n_ctx * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim *
-                  KV_TENSORS * sizeof(float);
-    r->fixed_bytes = r->attn_bytes + r->norm_bytes + r->output_bytes + r->pred_bytes + r->kv_bytes;
-    return r->fixed_bytes;
+    return all > 0 ? on / all : 0;
 }
 
 struct cand {
-    float score;   /* act_freq / cost, or 0 when ranking by index */
-    int32_t neuron;
+    double score;  /* act_freq / cost, or 0 when ranking by index */
+    int32_t neuron; /* -1: the whole layer (a layer without ffn_down_t) */
     int32_t layer;
 };
 
@@ -77,7 +74,13 @@ void split_report_fini(struct split_report *r)
     r->layer_neurons = NULL;
 }
 
-int split_solve(const struct pi_model *m, int32_t n_ctx, uint64_t budget_bytes, uint8_t *gpu_idx,
+static double freq_of(const struct pi_model *m, int il, int64_t i, bool by_freq)
+{
+    const float f = by_freq ? m->layers[il].act_freq[i] : 0.0f;
+    return f > 0.0f ? (double)f : 0.0; /* NaN / negative rank last */
+}
+
+int split_solve(const struct pi_model *m, const struct vram_params *vp, uint64_t budget_bytes, uint8_t *gpu_idx,
                 struct split_report *r)
 {
     const struct pi_hparams *hp = &m->hp;
@@ -88,7 +91,10 @@ int split_solve(const struct pi_model *m, int32_t n_ctx, uint64_t budget_bytes, 
     memset(r, 0, sizeof *r);
     r->budget = budget_bytes;
     r->n_layer = hp->n_layer;
+    r->n_gpu_layers = -1;
     memset(gpu_idx, 0, (size_t)(L * F));
+    struct vram_params p = *vp;
+    p.whole_layers = false;
     struct cand *c = NULL;
     uint64_t *cost = NULL;
     int rc = 0;
@@ -99,38 +105,71 @@ int split_solve(const struct pi_model *m, int32_t n_ctx, uint64_t budget_bytes, 
         rc = pi_fail(PI_E_NOMEM, "split: out of memory for %lld neurons", (long long)(L * F));
         goto fail;
     }
-    split_fixed_bytes(m, n_ctx, r);
+    r->fixed_bytes = split_fixed_bytes(m, &p);
+    if (r->fixed_bytes == UINT64_MAX) {
+        rc = vram_plan_make(m, &p, gpu_idx, &r->plan); /* the plan's own error (an unsupported type) */
+        rc = rc ? rc : pi_fail(PI_E_INVAL, "split: no plan for this model");
+        goto fail;
+    }
     r->fixed_fits = r->fixed_bytes <= budget_bytes;
     r->by_freq = true;
-    uint64_t min_cost = UINT64_MAX;
-    for (int64_t il = 0; il < L; il++) {
-        r->by_freq &= m->layers[il].act_freq != NULL;
-        cost[il] = split_neuron_cost(m, (int)il);
-        min_cost = cost[il] < min_cost ? cost[il] : min_cost;
-    }
-    if (!r->fixed_fits)
-        goto done;
     for (int64_t il = 0; il < L; il++)
-        for (int64_t i = 0; i < F; i++) {
-            struct cand *k = &c[il * F + i];
-            const float f = r->by_freq ? m->layers[il].act_freq[i] : 0.0f;
-            k->score = f > 0.0f ? (float)((double)f / (double)cost[il]) : 0.0f; /* NaN / negative rank last */
-            k->neuron = (int32_t)i;
-            k->layer = (int32_t)il;
+        r->by_freq &= m->layers[il].act_freq != NULL;
+    if (!r->fixed_fits) {
+        /* the non-FFN parts do not fit: whole layers, as many as fit (llama.cpp's -ngl) */
+        p.n_gpu_layers = vram_max_layers(m, &p, budget_bytes);
+        p.whole_layers = true;
+        r->n_gpu_layers = p.n_gpu_layers;
+        for (int64_t il = 0; il < p.n_gpu_layers; il++) {
+            memset(gpu_idx + il * F, 1, (size_t)F);
+            r->layer_neurons[il] = F;
+            r->neurons += F;
         }
-    qsort(c, (size_t)(L * F), sizeof *c, cand_cmp);
+        goto done;
+    }
+    int64_t nc = 0;
+    for (int64_t il = 0; il < L; il++) {
+        if (vram_layer_compactable(m, (int)il)) {
+            cost[il] = vram_neuron_bytes(m, (int)il);
+            for (int64_t i = 0; i < F; i++)
+                c[nc++] = (struct cand){ .score = freq_of(m, (int)il, i, r->by_freq) / (double)cost[il],
+                                         .neuron = (int32_t)i, .layer = (int32_t)il };
+        } else { /* one candidate: the whole FFN, at its mean frequency per byte */
+            cost[il] = vram_ffn_whole_bytes(m, (int)il);
+            double s = 0;
+            for (int64_t i = 0; i < F; i++)
+                s += freq_of(m, (int)il, i, r->by_freq);
+            c[nc++] = (struct cand){ .score = s / (double)cost[il], .neuron = -1, .layer = (int32_t)il };
+        }
+    }
+    qsort(c, (size_t)nc, sizeof *c, cand_cmp);
     uint64_t left = budget_bytes - r->fixed_bytes;
-    for (int64_t k = 0; k < L * F && left >= min_cost; k++) {
+    for (int64_t k = 0; k < nc; k++) {
         const uint64_t b = cost[c[k].layer];
         if (b > left)
             continue; /* another layer's neurons may be cheaper */
         left -= b;
-        gpu_idx[(int64_t)c[k].layer * F + c[k].neuron] = 1;
-        r->layer_neurons[c[k].layer]++;
-        r->neurons++;
         r->neuron_bytes += b;
+        if (c[k].neuron < 0) {
+            memset(gpu_idx + (int64_t)c[k].layer * F, 1, (size_t)F);
+            r->layer_neurons[c[k].layer] = F;
+            r->neurons += F;
+        } else {
+            gpu_idx[(int64_t)c[k].layer * F + c[k].neuron] = 1;
+            r->layer_neurons[c[k].layer]++;
+            r->neurons++;
+        }
     }
 done:
+    if ((rc = vram_plan_make(m, &p, gpu_idx, &r->plan)))
+        goto fail;
+    /* the reserve covers every rounding: the exact plan never exceeds what was counted */
+    if (r->plan.total > budget_bytes && (r->fixed_fits || r->n_gpu_layers > 0)) {
+        rc = pi_fail(PI_E_INVAL, "split: plan of %llu bytes exceeds the budget of %llu (internal error)",
+                     (unsigned long long)r->plan.total, (unsigned long long)budget_bytes);
+        goto fail;
+    }
+    r->covered = split_coverage(m, gpu_idx);
     free(c);
     free(cost);
     if (r == &z)

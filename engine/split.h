@@ -1,14 +1,22 @@
-/* split.h — which FFN neurons go to the GPU under a VRAM budget (PowerInfer's "GPU split").
+/* split.h — which FFN neurons go to the GPU under a VRAM budget (PowerInfer's "GPU split"), with
+ * exact arithmetic: the bytes are those of the CUDA backend's plan (vram_plan.h), so the device
+ * memory gpud allocates never exceeds the budget.
  *
- * The GPU side must first hold what every token needs whatever the split ("fixed" bytes):
- *   attention weights (q, k, v, o and their biases), norms (attn, ffn, output), the output matrix
- *   (token_embd when tied; an untied token_embd stays on the host, as llama.cpp does), the
- *   predictors (fc1, fc2) and the KV cache (f32: n_layer × n_ctx × n_head_kv × head_dim × 2 × 4).
- * What the budget leaves goes to neurons, hottest first across all layers: a neuron costs its gate
- * row + up row + down_t row (a plain file's ffn_down: its share of the column, n_embd elements), and
- * neurons are ranked by act_freq / cost (the activation frequency per byte of VRAM). Files without
- * act_freq in every layer rank by neuron index instead (the first neurons of every layer first).
- * Neurons that do not fit are skipped, so a cheaper layer's neurons can still fill the remainder. */
+ * The GPU side first holds what every token needs whatever the split (the plan's fixed bytes:
+ * embeddings, attention, norms, output, predictors, the KV cache for n_ctx × n_seq cells in the
+ * cache's type, scratch, cuBLAS workspace, the driver reserve) plus, per layer whose FFN can be
+ * held in part (it has ffn_down_t), the most alignment padding its compacted arrays may need. What
+ * the budget leaves goes to neurons, hottest first across all layers: a neuron costs its gate, up
+ * and down_t rows and its id (vram_neuron_bytes), and neurons are ranked by act_freq / cost (the
+ * activation frequency per byte of VRAM). Files without act_freq in every layer rank by neuron
+ * index instead (the first neurons of every layer first). Neurons that do not fit are skipped, so a
+ * cheaper layer's neurons can still fill the remainder. A layer without ffn_down_t is held whole
+ * or not at all (its down columns cannot be compacted): it is placed as one candidate costing its
+ * whole FFN, ranked by its mean frequency per byte.
+ *
+ * If the fixed bytes do not fit, the split falls back to whole layers (llama.cpp's -ngl): the
+ * largest N whose plan fits (vram_max_layers), reported in n_gpu_layers; gpu_idx then marks every
+ * neuron of the first N layers. */
 #ifndef PI_SPLIT_H
 #define PI_SPLIT_H
 
@@ -16,33 +24,35 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "vram_plan.h"
 
 struct split_report {
     uint64_t budget;
-    uint64_t attn_bytes;    /* wq, wk, wv, wo (+ biases) of all layers */
-    uint64_t norm_bytes;    /* attn_norm, ffn_norm of all layers, output_norm */
-    uint64_t output_bytes;  /* the output matrix */
-    uint64_t pred_bytes;    /* fc1 + fc2 of all layers */
-    uint64_t kv_bytes;      /* the f32 KV cache for n_ctx tokens */
-    uint64_t fixed_bytes;   /* sum of the five above */
-    uint64_t neuron_bytes;  /* FFN rows of the neurons placed on the GPU */
+    struct vram_plan plan;  /* of the split made (exact bytes by kind) */
+    uint64_t fixed_bytes;   /* plan fixed + the compacted arrays' alignment reserve */
+    uint64_t neuron_bytes;  /* Σ cost of the neurons placed (without alignment) */
     int64_t neurons;        /* neurons placed, all layers */
     int32_t n_layer;
-    int32_t n_ctx;          /* the context length accounted for */
     int64_t *layer_neurons; /* (n_layer) neurons placed per layer; split_report_fini frees it */
+    double covered;         /* share of all activations (Σ act_freq) the placed neurons cover; -1 without act_freq */
     bool by_freq;           /* ranked by act_freq (else by neuron index) */
-    bool fixed_fits;        /* fixed_bytes <= budget (else nothing is placed) */
+    bool fixed_fits;        /* fixed_bytes <= budget (else whole-layer fallback) */
+    int32_t n_gpu_layers;   /* -1: neurons placed by the solver; else the whole-layer fallback's N */
 };
 
-/* Fill gpu_idx (n_layer × n_ff, 1 = neuron on the GPU) for a budget of budget_bytes and a context of
- * n_ctx tokens (<= 0: the model's training context). r (may be NULL) receives the accounting. */
-int split_solve(const struct pi_model *m, int32_t n_ctx, uint64_t budget_bytes, uint8_t *gpu_idx,
+/* Fill gpu_idx (n_layer × n_ff, 1 = neuron on the GPU) for a budget of budget_bytes under the
+ * backend parameters vp (context, sequences, batch, cache type; vp->whole_layers is ignored).
+ * r (may be NULL) receives the accounting. */
+int split_solve(const struct pi_model *m, const struct vram_params *vp, uint64_t budget_bytes, uint8_t *gpu_idx,
                 struct split_report *r);
 void split_report_fini(struct split_report *r);
 
-/* VRAM bytes of one FFN neuron of a layer (gate row + up row + down row). */
+/* VRAM bytes of one more FFN neuron of a layer (vram_neuron_bytes). */
 uint64_t split_neuron_cost(const struct pi_model *m, int layer);
-/* The fixed bytes alone (fills the byte fields of r except neuron_bytes). */
-uint64_t split_fixed_bytes(const struct pi_model *m, int32_t n_ctx, struct split_report *r);
+/* The fixed bytes alone: the plan with no neuron placed plus the alignment reserve. */
+uint64_t split_fixed_bytes(const struct pi_model *m, const struct vram_params *vp);
+/* Share of all activations (Σ act_freq over every neuron) that gpu_idx's neurons cover; -1 when
+ * some layer has no act_freq. */
+double split_coverage(const struct pi_model *m, const uint8_t *gpu_idx);
 
 #endif

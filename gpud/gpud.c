@@ -37,11 +37,43 @@ int gpud_init(struct gpud *g, int argc, char **argv)
                                   .on_device = g->act.gpu_idx };
     char backend[sizeof ctl->backend + 1], why[PI_MSG_MAX];
     snprintf(backend, sizeof backend, "%.*s", (int)sizeof ctl->backend, ctl->backend[0] ? ctl->backend : "auto");
-    if ((rc = be_open_named(backend, g->m, &bp, ctl->cache_type, &g->be_ops, &g->be, why, sizeof why)))
+    why[0] = '\0';
+    if (ctl->n_gpu_layers > 0 && ctl->n_gpu_layers < ah->n_layer && strcmp(backend, "cpu")) {
+        /* whole-layer placement (-ngl): the first layers on the GPU, the rest here on the host */
+        struct be_params np = bp;
+        np.n_gpu_layers = ctl->n_gpu_layers;
+        np.cache_type = ctl->cache_type >= 0 ? (enum be_cache_type)ctl->cache_type : BE_CACHE_F16;
+        np.on_device = NULL;
+        g->be_ops = &be_ngl_ops;
+        if ((rc = be_ngl_ops.open(&g->be, g->m, &np))) {
+            if (strcmp(backend, "auto") || rc != -PI_E_UNSUPPORTED)
+                return rc;
+            /* auto without a device: every layer on the host */
+            fprintf(stderr, "gpud: -ngl %d: no GPU (%s): every layer on the CPU\n", ctl->n_gpu_layers, pi_errmsg());
+            g->be = NULL;
+            if ((rc = be_open_named("cpu", g->m, &bp, ctl->cache_type, &g->be_ops, &g->be, why, sizeof why)))
+                return rc;
+        }
+    } else if ((rc = be_open_named(ctl->n_gpu_layers == 0 ? "cpu" : backend, g->m, &bp, ctl->cache_type, &g->be_ops,
+                                   &g->be, why, sizeof why))) {
         return rc;
+    }
     if (why[0])
         fprintf(stderr, "gpud: --backend %s: not using cuda (%s)\n", backend, why);
     snprintf(ctl->backend_used, sizeof ctl->backend_used, "%s", g->be_ops->name);
+    /* device memory by kind, from the backend's allocator (status, --json-stats, [perf]) */
+    struct be_mem mem = { 0 };
+    g->be_ops->mem(g->be, &mem);
+    ctl->vram_weights = mem.weights, ctl->vram_hot = mem.hot, ctl->vram_pred = mem.pred, ctl->vram_kv = mem.kv;
+    ctl->vram_scratch = mem.scratch, ctl->vram_context = mem.context, ctl->vram_device_used = mem.device_used;
+    /* the act segment pinned for the per-layer hand-off (h and masks out, the cold share back) */
+    if (g->be_ops->host_register) {
+        if (g->be_ops->host_register(g->be, g->act_seg.base, g->act_seg.size))
+            fprintf(stderr, "gpud: the act segment is not pinned (%s): the hand-off copies synchronously\n",
+                    pi_errmsg());
+        else
+            g->act_pinned = true;
+    }
     /* a device backend leaves the host share (cpud's, while cpud is down) to host threads */
     if (g->be_ops != &be_cpu_ops && (rc = pool_new(&g->host_pool, nt)))
         return rc;

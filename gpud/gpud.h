@@ -31,6 +31,7 @@ struct gpud {
     bool pred_on_device; /* the backend runs the predictor itself (a GPU: masks stay there) */
     bool pred_local;     /* masks computed here, not by predictord: on the device, or (--predict-in gpud,
                           * no audit) on gpud's host threads */
+    bool act_pinned;     /* the act segment is registered with the backend (cudaHostRegister) */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
     struct eval ev;      /* the evaluator, its FFN step routed through the other stages */
     struct pi_batch_buf bb;

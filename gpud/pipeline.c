@@ -9,7 +9,14 @@
  * A stage that is down is routed around with the same results: without predictord gpud evaluates
  * the same predictor itself, publishes the mask and hands the step to cpud (GPU_CPU); without cpud
  * gpud computes the cold share on the host with cpud's kernels. Messages from another epoch or step
- * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls. */
+ * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls.
+ *
+ * On a GPU (the backend runs the predictor and has stage_out) the hand-off is asynchronous: the
+ * predictor, the copy of h and the masks into the act segment (pinned with cudaHostRegister) and
+ * the hot FFN are enqueued in gpud's stream one after the other; gpud waits for the copies' event
+ * alone — not the device — then hands the step to cpud while the GPU computes the hot neurons; the
+ * cold share comes back from the pinned segment with an asynchronous copy added on the device. A
+ * layer with no cold neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
 
@@ -71,6 +78,84 @@ static int masks_here(struct gpud *g, struct eval *e, int layer, int32_t n)
     return 0;
 }
 
+/* The cold share of step it: cpud's (it was handed the step when cpu_sent), or computed here when
+ * cpud is down or did not answer, with the same masks and order; then x += yhot + ycold. */
+static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, bool host_share, bool cpu_sent,
+                       struct be_ffn_count *cnt, uint64_t t_start, uint64_t wait_ns)
+{
+    const struct be_ops *be = e->ops;
+    struct act_view *a = &g->act;
+    int rc;
+    const float *ycold = NULL;
+    if (host_share && cpu_sent) {
+        struct act_item got;
+        if (be->idle)
+            be->idle(e->be); /* cpud needs the cores now; our workers would only spin */
+        uint64_t w0 = now_ns();
+        bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
+        wait_ns += now_ns() - w0;
+        /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
+        if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
+            ycold = a->ycold;
+    }
+    if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
+        uint64_t hb = 0;
+        if ((rc = eval_host_share(e, layer, B, a->h, e->sparse ? a->mask : NULL, e->y, &hb)))
+            return rc;
+        cnt->bytes += hb;
+        ycold = e->y;
+        atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
+    }
+    eval_count(e, layer, B, cnt);
+    if ((rc = be->ffn_add(e->be, layer, B, ycold)))
+        return rc;
+    const uint64_t total = now_ns() - t_start;
+    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt->bytes);
+    return 0;
+}
+
+/* The step on a GPU backend: predictor, copies out and the hot FFN enqueued back to back; the host
+ * waits for the copies' event only, hands the step to cpud, then takes the cold share back. */
+static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
+                           const struct act_item *it, bool host_share, uint64_t t_start)
+{
+    const struct be_ops *be = e->ops;
+    const int32_t B = b->n;
+    const bool sparse = e->sparse;
+    struct act_view *a = &g->act;
+    struct be_ffn_count cnt = { 0 };
+    int rc;
+    const bool cpu_up = host_share && dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD);
+    if (sparse && (rc = be->predict(e->be, layer, B)))
+        return rc;
+    /* h and the masks go out only when a host share needs them (cpud, or the host when it is down) */
+    if (host_share && (rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
+        return rc;
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt))) /* the hot neurons, while the host hands off */
+        return rc;
+    bool cpu_sent = false;
+    uint64_t wait_ns = 0;
+    if (host_share) {
+        const uint64_t w0 = now_ns();
+        if ((rc = be->stage_wait(e->be)))
+            return rc;
+        wait_ns += now_ns() - w0;
+        /* release: h and the masks are written before cpud can see this step as current */
+        atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
+        if (sparse)
+            atomic_store_explicit(&a->hdr->mask_seq, g->seq, memory_order_release);
+        if (cpu_up) {
+            struct act_item ci = *it;
+            ci.flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE;
+            cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
+            if (cpu_sent)
+                act_ring_cpud_bell(a->hdr);
+        }
+    }
+    return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
+}
+
 /* The FFN step routed through predictord (masks) and cpud (the neurons not on the device); a stage
  * that is down is replaced here with the same masks and the same order of sums. */
 static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch *b)
@@ -87,14 +172,16 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
 
     struct act_item it = { .epoch = g->epoch, .seq = ++g->seq, .req_id = g->req_id, .pos = b->pos[0], .n_tok = B,
                            .layer = layer };
+    const bool sparse = e->sparse;
+    /* a layer whose neurons are all on the device needs no cpud step (and no hop) */
+    const bool host_share = g->n_cold[layer] > 0;
+    if (be->stage_out && be->stage_wait && (g->pred_on_device || !sparse))
+        return ffn_step_device(g, e, layer, b, &it, host_share, t_start);
     if ((rc = be->get_h(e->be, B, a->h)))
         return rc;
     /* release: h is written before any stage can see this step as current */
     atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
 
-    const bool sparse = e->sparse;
-    /* a layer whose neurons are all on the device needs no cpud step (and no hop) */
-    const bool host_share = g->n_cold[layer] > 0;
     const bool cpu_up = host_share && dataplane_stage_alive(ctl, PI_STAGE_CPUD);
     bool cpu_sent = false;
     if (sparse) {
@@ -132,33 +219,7 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     const struct pi_layer_weights w = model_layer_weights(e->m, layer);
     if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
         return rc;
-
-    const float *ycold = NULL;
-    if (host_share && cpu_sent) {
-        struct act_item got;
-        if (be->idle)
-            be->idle(e->be); /* cpud needs the cores now; our workers would only spin */
-        uint64_t w0 = now_ns();
-        bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
-        wait_ns += now_ns() - w0;
-        /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
-        if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
-            ycold = a->ycold;
-    }
-    if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
-        uint64_t hb = 0;
-        if ((rc = eval_host_share(e, layer, B, a->h, sparse ? a->mask : NULL, e->y, &hb)))
-            return rc;
-        cnt.bytes += hb;
-        ycold = e->y;
-        atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
-    }
-    eval_count(e, layer, B, &cnt);
-    if ((rc = be->ffn_add(e->be, layer, B, ycold)))
-        return rc;
-    const uint64_t total = now_ns() - t_start;
-    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt.bytes);
-    return 0;
+    return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
 void gpud_route_ffn(struct gpud *g)

@@ -224,6 +224,16 @@ struct pi_ctl {
     int32_t predict_in; /* enum pi_predict_in */
     /* gpud, for requests with PI_REQ_LOGPROBS: record i of slot s before token i's n_gen release */
     struct pi_logprob logprobs[PI_MAX_REQUESTS][PI_LP_MAX_TOKENS];
+    /* The VRAM plan (supervisor, engine/vram_plan.h) and what gpud's backend allocated (gpud, after it
+     * opened; bytes by kind, read from its allocator; device_used: cudaMemGetInfo's used bytes). */
+    int64_t vram_budget;             /* bytes; -1: none given */
+    uint64_t vram_planned;           /* the plan's total for the placement (0: no plan) */
+    int64_t hot_neurons;             /* FFN neurons placed on gpud (all layers) */
+    double hot_coverage;             /* share of all activations (act_freq) they cover; -1 unknown */
+    uint64_t vram_weights, vram_hot, vram_pred, vram_kv, vram_scratch, vram_context, vram_device_used;
+    int32_t n_gpu_layers;            /* supervisor: whole-layer placement (-ngl, or the budget's
+                                        fallback): the first N layers on the GPU; -1: by neurons */
+    int32_t reserved2;
 };
 
 enum pi_predict_in { PI_PREDICT_IN_GPUD = 0, PI_PREDICT_IN_PREDICTORD = 1 };

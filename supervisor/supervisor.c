@@ -18,7 +18,11 @@
 
 #include "act.h"
 #include "gguf.h"
+#include "backend.h"
 #include "gpuidx.h"
+#include "split.h"
+#include "vram_nvml.h"
+#include "vram_plan.h"
 #include "load.h"
 #include "model.h"
 #include "pi_err.h"
@@ -137,6 +141,9 @@ static int create_ctl(struct sup *s)
     snprintf(ctl->backend, sizeof ctl->backend, "%s", c->backend[0] ? c->backend : "auto");
     ctl->gpu_ffn_share = c->gpu_ffn_share;
     ctl->ram_budget = c->ram_budget;
+    ctl->vram_budget = -1;
+    ctl->hot_coverage = -1;
+    ctl->n_gpu_layers = c->n_gpu_layers;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
     ctl->gpud_threads = ctl->cpud_threads = c->n_threads;
@@ -180,10 +187,77 @@ static int create_weights(struct sup *s)
     return 0;
 }
 
+/* The CUDA backend's parameters the VRAM plan counts: -c cells for each of the --parallel
+ * sequences, the act segment's batch, the cache type (f16 unless --cache-type f32). */
+static struct vram_params plan_params(const struct sup_config *c)
+{
+    /* the driver's reserve when gpud will find a GPU (NVML sees one and the CUDA backend is built) */
+    uint64_t fr, tot;
+    const bool gpu = strcmp(c->backend, "cpu") && be_find("cuda") && vram_nvml_mem(0, &fr, &tot) == 0;
+    return (struct vram_params){ .n_ctx = c->n_ctx, .n_seq = c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL,
+                                 .n_batch = SUP_N_BATCH, .kv_f32 = c->cache_type == BE_CACHE_F32,
+                                 .reserve = gpu ? VRAM_RESERVE : 0 };
+}
+
+#define GIB(x) ((double)(x) / (double)(1ull << 30))
+
+/* No --vram-budget on a GPU: all free memory minus a margin (NVML, before gpud holds a context).
+ * Returns the budget, or -1 when the whole model fits (or there is no GPU to ask). */
+static int64_t default_budget(const struct sup_config *c, const struct vram_params *vp)
+{
+    uint64_t fr = 0, tot = 0;
+    if (!strcmp(c->backend, "cpu") || vram_nvml_mem(0, &fr, &tot))
+        return -1;
+    struct vram_plan all;
+    if (vram_plan_make(c->model, vp, NULL, &all))
+        return -1;
+    const uint64_t b = vram_default_budget(fr);
+    if (all.total <= b)
+        return -1;
+    sup_log("no --vram-budget: the whole model needs %.2f GiB on the GPU, %.2f GiB are free: placing the hottest "
+            "neurons in %.2f GiB (free minus %.2f GiB)",
+            GIB(all.total), GIB(fr), GIB(b), GIB(VRAM_FREE_MARGIN));
+    return (int64_t)b;
+}
+
+/* Whole-layer placement of the first n layers (-ngl, or the budget's fallback): gpud computes every
+ * neuron (the first n layers on the GPU, the others on its host backend), cpud none. */
+static int whole_layers(struct sup *s, const struct vram_params *vp, int32_t n, uint8_t *gpu_idx, const char *why)
+{
+    const struct sup_config *c = s->cfg;
+    const int32_t L = c->model->hp.n_layer;
+    n = n < L ? n : L;
+    memset(gpu_idx, 1, (size_t)L * (size_t)c->model->hp.n_ff);
+    struct vram_params w = *vp;
+    w.whole_layers = true;
+    w.n_gpu_layers = n;
+    struct vram_plan pl;
+    int rc = vram_plan_make(c->model, &w, NULL, &pl);
+    if (rc)
+        return rc;
+    s->ctl->n_gpu_layers = n;
+    s->ctl->vram_planned = n > 0 ? pl.total : 0;
+    s->ctl->hot_neurons = pl.neurons;
+    /* the activations the GPU's layers cover: their neurons' share of Σ act_freq */
+    const size_t F = (size_t)c->model->hp.n_ff;
+    uint8_t *on = calloc((size_t)L * F, 1);
+    if (on) {
+        memset(on, 1, (size_t)n * F);
+        s->ctl->hot_coverage = split_coverage(c->model, on);
+        free(on);
+    }
+    sup_log("%s: the first %d of %d layers whole on the GPU (plan %.3f GiB = weights %.3f + predictors %.3f + KV "
+            "%.3f + scratch %.3f + reserve %.3f), the rest on the CPU in gpud",
+            why, n, L, GIB(pl.total), GIB(pl.weights), GIB(pl.pred), GIB(pl.kv), GIB(pl.scratch), GIB(pl.reserve));
+    return 0;
+}
+
 /* The per-layer split of FFN neurons between gpud (hot) and cpud: by default the first
- * gpu_ffn_share of each layer (act_seg_init); with a VRAM budget, PowerInfer's gpuidx next to the
- * model (made by the split solver, hottest neurons first, regenerated when it does not match the
- * model or budget); --disable-gpu-index: none on gpud. */
+ * gpu_ffn_share of each layer (act_seg_init); with a VRAM budget (or, on a GPU without one, the
+ * free memory), PowerInfer's gpuidx next to the model (made by the split solver over the exact
+ * VRAM plan, hottest neurons first, regenerated when it does not match the model or budget, or
+ * when its plan exceeds the budget under this instance's context and sequences); --disable-gpu-index:
+ * none on gpud. */
 static int choose_hot_set(struct sup *s)
 {
     const struct sup_config *c = s->cfg;
@@ -197,23 +271,60 @@ static int choose_hot_set(struct sup *s)
         sup_log("gpu index disabled: every FFN neuron is computed by cpud");
         return 0;
     }
-    if (c->vram_budget < 0)
+    const struct vram_params vp = plan_params(c);
+    s->ctl->vram_budget = c->vram_budget;
+    if (c->n_gpu_layers >= 0)
+        return whole_layers(s, &vp, c->n_gpu_layers, v.gpu_idx, "-ngl");
+    const int64_t budget = c->vram_budget >= 0 ? c->vram_budget : default_budget(c, &vp);
+    if (budget < 0) {
+        struct vram_plan pl;
+        if (vram_plan_make(c->model, &vp, v.gpu_idx, &pl) == 0) {
+            s->ctl->vram_planned = pl.total;
+            s->ctl->hot_neurons = pl.neurons;
+            s->ctl->hot_coverage = split_coverage(c->model, v.gpu_idx);
+        }
         return 0;
+    }
+    const uint64_t fixed = split_fixed_bytes(c->model, &vp);
+    if (fixed > (uint64_t)budget) {
+        const int32_t N = vram_max_layers(c->model, &vp, (uint64_t)budget);
+        sup_log("vram budget %.3f GiB: the parts every token needs on the GPU (attention, embeddings, output, "
+                "predictors, KV cache for %d x %d cells, scratch, driver reserve) take %.3f GiB (%llu bytes): falling "
+                "back to whole-layer placement (llama.cpp's -ngl): the first %d of %d layers on the GPU, the rest on "
+                "the CPU",
+                GIB(budget), vp.n_seq, vp.n_ctx, GIB(fixed), (unsigned long long)fixed, N, c->model->hp.n_layer);
+        return whole_layers(s, &vp, N, v.gpu_idx, "fallback");
+    }
     char path[PI_PATH_MAX], dir[INST_PATH_MAX];
     bool generated = false;
     if ((rc = inst_dir(c->name, dir, sizeof dir)))
         return rc;
-    /* the KV cache the budget must hold: -c cells for each of the --parallel sequences */
-    const int32_t kv_cells = c->n_ctx * (c->n_parallel > 0 ? c->n_parallel : SUP_DEFAULT_PARALLEL);
-    rc = gpuidx_load_or_make(c->model_path, dir, c->model, kv_cells, (uint64_t)c->vram_budget, c->reset_gpu_index,
-                             v.gpu_idx, path, sizeof path, &generated);
+    rc = gpuidx_load_or_make(c->model_path, dir, c->model, &vp, (uint64_t)budget, c->reset_gpu_index, v.gpu_idx,
+                             path, sizeof path, &generated);
+    struct vram_plan pl;
+    if (!rc && (rc = vram_plan_make(c->model, &vp, v.gpu_idx, &pl)) == 0 && pl.total > (uint64_t)budget) {
+        /* an index made for this budget under another context or sequence count */
+        sup_log("gpu index %s: its plan needs %.3f GiB under -c %d x %d sequences: regenerated", path, GIB(pl.total),
+                vp.n_ctx, vp.n_seq);
+        rc = gpuidx_load_or_make(c->model_path, dir, c->model, &vp, (uint64_t)budget, true, v.gpu_idx, path,
+                                 sizeof path, &generated);
+        if (!rc)
+            rc = vram_plan_make(c->model, &vp, v.gpu_idx, &pl);
+    }
     if (rc)
         return rc;
-    size_t hot = 0;
-    for (size_t i = 0; i < n; i++)
-        hot += v.gpu_idx[i] != 0;
-    sup_log("gpu index %s (%s): %zu of %zu FFN neurons on gpud for a budget of %.2f GiB", path,
-            generated ? "generated" : "reused", hot, n, (double)c->vram_budget / (1 << 30));
+    const double cov = split_coverage(c->model, v.gpu_idx);
+    char covs[48] = "activation share unknown: no act_freq";
+    if (cov >= 0)
+        snprintf(covs, sizeof covs, "%.1f%% of activations", 100.0 * cov);
+    s->ctl->vram_planned = pl.total;
+    s->ctl->hot_neurons = pl.neurons;
+    s->ctl->hot_coverage = cov;
+    sup_log("gpu index %s (%s): %lld of %zu FFN neurons on gpud (%s) for a budget of %.3f GiB: "
+            "plan %.3f GiB = weights %.3f + hot rows %.3f + predictors %.3f + KV %.3f + scratch %.3f + reserve %.3f",
+            path, generated ? "generated" : "reused", (long long)pl.neurons, n, covs,
+            GIB(budget), GIB(pl.total), GIB(pl.weights), GIB(pl.hot), GIB(pl.pred), GIB(pl.kv), GIB(pl.scratch),
+            GIB(pl.reserve));
     return 0;
 }
 

@@ -65,6 +65,7 @@ struct sup_config {
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
     uint64_t ram_budget;     /* bytes (--ram-budget); 0: no disk tier. cpud computes the FFN then
                                 (gpu_ffn_share 0 unless a VRAM budget places neurons on the GPU) */
+    int32_t n_gpu_layers;    /* -ngl: the first N whole layers on the GPU (llama.cpp); < 0: by neurons */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     int32_t predict_in; /* enum pi_predict_in (--predict-in) */

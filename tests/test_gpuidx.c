@@ -5,7 +5,7 @@
  *    bucket, as PowerInfer writes it);
  *  - mismatches and malformed files are rejected with -PI_E_RANGE (block count, n_ff) or
  *    -PI_E_FORMAT (magic, architecture, missing key, tensor order/type, values, bucket);
- *  - the solver: fixed bytes equal a hand computation; budget 0 / exactly the fixed bytes → no
+ *  - the solver: fixed bytes are the VRAM plan's (test_vram_plan checks them by hand); budget 0 / exactly the fixed bytes → no
  *    neuron; a huge budget → all; in between the hottest neurons across layers (by act_freq, or by
  *    index without it), exactly as many as fit;
  *  - gpuidx_load_or_make: generates, then reuses for the same budget, regenerates for another budget,
@@ -235,39 +235,37 @@ static void test_solver(const char *dir)
     struct pwri_weights w;
     struct pi_model *m = make_model(path, true, &w, true);
     const struct pwri_cfg c = model_cfg(true);
-    /* by hand: f32 attention and norms, f32 predictors of rank R, untied f32 output, f32 KV cache,
-     * f16 FFN rows */
-    const uint64_t E = 64, Q = 64, KV = 32, V = (uint64_t)w.n_vocab, R = (uint64_t)w.rank, f32 = 4, f16 = 2;
-    const uint64_t attn = L * (E * Q + 2 * E * KV + Q * E) * f32, norms = (L * 2 * E + E) * f32,
-                   output = V * E * f32, pred = L * (E * R + R * F) * f32, kv = L * N_CTX * KV * 2 * f32,
-                   fixed = attn + norms + output + pred + kv, cost = 3 * E * f16;
+    /* the plan's fixed bytes (checked by hand in test_vram_plan) and a neuron's cost by hand: f16
+     * gate, up and down_t rows and its int32 id */
+    const uint64_t E = 64, f16 = 2;
+    const struct vram_params vp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = 8 };
+    const uint64_t fixed = split_fixed_bytes(m, &vp), cost = 3 * E * f16 + 4;
     struct split_report r;
     uint8_t idx[L * F];
-    CHECK_OK(split_solve(m, N_CTX, 0, idx, &r));
-    CHECK(r.attn_bytes == attn && r.norm_bytes == norms && r.output_bytes == output && r.pred_bytes == pred &&
-              r.kv_bytes == kv && r.fixed_bytes == fixed,
-          "fixed bytes %llu (attn %llu norms %llu out %llu pred %llu kv %llu), by hand %llu",
-          (unsigned long long)r.fixed_bytes, (unsigned long long)r.attn_bytes, (unsigned long long)r.norm_bytes,
-          (unsigned long long)r.output_bytes, (unsigned long long)r.pred_bytes, (unsigned long long)r.kv_bytes,
+    CHECK_OK(split_solve(m, &vp, 0, idx, &r));
+    CHECK(r.fixed_bytes == fixed, "fixed bytes %llu, split_fixed_bytes %llu", (unsigned long long)r.fixed_bytes,
           (unsigned long long)fixed);
     CHECK(split_neuron_cost(m, 0) == cost, "neuron cost %llu, by hand %llu",
           (unsigned long long)split_neuron_cost(m, 0), (unsigned long long)cost);
     int64_t on = 0;
     for (int i = 0; i < L * F; i++)
         on += idx[i];
-    CHECK(on == 0 && r.neurons == 0 && !r.fixed_fits, "budget 0: %lld neurons", (long long)on);
+    CHECK(on == 0 && r.neurons == 0 && !r.fixed_fits && r.n_gpu_layers == 0, "budget 0: %lld neurons", (long long)on);
     split_report_fini(&r);
 
-    CHECK_OK(split_solve(m, N_CTX, fixed, idx, &r));
-    CHECK(r.neurons == 0 && r.fixed_fits, "budget = fixed: %lld neurons", (long long)r.neurons);
+    CHECK_OK(split_solve(m, &vp, fixed, idx, &r));
+    CHECK(r.neurons == 0 && r.fixed_fits && r.plan.total <= fixed, "budget = fixed: %lld neurons", (long long)r.neurons);
+    CHECK(fixed - r.plan.fixed == (uint64_t)L * 4 * 255, "fixed bytes %llu = plan %llu + the alignment reserve of 4 "
+          "arrays per layer", (unsigned long long)fixed, (unsigned long long)r.plan.fixed);
     split_report_fini(&r);
 
-    CHECK_OK(split_solve(m, N_CTX, UINT64_MAX / 2, idx, &r));
+    CHECK_OK(split_solve(m, &vp, UINT64_MAX / 2, idx, &r));
     on = 0;
     for (int i = 0; i < L * F; i++)
         on += idx[i];
-    CHECK(on == L * F && r.neurons == L * F && r.neuron_bytes == (uint64_t)L * F * cost, "huge budget: %lld",
-          (long long)on);
+    CHECK(on == L * F && r.neurons == L * F && r.neuron_bytes == (uint64_t)L * F * cost && r.plan.hot == 0 &&
+              r.covered == 1.0,
+          "huge budget: %lld", (long long)on);
     for (int il = 0; il < L; il++)
         CHECK(r.layer_neurons[il] == F, "layer %d: %lld", il, (long long)r.layer_neurons[il]);
     split_report_fini(&r);
@@ -276,9 +274,12 @@ static void test_solver(const char *dir)
     const int ks[] = { 50, F + 10 };
     for (int ki = 0; ki < 2; ki++) {
         const int k = ks[ki];
-        CHECK_OK(split_solve(m, N_CTX, fixed + (uint64_t)k * cost + cost - 1, idx, &r));
+        CHECK_OK(split_solve(m, &vp, fixed + (uint64_t)k * cost + cost - 1, idx, &r));
         CHECK(r.neurons == k && r.by_freq && r.neuron_bytes == (uint64_t)k * cost, "k=%d: %lld neurons", k,
               (long long)r.neurons);
+        CHECK(r.plan.total <= fixed + (uint64_t)k * cost + cost - 1 && r.plan.neurons == k && r.covered > 0 &&
+                  r.covered < 1,
+              "k=%d: plan %llu within the budget, coverage %g", k, (unsigned long long)r.plan.total, r.covered);
         float min_in = 1e9f, max_out = -1e9f;
         for (int il = 0; il < L; il++)
             for (int i = 0; i < F; i++) {
@@ -300,11 +301,12 @@ static void test_solver(const char *dir)
     /* without act_freq: by neuron index, the first neurons of every layer */
     m = make_model(path, false, &w, false);
     const struct pwri_cfg c2 = model_cfg(false);
-    CHECK_OK(split_solve(m, N_CTX, fixed + 5 * cost, idx, &r));
+    CHECK_OK(split_solve(m, &vp, fixed + 5 * cost, idx, &r));
     CHECK(!r.by_freq && r.neurons == 5 && idx[0] && idx[1] && idx[F] && idx[F + 1] && idx[2 * F] && !idx[2 * F + 1],
           "by index: %lld neurons", (long long)r.neurons);
     split_report_fini(&r);
-    CHECK_OK(split_solve(m, 0, 0, idx, NULL)); /* n_ctx 0: the training context; no report */
+    const struct vram_params vp0 = { .n_seq = 0 };
+    CHECK_OK(split_solve(m, &vp0, 0, idx, NULL)); /* n_ctx 0: the training context; no report */
     model_free(m);
     pwri_free((struct pwri_cfg *)&c2, &w);
     unlink(path);
@@ -324,18 +326,18 @@ static void test_load_or_make(const char *dir)
     const struct pwri_cfg c = model_cfg(true);
     struct pi_model *m = make_model(path, true, &w, false);
     uint8_t idx[L * F], want[L * F];
-    struct split_report r;
-    const uint64_t budget = split_fixed_bytes(m, N_CTX, &r) + 40 * split_neuron_cost(m, 0);
+    const struct vram_params vp = { .n_ctx = N_CTX, .n_seq = 1, .n_batch = 8 };
+    const uint64_t budget = split_fixed_bytes(m, &vp) + 40 * split_neuron_cost(m, 0);
     bool gen = false;
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget, false, idx, out, sizeof out, &gen));
     CHECK(gen && !strcmp(out, idxp) && access(idxp, F_OK) == 0, "first call generates %s (got %s)", idxp, out);
-    CHECK_OK(split_solve(m, N_CTX, budget, want, NULL));
+    CHECK_OK(split_solve(m, &vp, budget, want, NULL));
     CHECK(memcmp(idx, want, sizeof idx) == 0, "the generated split is the solver's");
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget, false, idx, out, sizeof out, &gen));
     CHECK(!gen && memcmp(idx, want, sizeof idx) == 0, "same budget: reused");
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget, true, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget, true, idx, out, sizeof out, &gen));
     CHECK(gen, "reset: regenerated");
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget + split_neuron_cost(m, 0), false, idx, out,
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget + split_neuron_cost(m, 0), false, idx, out,
                                  sizeof out, &gen));
     uint64_t cap = 0;
     CHECK(gen && gpuidx_read(idxp, L, F, want, &cap) == 0 && cap == budget + split_neuron_cost(m, 0),
@@ -348,12 +350,12 @@ static void test_load_or_make(const char *dir)
     FILE *fp = fopen(idxp, "wb");
     fputs("garbage", fp);
     fclose(fp);
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget, false, idx, out, sizeof out, &gen));
     CHECK(gen, "corrupt file: regenerated");
     uint8_t other[(L + 1) * F];
     memset(other, 0, sizeof other);
     CHECK_OK(gpuidx_write(idxp, L + 1, F, other, budget));
-    CHECK_OK(gpuidx_load_or_make(path, NULL, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, NULL, m, &vp, budget, false, idx, out, sizeof out, &gen));
     CHECK(gen && gpuidx_read(idxp, L, F, want, NULL) == 0, "foreign file: regenerated");
 
     /* a model directory that cannot take the file (read-only; as root, where permissions do not
@@ -366,13 +368,13 @@ static void test_load_or_make(const char *dir)
         REQUIRE(mkdir(blocker, 0755) == 0, "mkdir %s", blocker);
     else
         chmod(mdir, 0555);
-    int rc = gpuidx_load_or_make(path, NULL, m, N_CTX, budget, false, idx, out, sizeof out, &gen);
+    int rc = gpuidx_load_or_make(path, NULL, m, &vp, budget, false, idx, out, sizeof out, &gen);
     CHECK(rc == (root ? -EISDIR : -EACCES), "unwritable dir without fallback: %d %s", rc, pi_errmsg());
-    CHECK_OK(gpuidx_load_or_make(path, fdir, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, fdir, m, &vp, budget, false, idx, out, sizeof out, &gen));
     char alt[1024];
     snprintf(alt, sizeof alt, "%s/m.gguf.generated.gpuidx", fdir);
     CHECK(gen && !strcmp(out, alt) && access(alt, F_OK) == 0, "fallback: %s", out);
-    CHECK_OK(gpuidx_load_or_make(path, fdir, m, N_CTX, budget, false, idx, out, sizeof out, &gen));
+    CHECK_OK(gpuidx_load_or_make(path, fdir, m, &vp, budget, false, idx, out, sizeof out, &gen));
     CHECK(!gen && !strcmp(out, alt), "fallback reused");
     if (root)
         rmdir(blocker);

@@ -56,7 +56,7 @@ check(p.returncode == 0 and b"sparse" in p.stderr, f"in-process sparse run faile
 check(tokens(js) == dense, "in-process sparse tokens differ from dense (exact predictors)")
 
 try:
-    p = run("start", "-m", model, "--name", name, "-t", "1", "-c", "512", "--vram-budget", "0.002",
+    p = run("start", "-m", model, "--name", name, "-t", "1", "-c", "512", "--vram-budget", "0.043",
             "--audit-rate", "1")
     if not check(p.returncode == 0, f"start failed: {p.stderr!r}"):
         sys.exit(1)

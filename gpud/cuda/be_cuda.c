@@ -3,8 +3,10 @@
  *
  * Each op maps onto one cudev step; ffn() writes the device share into the pending buffer and
  * ffn_add() adds it (and the host's cold share) to x in the order the interface fixes. Placement:
- * the weights of every neuron are uploaded, but ffn() computes only the neurons on_device gives this
- * backend (dense: those; sparse: those ∧ each token's own mask). */
+ * only the neurons on_device gives this backend are uploaded (their gate, up and down_t rows,
+ * compacted: cudev.h), and ffn() computes only those (dense: all of them; sparse: those ∧ each
+ * token's own mask). A layer of a file without ffn_down_t is uploaded whole when any of its
+ * neurons is placed, and its placement is applied here, on the host mask. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +66,8 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
                 b->all_held[l] = b->held[l * F + i] != 0;
     }
     const struct cudev_params dp = { .n_ctx = b->n_ctx, .n_seq = b->n_seq, .n_batch = b->n_batch,
-                                     .kv_f32 = p->cache_type == BE_CACHE_F32 };
+                                     .kv_f32 = p->cache_type == BE_CACHE_F32, .on_device = p->on_device,
+                                     .n_gpu_layers = p->n_gpu_layers };
     if (!rc)
         rc = cudev_open(&b->d, m, &dp);
     if (rc) {
@@ -79,7 +82,9 @@ static void cu_mem(const struct be *b, struct be_mem *out)
 {
     struct cudev_mem mm;
     cudev_mem(b->d, &mm);
-    *out = (struct be_mem){ .weights = mm.weights, .kv = mm.kv, .scratch = mm.scratch };
+    *out = (struct be_mem){ .weights = mm.weights, .kv = mm.kv, .scratch = mm.scratch, .hot = mm.hot,
+                            .pred = mm.pred, .context = mm.context, .device_used = mm.device_used,
+                            .device_total = mm.device_total, .hot_neurons = mm.hot_neurons };
 }
 
 static int32_t cu_n_ctx(const struct be *b) { return b->n_ctx; }
@@ -118,7 +123,7 @@ static int cu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t n, boo
     if (sparse && !b->dev_mask)
         return pi_fail(PI_E_INVAL, "cuda backend: sparse FFN of layer %d without masks", layer);
     bool masked = sparse;
-    if (!b->all_held[layer]) {
+    if (!b->all_held[layer] && !cudev_ffn_compact(b->d, layer)) {
         /* the neurons held here: the placement, ∧ each token's own mask when sparse */
         const uint8_t *held = b->held + (size_t)layer * F;
         int rc = sparse ? cudev_get_mask(b->d, n, b->mask) : 0;
@@ -134,7 +139,7 @@ static int cu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t n, boo
         masked = true;
     }
     if (cnt && !masked)
-        cnt->neurons += (uint64_t)F;
+        cnt->neurons += (uint64_t)cudev_layer_hot(b->d, layer);
     b->dev_mask = false;
     return cudev_ffn(b->d, layer, n, masked, true);
 }
@@ -198,6 +203,9 @@ static int cu_seq_clear(struct be *b, int32_t seq)
 }
 
 static int cu_sync(struct be *b) { return cudev_sync(b->d); }
+static int cu_host_register(struct be *b, void *ptr, size_t bytes) { return cudev_host_register(b->d, ptr, bytes); }
+static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask) { return cudev_stage_out(b->d, n, h, mask); }
+static int cu_stage_wait(struct be *b) { return cudev_stage_wait(b->d); }
 
 const struct be_ops be_cuda_ops = {
     .name = "cuda",
@@ -219,4 +227,7 @@ const struct be_ops be_cuda_ops = {
     .seq_clear = cu_seq_clear,
     .sync = cu_sync,
     .idle = NULL,
+    .host_register = cu_host_register,
+    .stage_out = cu_stage_out,
+    .stage_wait = cu_stage_wait,
 };

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cuk.h"
+#include "cuk_place.h"
 #include "pi_err.h"
 #include "predictor.h"
 #include "quant.h"
@@ -65,7 +66,13 @@ static int cb_check(cublasStatus_t s, const char *what, int line)
 /* ---- the context ---- */
 
 struct cu_layer {
+    /* gate, up, down_t: the whole tensors, or with compact the n_hot placed rows in ascending order */
     struct cuk_w wq, wk, wv, wo, gate, up, down, down_t, fc1, fc2;
+    bool compact;     /* a partial placement applied here: only the hot rows are on the device */
+    bool host_masked; /* a partial placement of a layer held whole (no ffn_down_t): the caller masks */
+    int64_t n_hot;    /* neurons computed on the device (n_ff when held whole) */
+    int32_t *hot_ids; /* (n_hot) device: the placed neurons' ids, when compact */
+    int32_t *h_hot;   /* (n_hot) host copy, for the upload */
     struct cuk_w wqkv; /* wq, wk, wv stacked (one GEMV launch); q NULL when their shapes differ */
     float *attn_norm, *ffn_norm, *bq, *bk, *bv;
 };
@@ -81,9 +88,11 @@ struct cudev {
     struct cuk_w tok_embd, output;
     float *output_norm;
     bool sparse_ok;
-    /* memory by kind */
+    /* memory by kind; hot and pred live in the weights arena, counted apart */
     void *w_arena, *kv_arena, *s_arena;
-    size_t w_bytes, kv_bytes, s_bytes, ctx_bytes, w_used, s_used;
+    size_t w_bytes, kv_bytes, s_bytes, ctx_bytes, w_used, s_used, hot_used, pred_used;
+    int32_t n_dev_layers;    /* layers on the device (whole-layer placement: the first ones) */
+    int64_t hot_neurons;
     double upload_s;
     /* KV cache per layer */
     void **k_cache, **v_cache;
@@ -94,6 +103,7 @@ struct cudev {
     float *g, *u, *act;      /* (n_batch, n_ff) */
     float *p1;               /* (n_batch, rank) predictor hidden */
     uint8_t *mask;           /* (n_batch, n_ff) */
+    uint8_t *mask_c;         /* (n_batch, n_hot) the masks of a compact layer's hot rows */
     int32_t *idx, *cnt;      /* (n_batch, n_ff), (n_batch) */
     float *part;             /* AXPY chunk sums, CUDEV_GEMV_MAX tokens */
     float *logits;           /* (n_batch, n_vocab) */
@@ -112,6 +122,12 @@ struct cudev {
     cudaGraphExec_t graph[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
+    /* the pipeline's hand-off: registered host ranges, the event after a stage_out's copies */
+#define CUDEV_MAX_REG 4
+    void *reg[CUDEV_MAX_REG];
+    size_t reg_bytes[CUDEV_MAX_REG];
+    int n_reg;
+    cudaEvent_t ev_out;
 };
 
 bool cudev_available(char *why, size_t cap)
@@ -145,8 +161,8 @@ static void *take(void *base, size_t *used, size_t n)
 
 static bool is_vec(const struct pi_tensor *t) { return t->data && t->ne[1] <= 1; }
 
-/* Lay out (base NULL: count) one weight tensor in the arena. */
-static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w)
+/* Lay out (base NULL: count) one weight tensor in the arena: all its rows, or n_rows (>= 0) of them. */
+static int w_place_n(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w, int64_t n_rows)
 {
     memset(w, 0, sizeof *w);
     if (!t->data)
@@ -156,7 +172,7 @@ static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w)
                        quant_traits(t->type) ? quant_traits(t->type)->name : "?");
     w->type = t->type;
     w->n_in = t->ne[0];
-    w->n_out = t->ne[1];
+    w->n_out = n_rows >= 0 ? n_rows : t->ne[1];
     const size_t qb = cuk_w_qbytes(t->type, w->n_in, w->n_out), db = cuk_w_dbytes(t->type, w->n_in, w->n_out);
     if (!qb)
         return pi_fail(PI_E_UNSUPPORTED, "cuda: tensor '%s': row of %lld not a whole number of blocks", t->name,
@@ -165,6 +181,8 @@ static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w)
     w->d = db ? take(d->w_arena, &d->w_used, db) : NULL;
     return 0;
 }
+
+static int w_place(struct cudev *d, const struct pi_tensor *t, struct cuk_w *w) { return w_place_n(d, t, w, -1); }
 
 /* q, k, v of a layer stacked in the arena (q arrays, then scale arrays), so that one GEMV reads them. */
 static int w_place_qkv(struct cudev *d, const struct pi_layer *l, struct cu_layer *c)
@@ -210,27 +228,80 @@ static int v_place(struct cudev *d, const struct pi_tensor *t, float **out)
     return 0;
 }
 
+/* The placed neurons of each layer (host lists; once, before the counting pass). */
+static int place_neurons(struct cudev *d)
+{
+    const struct pi_model *m = d->m;
+    const int64_t F = m->hp.n_ff;
+    d->hot_neurons = 0;
+    for (int il = 0; il < d->n_dev_layers; il++) {
+        struct cu_layer *c = &d->L[il];
+        const uint8_t *on = d->p.on_device ? d->p.on_device + (size_t)il * (size_t)F : NULL;
+        int64_t n = F;
+        if (on) {
+            n = 0;
+            for (int64_t i = 0; i < F; i++)
+                n += on[i] != 0;
+        }
+        /* down columns of a file without ffn_down_t cannot be compacted: the whole FFN as soon as one
+         * neuron is placed, masked by the caller (host_masked); none placed: no FFN on the device */
+        c->compact = n < F && (m->layers[il].ffn_down_t.data || n == 0);
+        c->host_masked = n < F && !c->compact;
+        c->n_hot = c->compact ? n : F;
+        d->hot_neurons += n;
+        if (c->compact && n > 0) {
+            if (!(c->h_hot = malloc((size_t)n * sizeof *c->h_hot)))
+                return pi_fail(PI_E_NOMEM, "cuda: out of memory");
+            for (int64_t i = 0, k = 0; i < F; i++)
+                if (on[i])
+                    c->h_hot[k++] = (int32_t)i;
+        }
+    }
+    return 0;
+}
+
 static int place_all(struct cudev *d)
 {
     const struct pi_model *m = d->m;
     const bool pred = !d->p.no_sparse && pred_available(m);
-    d->w_used = 0;
-    TRY(w_place(d, &m->token_embd, &d->tok_embd));
-    TRY(w_place(d, &m->output, &d->output));
-    TRY(v_place(d, &m->output_norm, &d->output_norm));
+    const int32_t N = d->n_dev_layers;
+    d->w_used = d->hot_used = d->pred_used = 0;
+    if (N > 0)
+        TRY(w_place(d, &m->token_embd, &d->tok_embd));
+    if (N == m->hp.n_layer) {
+        TRY(w_place(d, &m->output, &d->output));
+        TRY(v_place(d, &m->output_norm, &d->output_norm));
+    }
     bool down_t_all = true;
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = 0; il < N; il++) {
         const struct pi_layer *l = &m->layers[il];
         struct cu_layer *c = &d->L[il];
         TRY(w_place_qkv(d, l, c));
         TRY(w_place(d, &l->wo, &c->wo));
-        TRY(w_place(d, &l->ffn_gate, &c->gate));
-        TRY(w_place(d, &l->ffn_up, &c->up));
-        TRY(w_place(d, &l->ffn_down, &c->down));
-        TRY(w_place(d, &l->ffn_down_t, &c->down_t));
+        size_t u0 = d->w_used;
+        if (!c->compact) {
+            TRY(w_place(d, &l->ffn_gate, &c->gate));
+            TRY(w_place(d, &l->ffn_up, &c->up));
+            /* with ffn_down_t both the GEMV and the cuBLAS path read down_t: ffn_down stays on the host */
+            if (!l->ffn_down_t.data)
+                TRY(w_place(d, &l->ffn_down, &c->down));
+            TRY(w_place(d, &l->ffn_down_t, &c->down_t));
+        } else if (c->n_hot > 0) {
+            TRY(w_place_n(d, &l->ffn_gate, &c->gate, c->n_hot));
+            TRY(w_place_n(d, &l->ffn_up, &c->up, c->n_hot));
+            TRY(w_place_n(d, &l->ffn_down_t, &c->down_t, c->n_hot));
+            c->hot_ids = take(d->w_arena, &d->w_used, (size_t)c->n_hot * sizeof(int32_t));
+            d->hot_used += d->w_used - u0;
+        } else {
+            memset(&c->gate, 0, sizeof c->gate);
+            memset(&c->up, 0, sizeof c->up);
+            memset(&c->down_t, 0, sizeof c->down_t);
+        }
         if (pred) {
+            u0 = d->w_used;
             TRY(w_place(d, &l->fc1, &c->fc1));
             TRY(w_place(d, &l->fc2, &c->fc2));
+            d->pred_used += d->w_used - u0;
             if (l->fc1.ne[1] > d->max_rank)
                 d->max_rank = l->fc1.ne[1];
         }
@@ -253,23 +324,30 @@ static int place_all(struct cudev *d)
 struct upl {
     void *stage[2];
     cudaEvent_t ev[2];
-    void *raw[2]; /* device */
+    void *raw[2]; /* device: the two halves of the scratch arena (unused before the first step) */
+    size_t bytes; /* of each staging buffer */
     int k;
 };
 
-static int w_upload(struct cudev *d, struct upl *u, const struct pi_tensor *t, const struct cuk_w *w)
+/* rows: the tensor rows that make w's rows 0.. (NULL: all of them, in order) */
+static int w_upload(struct cudev *d, struct upl *u, const struct pi_tensor *t, const struct cuk_w *w,
+                    const int32_t *rows)
 {
-    if (!t->data)
+    if (!t->data || !w->q)
         return 0;
     const size_t row = t->row_bytes;
-    const int64_t per = (int64_t)(STAGE_BYTES / row) > 0 ? (int64_t)(STAGE_BYTES / row) : 1;
-    if ((size_t)per * row > STAGE_BYTES)
+    const int64_t per = (int64_t)(u->bytes / row);
+    if (per < 1)
         return pi_fail(PI_E_UNSUPPORTED, "cuda: row of '%s' exceeds the staging buffer", t->name);
-    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += per) {
-        const int64_t nr = t->ne[1] - r0 < per ? t->ne[1] - r0 : per;
+    for (int64_t r0 = 0; r0 < w->n_out; r0 += per) {
+        const int64_t nr = w->n_out - r0 < per ? w->n_out - r0 : per;
         const int k = u->k++ & 1;
         TRY(CU(cudaEventSynchronize(u->ev[k])));
-        memcpy(u->stage[k], (const char *)t->data + (size_t)r0 * row, (size_t)nr * row);
+        if (rows)
+            for (int64_t r = 0; r < nr; r++)
+                memcpy((char *)u->stage[k] + (size_t)r * row, (const char *)t->data + (size_t)rows[r0 + r] * row, row);
+        else
+            memcpy(u->stage[k], (const char *)t->data + (size_t)r0 * row, (size_t)nr * row);
         TRY(CU(cudaMemcpyAsync(u->raw[k], u->stage[k], (size_t)nr * row, cudaMemcpyHostToDevice, d->st)));
         TRY(CK(cuk_repack(w, u->raw[k], r0, nr, d->st)));
         TRY(CU(cudaEventRecord(u->ev[k], d->st)));
@@ -289,28 +367,34 @@ static int upload_all(struct cudev *d)
     const struct pi_model *m = d->m;
     struct upl u = { 0 };
     int rc = 0;
+    /* the device staging is the scratch arena's two halves: the upload needs no memory of its own */
+    u.bytes = d->s_bytes / 2 / ALIGN * ALIGN;
+    u.bytes = u.bytes < STAGE_BYTES ? u.bytes : STAGE_BYTES;
     for (int k = 0; k < 2 && !rc; k++) {
-        if (!(rc = CU(cudaMallocHost(&u.stage[k], STAGE_BYTES))) && !(rc = CU(cudaEventCreate(&u.ev[k]))) &&
-            !(rc = CU(cudaEventRecord(u.ev[k], d->st))))
-            rc = CU(cudaMalloc(&u.raw[k], STAGE_BYTES));
+        if (!(rc = CU(cudaMallocHost(&u.stage[k], u.bytes))) && !(rc = CU(cudaEventCreate(&u.ev[k]))))
+            rc = CU(cudaEventRecord(u.ev[k], d->st));
+        u.raw[k] = (char *)d->s_arena + (size_t)k * u.bytes;
     }
     const double t0 = now_s();
     if (!rc)
-        rc = w_upload(d, &u, &m->token_embd, &d->tok_embd);
+        rc = w_upload(d, &u, &m->token_embd, &d->tok_embd, NULL);
     if (!rc)
-        rc = w_upload(d, &u, &m->output, &d->output);
-    if (!rc)
+        rc = w_upload(d, &u, &m->output, &d->output, NULL);
+    if (!rc && d->output_norm)
         rc = v_upload(d, &m->output_norm, d->output_norm);
-    for (int il = 0; !rc && il < m->hp.n_layer; il++) {
+    for (int il = 0; !rc && il < d->n_dev_layers; il++) {
         const struct pi_layer *l = &m->layers[il];
         struct cu_layer *c = &d->L[il];
         const struct pi_tensor *ts[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
                                          &l->ffn_down_t, &l->fc1, &l->fc2 };
         const struct cuk_w *ws[] = { &c->wq, &c->wk, &c->wv, &c->wo, &c->gate, &c->up, &c->down, &c->down_t,
                                      &c->fc1, &c->fc2 };
-        for (size_t i = 0; !rc && i < sizeof ts / sizeof ts[0]; i++)
-            if (ws[i]->q)
-                rc = w_upload(d, &u, ts[i], ws[i]);
+        for (size_t i = 0; !rc && i < sizeof ts / sizeof ts[0]; i++) {
+            const bool ffn_row = ts[i] == &l->ffn_gate || ts[i] == &l->ffn_up || ts[i] == &l->ffn_down_t;
+            rc = w_upload(d, &u, ts[i], ws[i], c->compact && ffn_row ? c->h_hot : NULL);
+        }
+        if (!rc && c->hot_ids)
+            rc = CU(cudaMemcpy(c->hot_ids, c->h_hot, (size_t)c->n_hot * sizeof(int32_t), cudaMemcpyHostToDevice));
         const struct pi_tensor *vs[] = { &l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv };
         float *vd[] = { c->attn_norm, c->ffn_norm, c->bq, c->bk, c->bv };
         for (size_t i = 0; !rc && i < sizeof vs / sizeof vs[0]; i++)
@@ -324,8 +408,6 @@ static int upload_all(struct cudev *d)
             cudaFreeHost(u.stage[k]);
         if (u.ev[k])
             cudaEventDestroy(u.ev[k]);
-        if (u.raw[k])
-            cudaFree(u.raw[k]);
     }
     return rc;
 }
@@ -370,21 +452,27 @@ static void place_scratch(struct cudev *d)
     d->xq = take(s, u, CUDEV_GEMV_MAX * cuk_xq_row_bytes(max_n_in(d)));
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
+    d->mask_c = take(s, u, B * F);
     if (B > CUDEV_GEMV_MAX) {
         d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
-        /* the largest weight that would need dequantizing for cuBLAS */
+        /* the largest Q weight any layer could hold, dequantized for cuBLAS (the model's tensors, not
+         * the placed ones: the scratch does not depend on the placement; vram_plan.c max_deq) */
         size_t big = 0;
-        const struct cuk_w *all[] = { &d->output, &d->tok_embd };
+        const bool pred = !d->p.no_sparse && pred_available(d->m);
+        const struct pi_tensor *all[] = { &d->m->output, &d->m->token_embd };
         for (size_t i = 0; i < 2; i++)
-            if (all[i]->d && (size_t)(all[i]->n_in * all[i]->n_out) > big)
-                big = (size_t)(all[i]->n_in * all[i]->n_out);
+            if (all[i]->data && cuk_w_dbytes(all[i]->type, 32, 1) && (size_t)(all[i]->ne[0] * all[i]->ne[1]) > big)
+                big = (size_t)(all[i]->ne[0] * all[i]->ne[1]);
         for (int il = 0; il < hp->n_layer; il++) {
-            const struct cu_layer *c = &d->L[il];
-            const struct cuk_w *ws[] = { &c->wq, &c->wk, &c->wv, &c->wo, &c->gate, &c->up, &c->down, &c->down_t,
-                                         &c->fc1, &c->fc2 };
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-                if (ws[i]->d && (size_t)(ws[i]->n_in * ws[i]->n_out) > big)
-                    big = (size_t)(ws[i]->n_in * ws[i]->n_out);
+            const struct pi_layer *l = &d->m->layers[il];
+            const struct pi_tensor *ts[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
+                                             &l->ffn_down_t, &l->fc1, &l->fc2 };
+            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+                if ((ts[i] == &l->fc1 || ts[i] == &l->fc2) && !pred)
+                    continue;
+                if (ts[i]->data && cuk_w_dbytes(ts[i]->type, 32, 1) && (size_t)(ts[i]->ne[0] * ts[i]->ne[1]) > big)
+                    big = (size_t)(ts[i]->ne[0] * ts[i]->ne[1]);
+            }
         }
         d->wdeq = big ? take(s, u, big * 2) : NULL;
         d->blas_ws_bytes = (size_t)32 << 20;
@@ -411,6 +499,10 @@ void cudev_close(struct cudev *d)
             cudaGraphExecDestroy(d->graph[i]);
     if (d->blas)
         cublasDestroy(d->blas);
+    for (int i = 0; i < d->n_reg; i++)
+        cudaHostUnregister(d->reg[i]);
+    if (d->ev_out)
+        cudaEventDestroy(d->ev_out);
     cudaFree(d->w_arena);
     cudaFree(d->kv_arena);
     cudaFree(d->s_arena);
@@ -421,6 +513,8 @@ void cudev_close(struct cudev *d)
     free(d->k_cache);
     free(d->v_cache);
     free(d->active);
+    for (int il = 0; d->L && il < d->m->hp.n_layer; il++)
+        free(d->L[il].h_hot);
     free(d->L);
     free(d);
 }
@@ -447,12 +541,15 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         return pi_fail(PI_E_UNSUPPORTED, "cuda: head size %d (%d heads, %d kv heads) not supported", hp->head_dim,
                        hp->n_head, hp->n_head_kv);
     }
+    d->n_dev_layers = p->n_gpu_layers > 0 && p->n_gpu_layers < hp->n_layer ? p->n_gpu_layers : hp->n_layer;
     d->L = calloc((size_t)hp->n_layer, sizeof *d->L);
     d->k_cache = calloc((size_t)hp->n_layer, sizeof(void *));
     d->v_cache = calloc((size_t)hp->n_layer, sizeof(void *));
     int rc = 0;
     if (!d->L || !d->k_cache || !d->v_cache)
         rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    if (!rc)
+        rc = place_neurons(d);
     if (!rc)
         rc = CU(cudaSetDevice(0));
     if (!rc)
@@ -465,6 +562,8 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CB(cublasCreate(&d->blas));
     if (!rc)
         rc = CB(cublasSetStream(d->blas, d->st));
+    if (!rc)
+        rc = CU(cudaEventCreateWithFlags(&d->ev_out, cudaEventDisableTiming));
     if (!rc)
         d->ctx_bytes = dev_used();
     /* weights */
@@ -479,12 +578,12 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     /* KV cache */
     const size_t KV = (size_t)hp->n_head_kv * hp->head_dim, es = p->kv_f32 ? 4 : 2;
     const size_t per = al((size_t)d->p.n_seq * (size_t)d->p.n_ctx * KV * es);
-    d->kv_bytes = per * 2 * (size_t)hp->n_layer;
+    d->kv_bytes = per * 2 * (size_t)d->n_dev_layers;
     if (!rc)
         rc = CU(cudaMalloc(&d->kv_arena, d->kv_bytes));
     if (!rc)
         rc = CU(cudaMemset(d->kv_arena, 0, d->kv_bytes));
-    for (int il = 0; !rc && il < hp->n_layer; il++) {
+    for (int il = 0; !rc && il < d->n_dev_layers; il++) {
         d->k_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il);
         d->v_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il + 1);
     }
@@ -498,10 +597,13 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         d->s_bytes = d->s_used;
         rc = CU(cudaMalloc(&d->s_arena, d->s_bytes));
     }
-    if (!rc) {
+    if (!rc)
         place_scratch(d);
+    /* the upload stages through the scratch arena, which is cleared after it */
+    if (!rc)
+        rc = upload_all(d);
+    if (!rc)
         rc = CU(cudaMemset(d->s_arena, 0, d->s_bytes));
-    }
     if (!rc && d->blas_ws)
         rc = CB(cublasSetWorkspace(d->blas, d->blas_ws, d->blas_ws_bytes));
     if (!rc) { /* the CPU's inverse frequencies (ops_rope), so that both rotate by the same angles */
@@ -520,7 +622,7 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
-        rc = upload_all(d);
+        rc = CU(cudaStreamSynchronize(d->st));
     if (rc) {
         cudev_close(d);
         return rc;
@@ -533,12 +635,16 @@ void cudev_mem(const struct cudev *d, struct cudev_mem *mem)
 {
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
-    *mem = (struct cudev_mem){ .weights = d->w_bytes, .kv = d->kv_bytes, .scratch = d->s_bytes,
+    *mem = (struct cudev_mem){ .weights = d->w_bytes - d->hot_used - d->pred_used, .hot = d->hot_used,
+                               .pred = d->pred_used, .kv = d->kv_bytes, .scratch = d->s_bytes,
                                .context = d->ctx_bytes, .device_used = tot - fr, .device_total = tot,
-                               .upload_s = d->upload_s };
+                               .hot_neurons = d->hot_neurons, .upload_s = d->upload_s };
 }
 
 bool cudev_sparse_ok(const struct cudev *d) { return d->sparse_ok; }
+bool cudev_ffn_compact(const struct cudev *d, int layer) { return !d->L[layer].host_masked; }
+int32_t cudev_n_layers(const struct cudev *d) { return d->n_dev_layers; }
+int64_t cudev_layer_hot(const struct cudev *d, int layer) { return d->L[layer].n_hot; }
 const char *cudev_device_name(const struct cudev *d) { return d->prop.name; }
 
 /* ---- matrix products: own GEMV up to CUDEV_GEMV_MAX tokens, cuBLAS above ---- */
@@ -602,6 +708,13 @@ static int check_n(const struct cudev *d, int32_t n)
 {
     if (n < 1 || n > d->p.n_batch)
         return pi_fail(PI_E_RANGE, "cuda: batch of %d tokens (1..%d)", n, d->p.n_batch);
+    return 0;
+}
+
+static int check_layer(const struct cudev *d, int layer)
+{
+    if (layer < 0 || layer >= d->n_dev_layers)
+        return pi_fail(PI_E_RANGE, "cuda: layer %d is not on the device (%d layers there)", layer, d->n_dev_layers);
     return 0;
 }
 
@@ -673,6 +786,7 @@ static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[
 int cudev_attn(struct cudev *d, int layer, int32_t n)
 {
     TRY(check_n(d, n));
+    TRY(check_layer(d, layer));
     TRY(attn_qkv(d, layer, n));
     TRY(attn_core(d, layer, n));
     return attn_out(d, layer, n);
@@ -688,6 +802,7 @@ int cudev_get_x(struct cudev *d, int32_t n, float *h)
 int cudev_predict(struct cudev *d, int layer, int32_t n)
 {
     TRY(check_n(d, n));
+    TRY(check_layer(d, layer));
     if (!d->sparse_ok)
         return pi_fail(PI_E_UNSUPPORTED, "cuda: the model's predictors are not on the device");
     const struct cu_layer *c = &d->L[layer];
@@ -726,14 +841,60 @@ int cudev_get_mask(struct cudev *d, int32_t n, uint8_t *mask)
     return CU(cudaStreamSynchronize(d->st));
 }
 
+/* The FFN of a compact layer: its n_hot placed neurons only, their rows compacted on the device
+ * (row j = neuron hot_ids[j]); masked: each token's mask gathered onto the hot rows first. The
+ * AXPY's chunks run over the list of active rows, which is the same list in the same order as the
+ * uncompacted kernels see, so the result has the same bits as a full upload computing only these
+ * neurons. */
+static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int32_t n, bool masked, float *y,
+                       bool add)
+{
+    const struct pi_hparams *hp = &d->m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff, H = c->n_hot;
+    if (H == 0) { /* every neuron of the layer is cold: the device share is zero */
+        if (!add)
+            TRY(CU(cudaMemsetAsync(y, 0, (size_t)n * E * sizeof(float), d->st)));
+        return 0;
+    }
+    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
+    if (masked)
+        TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
+    if (n > CUDEV_GEMV_MAX) {
+        TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
+        TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
+        TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * H, (int)hp->act, d->st)));
+        if (masked)
+            TRY(CK(cuk_mask_mul(d->act, d->mask_c, (int64_t)n * H, d->st)));
+        return blas_mm_t(d, &c->down_t, d->act, n, y, add);
+    }
+    const int32_t *idx = NULL, *cnt = NULL;
+    if (masked) {
+        TRY(CK(cuk_compact(d->mask_c, n, H, d->idx, d->cnt, d->st)));
+        idx = d->idx, cnt = d->cnt;
+        d->mask_valid = false; /* idx/cnt now list hot rows, not the layer's neurons */
+        if (d->active) { /* counting (benchmarks): a sync per layer */
+            int32_t k[CUDEV_GEMV_MAX];
+            TRY(CU(cudaMemcpyAsync(k, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+            TRY(CU(cudaStreamSynchronize(d->st)));
+            for (int32_t i = 0; i < n; i++)
+                d->active[layer] += (uint64_t)k[i];
+        }
+    }
+    TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));
+    return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, H, d->part, y, add, d->st));
+}
+
 int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pending)
 {
     TRY(check_n(d, n));
+    TRY(check_layer(d, layer));
     const struct pi_hparams *hp = &d->m->hp;
     const struct cu_layer *c = &d->L[layer];
     const int64_t E = hp->n_embd, F = hp->n_ff;
     float *y = to_pending ? d->pending : d->x;
     const bool add = !to_pending;
+    if (c->compact)
+        return ffn_compact(d, c, layer, n, masked, y, add);
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (n > CUDEV_GEMV_MAX) {
         /* prefill: dense products, the mask (each token its own) applied to the activations */
@@ -770,6 +931,14 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
 }
 
+static bool registered(const struct cudev *d, const void *p, size_t n)
+{
+    for (int i = 0; i < d->n_reg; i++)
+        if ((const char *)p >= (const char *)d->reg[i] && (const char *)p + n <= (const char *)d->reg[i] + d->reg_bytes[i])
+            return true;
+    return false;
+}
+
 int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
 {
     TRY(check_n(d, n));
@@ -777,10 +946,33 @@ int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
     if (y_cold)
         TRY(CU(cudaMemcpyAsync(d->ycold, y_cold, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, d->st)));
     TRY(CK(cuk_add2(d->x, d->pending, y_cold ? d->ycold : NULL, ne, d->st)));
-    if (y_cold) /* the host array may be reused once we return */
+    /* a plain host array may be reused once we return; a registered one (the act segment) is left
+     * alone by the pipeline until its next stage_wait, which comes after this copy in the stream */
+    if (y_cold && !registered(d, y_cold, (size_t)ne * sizeof(float)))
         TRY(CU(cudaStreamSynchronize(d->st)));
     return 0;
 }
+
+int cudev_host_register(struct cudev *d, void *ptr, size_t bytes)
+{
+    if (d->n_reg >= CUDEV_MAX_REG)
+        return pi_fail(PI_E_RANGE, "cuda: more than %d registered host ranges", CUDEV_MAX_REG);
+    TRY(CU(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault)));
+    d->reg[d->n_reg] = ptr;
+    d->reg_bytes[d->n_reg++] = bytes;
+    return 0;
+}
+
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask)
+{
+    TRY(check_n(d, n));
+    TRY(CU(cudaMemcpyAsync(h, d->x, (size_t)n * d->m->hp.n_embd * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
+    if (mask)
+        TRY(CU(cudaMemcpyAsync(mask, d->mask, (size_t)n * d->m->hp.n_ff, cudaMemcpyDeviceToHost, d->st)));
+    return CU(cudaEventRecord(d->ev_out, d->st));
+}
+
+int cudev_stage_wait(struct cudev *d) { return CU(cudaEventSynchronize(d->ev_out)); }
 
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
 {
@@ -788,6 +980,9 @@ int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
     const struct pi_hparams *hp = &d->m->hp;
     const int32_t k = n - first;
     const int64_t E = hp->n_embd;
+    if (d->n_dev_layers < hp->n_layer)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: the output layer is on the host (%d of %d layers here)",
+                       d->n_dev_layers, hp->n_layer);
     if (first < 0 || k < 1)
         return pi_fail(PI_E_RANGE, "cuda: output rows %d..%d", first, n - 1);
     TRY(CK(cuk_rmsnorm(d->xn, d->x + (size_t)first * E, d->output_norm, k, E, E, hp->norm_eps, d->st)));

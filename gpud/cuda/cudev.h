@@ -43,13 +43,24 @@ struct cudev_params {
     int32_t n_batch; /* most tokens per step */
     bool kv_f32;     /* f32 KV cache (default f16) */
     bool no_sparse;  /* do not upload the predictors */
+    /* Placement (n_layer, n_ff), 1 = the neuron is on the device; NULL = every neuron. A layer with
+     * ffn_down_t and some neurons off the device holds only its placed neurons' gate, up and down_t
+     * rows, compacted (vram_plan.h "hot"), and computes only them; a layer without ffn_down_t holds
+     * its whole FFN as soon as one neuron is placed (the caller masks it: cudev_ffn_compact). */
+    const uint8_t *on_device;
+    /* Whole-layer placement (-ngl): only the first n_gpu_layers layers are on the device (<= 0: all);
+     * token_embd is there when layer 0 is, output and output_norm when every layer is. */
+    int32_t n_gpu_layers;
 };
 
-/* Device memory by kind (bytes). context: in use before the context allocated anything (CUDA
- * context, cuBLAS handle); device_used: cudaMemGetInfo's total - free now. */
+/* Device memory by kind (bytes), the kinds of vram_plan.h: weights (non-FFN and whole FFNs), hot
+ * (compacted FFN rows and their ids), pred (predictors), kv, scratch (incl. cuBLAS workspace);
+ * context: in use before the context allocated anything (CUDA context, cuBLAS handle);
+ * device_used: cudaMemGetInfo's total - free now. */
 struct cudev_mem {
-    uint64_t weights, kv, scratch, context, device_used, device_total;
-    double upload_s; /* weight upload time */
+    uint64_t weights, hot, pred, kv, scratch, context, device_used, device_total;
+    int64_t hot_neurons; /* FFN neurons computed on the device, all layers */
+    double upload_s;     /* weight upload time */
 };
 
 /* True when a CUDA device can be used; otherwise false with the reason in why. */
@@ -59,6 +70,13 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
 void cudev_close(struct cudev *d);
 void cudev_mem(const struct cudev *d, struct cudev_mem *mem);
 bool cudev_sparse_ok(const struct cudev *d); /* predictors and down_t uploaded */
+/* True when layer's placement is applied on the device (all neurons there, or compacted rows);
+ * false for a layer without ffn_down_t held whole under a partial placement (mask it first). */
+bool cudev_ffn_compact(const struct cudev *d, int layer);
+/* FFN neurons of layer the device computes (its placed neurons; n_ff when held whole). */
+int64_t cudev_layer_hot(const struct cudev *d, int layer);
+/* Layers on the device (n_gpu_layers, or n_layer). */
+int32_t cudev_n_layers(const struct cudev *d);
 const char *cudev_device_name(const struct cudev *d);
 
 int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq);
@@ -73,6 +91,13 @@ int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold);
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits);
 int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids);
 int cudev_sync(struct cudev *d);
+/* Pin [ptr, ptr + bytes) for DMA (cudaHostRegister; unregistered at close; at most 4 ranges).
+ * ffn_add's y_cold inside a registered range is copied without waiting for it. */
+int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
+/* Enqueue x (n, n_embd) → h and, when mask is not NULL, the masks (n, n_ff) → mask, then an event;
+ * stage_wait waits for that event only. */
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask);
+int cudev_stage_wait(struct cudev *d);
 /* Benchmarks: count the neurons each layer's masked FFN computes (costs a sync per layer; not in
  * graphs). per_layer (n_layer, may be NULL) receives the counts so far; on starts a new count. */
 int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer);

@@ -257,7 +257,7 @@ int cmd_chat(int argc, char **argv)
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(eph, sizeof eph, "chat%d", (int)getpid());
         struct start_opts so = { .name = eph, .model = model, .n_threads = threads > 0 ? threads : (int32_t)(ncpu > 0 ? ncpu : 1),
-                                 .n_ctx = ctx, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0,
+                                 .n_ctx = ctx, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0, .n_gpu_layers = -1,
                                  .quiet = true, .owner_pid = getpid() };
         if ((rc = inst_start(&so))) {
             json_decref(fields);

@@ -31,12 +31,19 @@ struct gen_result {
     json_t *ids;
 };
 
-static int write_stats(const char *path, const struct pi_model *m, int32_t n_threads, const struct gen_result *g)
+static int write_stats(const char *path, const struct pi_model *m, const struct pi_ctl *ctl,
+                       const struct gen_result *g)
 {
     json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b}", "model", m->name, "n_prompt", g->n_prompt,
                           "n_gen", g->n_gen, "prefill_ms", g->prefill_ms, "decode_ms", g->decode_ms, "decode_tok_s",
-                          g->decode_ms > 0 ? g->n_gen * 1e3 / g->decode_ms : 0.0, "threads", n_threads, "tokens",
+                          g->decode_ms > 0 ? g->n_gen * 1e3 / g->decode_ms : 0.0, "threads", ctl->n_threads, "tokens",
                           g->ids, "hit_context_end", g->hit_context_end);
+    json_t *st = j ? inst_status_json(ctl) : NULL;
+    if (st) { /* the instance's device memory by kind and its hot set */
+        json_object_set(j, "vram", json_object_get(st, "vram"));
+        json_object_set(j, "backend", json_object_get(st, "backend"));
+        json_decref(st);
+    }
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -150,17 +157,32 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     if (rc)
         goto out;
+    /* the GPU's share: VRAM allocated (+ the CUDA context) against the budget, hot neurons */
+    char vram[256] = "";
+    const uint64_t ours = ctl->vram_weights + ctl->vram_hot + ctl->vram_pred + ctl->vram_kv + ctl->vram_scratch;
+    if (ctl->vram_context || ctl->vram_budget >= 0) {
+        const double gib = (double)(1ull << 30);
+        char budget[48] = "no budget", cov[48] = "";
+        if (ctl->vram_budget >= 0)
+            snprintf(budget, sizeof budget, "budget %.2f GiB", (double)ctl->vram_budget / gib);
+        if (ctl->hot_coverage >= 0)
+            snprintf(cov, sizeof cov, ", %.1f%% of activations", 100.0 * ctl->hot_coverage);
+        snprintf(vram, sizeof vram, " | vram %.2f GiB + context %.2f GiB (%s) | hot neurons %lld of %lld%s",
+                 (double)ours / gib, (double)ctl->vram_context / gib, budget, (long long)ctl->hot_neurons,
+                 (long long)ctl->n_layer * ctl->n_ff, cov);
+    }
     fprintf(stderr,
             "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
-            "%.1f ms, %.2f tok/s%s\n",
+            "%.1f ms, %.2f tok/s%s%s\n",
             m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) ? ", sparse" : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? ", " : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? (int)sizeof ctl->backend_used : 0,
             ctl->backend_used, ctl->n_threads, g.n_prompt, g.prefill_ms,
             g.prefill_ms > 0 ? g.n_prompt * 1e3 / g.prefill_ms : 0.0, g.n_gen, g.decode_ms,
-            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, g.hit_context_end ? " (stopped: context full)" : "");
+            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, vram,
+            g.hit_context_end ? " (stopped: context full)" : "");
     if (o->json_stats)
-        rc = write_stats(o->json_stats, m, ctl->n_threads, &g);
+        rc = write_stats(o->json_stats, m, ctl, &g);
 out:
     json_decref(req);
     json_decref(g.ids);
@@ -232,6 +254,7 @@ int run_pipeline(const struct run_opts *o)
                              .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .ram_budget_gib = o->ram_budget_gib, .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
+                             .n_gpu_layers = o->n_gpu_layers,
                              .audit_rate = o->audit_rate, .predict_in = o->predict_in, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;
     int rc = inst_start(&so);

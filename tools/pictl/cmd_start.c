@@ -16,6 +16,7 @@
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
+#include "run_opts.h" /* run_opts_ngl_alias */
 #include "pictl.h"
 #include "supervisor.h"
 
@@ -223,6 +224,7 @@ int inst_start(const struct start_opts *o)
                               .gpu_ffn_share = o->ram_budget_gib > 0 && o->vram_budget_gib < 0 ? 0.0f : o->gpu_ffn_share,
                               .ram_budget = o->ram_budget_gib > 0 ? (uint64_t)(o->ram_budget_gib * (1ull << 30)) : 0,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
+                              .n_gpu_layers = o->n_gpu_layers,
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                               .audit_rate = o->audit_rate, .predict_in = o->predict_in, .owner_pid = o->owner_pid, .ready_fd = -1,
                               .http = o->http != NULL };
@@ -298,7 +300,7 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_HTTP,
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_HTTP, OPT_NGL,
        OPT_RAM, OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
@@ -312,6 +314,7 @@ static const struct option start_long[] = {
     { "backend", required_argument, NULL, OPT_BACKEND },
     { "foreground", no_argument, NULL, OPT_FOREGROUND },
     { "vram-budget", required_argument, NULL, OPT_VRAM },
+    { "n-gpu-layers", required_argument, NULL, OPT_NGL },
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
     { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
     { "audit-rate", required_argument, NULL, OPT_AUDIT },
@@ -341,6 +344,8 @@ static void start_usage(void)
            "  --gpu-ffn-share F        fraction of FFN neurons gpud computes (default %.1f: see docs/ARCHITECTURE.md)\n"
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
+           "  -ngl, --n-gpu-layers N   dense partial offload (llama.cpp): the first N whole layers on the GPU,\n"
+           "                           the rest on the CPU in gpud\n"
            "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
            "  --ram-budget GIB         host memory for weights + neuron cache: cpud reads the FFN neurons\n"
            "                           that do not fit from MODEL.ffnbundle (pictl bundle)\n"
@@ -395,9 +400,11 @@ int cmd_start(int argc, char **argv)
     static char key[512];
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct start_opts o = { .name = INST_DEFAULT_NAME, .n_threads = ncpu > 0 ? (int32_t)ncpu : 1,
-                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0, .cache_type = -1 };
+                            .n_ctx = DEFAULT_CTX, .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = -1.0, .cache_type = -1,
+                            .n_gpu_layers = -1 };
     int c;
     optind = 1;
+    run_opts_ngl_alias(argc, argv);
     while ((c = getopt_long(argc, argv, "m:t:c:h", start_long, NULL)) != -1) {
         char *end;
         switch (c) {
@@ -442,6 +449,7 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_NGL: if (parse_int("--n-gpu-layers", optarg, 0, 1 << 20, &o.n_gpu_layers)) return 2; break;
         case OPT_RESET_IDX: o.reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o.disable_gpu_index = true; break;
         case OPT_AUDIT:

@@ -149,6 +149,25 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(load, "gib_per_s", json_real(load_ms > 0 ? total / (1024.0 * MIB) / (load_ms / 1e3) : 0.0));
     json_object_set_new(j, "load", load);
 
+    /* gpud's device memory by kind (its allocator), the plan and budget (supervisor), the hot set */
+    json_t *vram = json_object();
+    json_object_set_new(vram, "budget_bytes", json_integer((json_int_t)ctl->vram_budget));
+    json_object_set_new(vram, "planned_bytes", json_integer((json_int_t)ctl->vram_planned));
+    const uint64_t kinds[] = { ctl->vram_weights, ctl->vram_hot, ctl->vram_pred, ctl->vram_kv, ctl->vram_scratch,
+                               ctl->vram_context };
+    static const char *const kind_names[] = { "weights", "hot_rows", "predictors", "kv_cache", "scratch", "context" };
+    uint64_t ours = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        json_object_set_new(vram, kind_names[k], json_integer((json_int_t)kinds[k]));
+        ours += k + 1 < sizeof kinds / sizeof kinds[0] ? kinds[k] : 0;
+    }
+    json_object_set_new(vram, "allocated_bytes", json_integer((json_int_t)ours)); /* all but the context */
+    json_object_set_new(vram, "device_used_bytes", json_integer((json_int_t)ctl->vram_device_used));
+    json_object_set_new(vram, "hot_neurons", json_integer((json_int_t)ctl->hot_neurons));
+    json_object_set_new(vram, "neurons", json_integer((json_int_t)ctl->n_layer * ctl->n_ff));
+    json_object_set_new(vram, "hot_coverage", json_real(ctl->hot_coverage));
+    json_object_set_new(j, "vram", vram);
+
     json_t *stages = json_object();
     for (int i = 0; i < PI_STAGE_COUNT; i++) {
         /* apid runs only with --http: an instance that never started it does not list it */
@@ -221,6 +240,8 @@ static void print_text(FILE *out, json_t *st)
     print_section(out, "Instance", st);
     fputc('\n', out);
     print_section(out, "Load", json_object_get(st, "load"));
+    fputc('\n', out);
+    print_section(out, "VRAM", json_object_get(st, "vram"));
     fprintf(out, "\n# Stages\n");
     const char *name;
     json_t *stage;

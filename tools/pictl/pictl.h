@@ -40,6 +40,7 @@ struct start_opts {
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
     double ram_budget_gib;  /* < 0: none; else the disk tier: cpud reads cold neurons from the bundle */
+    int32_t n_gpu_layers;   /* -ngl: the first N whole layers on the GPU; < 0: by neurons */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
     bool disable_gpu_index; /* no FFN split: every neuron on the CPU side */
     float audit_rate;       /* fraction of tokens predictord audits densely */

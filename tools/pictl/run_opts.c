@@ -32,7 +32,7 @@
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
-    OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_CACHE_TYPE, OPT_BACKEND, OPT_RAM, OPT_BUNDLE, OPT_STREAM_QD, OPT_DISK_FLOOR,
+    OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_CACHE_TYPE, OPT_BACKEND, OPT_RAM, OPT_BUNDLE, OPT_STREAM_QD, OPT_DISK_FLOOR, OPT_NGL,
 };
 
 /* Which commands a flag applies to (bit per enum run_opts_cmd). */
@@ -80,6 +80,8 @@ static const struct run_flag flags[] = {
     { { "dense", no_argument, NULL, OPT_DENSE }, F_RUN | F_PPL | F_GEN, NULL,
       "compute every FFN neuron even when the model has predictors" },
     { { "vram-budget", required_argument, NULL, OPT_VRAM }, F_RUN, "GIB", "(pipeline) choose the hot neurons with the split solver" },
+    { { "n-gpu-layers", required_argument, NULL, OPT_NGL }, F_RUN, "N",
+      "(pipeline; also -ngl N) dense partial offload: the first N whole layers on the GPU, the rest on the CPU" },
     { { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX }, F_RUN, NULL, "(pipeline) regenerate the FFN split" },
     { { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX }, F_RUN, NULL, "(pipeline) no FFN split" },
     { { "audit-rate", required_argument, NULL, OPT_AUDIT }, F_RUN, "P", "(pipeline) fraction of tokens whose predictions are checked" },
@@ -247,6 +249,18 @@ static void draw_seed(struct run_opts *o, enum run_opts_cmd cmd)
     }
 }
 
+void run_opts_ngl_alias(int argc, char **argv)
+{
+    /* llama.cpp's single-dash -ngl, which getopt would read as -n -g -l */
+    static char ngl[] = "--n-gpu-layers";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "-ngl"))
+            argv[i] = ngl;
+    }
+}
+
 int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd cmd)
 {
     memset(o, 0, sizeof *o);
@@ -257,7 +271,9 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     o->gen.n_predict = DEFAULT_N_PREDICT;
     o->vram_budget_gib = -1.0;
     o->ram_budget_gib = -1.0;
+    o->n_gpu_layers = -1;
     o->cache_type = -1;
+    run_opts_ngl_alias(argc, argv);
     o->backend = "auto";
     samp_defaults(&o->gen.samp);
     const char *prompt = NULL, *name = cmd_names[cmd];
@@ -354,6 +370,7 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
             break;
         }
         case OPT_DISK_FLOOR: o->disk_floor = true; break;
+        case OPT_NGL: if (!(rc = parse_long(name, "--n-gpu-layers", optarg, 0, 1L << 20, &v))) o->n_gpu_layers = (int32_t)v; break;
         case OPT_RESET_IDX: o->reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o->disable_gpu_index = true; break;
         case OPT_AUDIT: rc = parse_float(name, "--audit-rate", optarg, 0, 1, &o->audit_rate); break;

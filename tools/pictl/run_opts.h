@@ -19,6 +19,7 @@ struct run_opts {
     bool inproc;
     bool dense;            /* --dense: all neurons even when the model has predictors */
     double vram_budget_gib; /* --vram-budget (pipeline path), < 0: none */
+    int32_t n_gpu_layers;   /* -ngl / --n-gpu-layers (pipeline path): whole layers on the GPU; < 0: none given */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
     int32_t predict_in;    /* --predict-in (pipeline): enum pi_predict_in */
@@ -34,6 +35,8 @@ struct run_opts {
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
 int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd cmd);
 void run_opts_fini(struct run_opts *o);
+/* Rewrite llama.cpp's -ngl into --n-gpu-layers in place (getopt would read -n -g -l). */
+void run_opts_ngl_alias(int argc, char **argv);
 
 /* The model used without -m and $PINFER_MODEL: the installed embedded model for an installed pictl,
  * the source tree's for one in a build tree. */
