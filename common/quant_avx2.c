@@ -5,6 +5,8 @@
  * GEMV should be memory-bound: the float dots keep several independent FMA accumulators so that the
  * FMA latency (4-5 cycles) never stalls the loads; the quant dots follow ggml's integer tricks, and
  * quant_avx2_gemv_rows (bottom) adds a multi-row path that prepares the activation once per call.
+ * The Q8_0/Q4_0 single-row dots run the multi-row path's row body on an unprepared activation, so a
+ * row has the same bits alone and in a batch (the invariance rule).
  * The activation quantizer (q8_0 from_float) produces exactly the bytes of the scalar reference. */
 #include "quant_internal.h"
 
@@ -185,75 +187,6 @@ static void q8_0_from_float_avx2(const float *src, void *dst, int64_t n)
     }
 }
 
-/* Σ x*y over pairs of int8, as 8 float lanes. vpmaddubsw needs one unsigned operand: use |x| and
- * y*sign(x), which leaves each product unchanged (ggml's mul_sum_i8_pairs_float). */
-static inline __m256 mul_sum_i8_pairs(__m256i x, __m256i y)
-{
-    const __m256i ax = _mm256_sign_epi8(x, x);
-    const __m256i sy = _mm256_sign_epi8(y, x);
-    const __m256i dot16 = _mm256_maddubs_epi16(ax, sy);
-    const __m256i dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
-    return _mm256_cvtepi32_ps(dot32);
-}
-
-/* 16 bytes of packed nibbles -> 32 int8 in element order (low nibbles are elements 0..15), minus 8 */
-static inline __m256i q4_0_unpack(const uint8_t *qs)
-{
-    const __m128i packed = _mm_loadu_si128((const __m128i *)qs);
-    __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-    bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(NIBBLE));
-    return _mm256_sub_epi8(bytes, _mm256_set1_epi8(Q4_0_OFFSET));
-}
-
-static inline __m256 q8_0_block(const struct block_q8_0 *x, const struct block_q8_0 *y, __m256 acc)
-{
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
-}
-
-static inline __m256 q4_0_block(const struct block_q4_0 *x, const struct block_q8_0 *y, __m256 acc)
-{
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
-    const __m256i qx = q4_0_unpack(x->qs);
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
-}
-
-/* s = Σ_blocks dx*dy * Σ qx*qy; integer sums within a block, two blocks in flight */
-static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const struct block_q8_0 *x = vx, *y = vy;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q8_0_block(&x[i], &y[i], acc0);
-        acc1 = q8_0_block(&x[i + 1], &y[i + 1], acc1);
-    }
-    if (i < nb)
-        acc0 = q8_0_block(&x[i], &y[i], acc0);
-    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
-}
-
-/* s = Σ_blocks dx*dy * Σ (qx-8)*qy, y a q8_0 row */
-static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const struct block_q4_0 *x = vx;
-    const struct block_q8_0 *y = vy;
-    const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q4_0_block(&x[i], &y[i], acc0);
-        acc1 = q4_0_block(&x[i + 1], &y[i + 1], acc1);
-    }
-    if (i < nb)
-        acc0 = q4_0_block(&x[i], &y[i], acc0);
-    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
-}
-
 /* ---- AXPY: y += a * x, the sparse FFN's down_t rows ------------------------------------------
  * No software prefetch here: the rows of active neurons are scattered, and a prefetch past the end
  * of a row would fetch lines of a neuron that is most likely inactive. Every update is one FMA, as
@@ -395,9 +328,9 @@ static inline __m256i q4_0_isum_u(const struct block_q4_0 *x, const struct block
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* blocks b, b+1 against their prepared A/B quants: int16 [block b partials | block b+1 partials],
- * each at most 2 * 2 * 15 * 127 = 7620 */
-static inline __m256i q4_0_pair(const struct block_q4_0 *x, const int8_t *ab)
+/* blocks b, b+1 against their A/B quants: int16 [block b partials | block b+1 partials], each at
+ * most 2 * 2 * 15 * 127 = 7620 */
+static inline __m256i q4_0_pair(const struct block_q4_0 *x, __m256i qa, __m256i qb)
 {
     const __m256i m = _mm256_set1_epi8(NIBBLE);
     const __m256i packed = _mm256_inserti128_si256(
@@ -405,13 +338,28 @@ static inline __m256i q4_0_pair(const struct block_q4_0 *x, const int8_t *ab)
         _mm_loadu_si128((const __m128i *)x[1].qs), 1);
     const __m256i lo = _mm256_and_si256(packed, m);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m);
-    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)ab)),
-                            _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(ab + QK8_0))));
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, qa), _mm256_maddubs_epi16(hi, qb));
 }
 
-/* y = Σ_b dx dy (Σ qx qy) - Σ_b dx cy: one q4_0 row against a prepared q8_0 activation */
-static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
-                      int64_t nb)
+/* the A/B quants of pair (p, p+1) of a group: prepared, or from the activation itself (the same bytes) */
+static inline void q4_0_ab(const struct gemv_act *a, const struct block_q8_0 *y, int64_t b, __m256i *qa, __m256i *qb)
+{
+    if (a) {
+        *qa = _mm256_load_si256((const __m256i *)(a->qs + b * QK8_0));
+        *qb = _mm256_load_si256((const __m256i *)(a->qs + b * QK8_0 + QK8_0));
+    } else {
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)y[b + 1].qs);
+        *qa = _mm256_permute2x128_si256(y0, y1, 0x20);
+        *qb = _mm256_permute2x128_si256(y0, y1, 0x31);
+    }
+}
+
+/* y = Σ_b dx dy (Σ qx qy) - Σ_b dx cy: one q4_0 row against a q8_0 activation, prepared (a) or not
+ * (a == NULL: its scales, sums and A/B order computed here, to the same values): the single-row dot
+ * and the multi-row GEMV run this one body, so a row has the same bits in both */
+static inline __attribute__((always_inline)) float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y,
+                                                           const struct gemv_act *a, int64_t nb)
 {
     __m256 acc = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
     int64_t b = 0;
@@ -421,11 +369,31 @@ static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, co
         const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16(
             (short)x[b].d, (short)x[b + 2].d, (short)x[b + 4].d, (short)x[b + 6].d,
             (short)x[b + 1].d, (short)x[b + 3].d, (short)x[b + 5].d, (short)x[b + 7].d));
-        const __m256 s = _mm256_mul_ps(dx, _mm256_loadu_ps(a->dy + b));
-        corr = _mm256_fmadd_ps(dx, _mm256_loadu_ps(a->cy + b), corr);
-        const int8_t *q = a->qs + b * QK8_0;
-        const __m256i v01 = q4_0_pair(&x[b], q), v23 = q4_0_pair(&x[b + 2], q + 2 * QK8_0);
-        const __m256i v45 = q4_0_pair(&x[b + 4], q + 4 * QK8_0), v67 = q4_0_pair(&x[b + 6], q + 6 * QK8_0);
+        __m256 dy, cy;
+        if (a) {
+            dy = _mm256_loadu_ps(a->dy + b);
+            cy = _mm256_loadu_ps(a->cy + b);
+        } else {
+            const struct block_q8_0 *yg = y + b;
+            dy = _mm256_cvtph_ps(_mm_setr_epi16(
+                (short)yg[0].d, (short)yg[2].d, (short)yg[4].d, (short)yg[6].d,
+                (short)yg[1].d, (short)yg[3].d, (short)yg[5].d, (short)yg[7].d));
+            const __m256i qsum = _mm256_setr_epi32(q8_0_qsum(&yg[0]), q8_0_qsum(&yg[2]), q8_0_qsum(&yg[4]),
+                                                   q8_0_qsum(&yg[6]), q8_0_qsum(&yg[1]), q8_0_qsum(&yg[3]),
+                                                   q8_0_qsum(&yg[5]), q8_0_qsum(&yg[7]));
+            cy = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(qsum, 3)), dy); /* (8 Σqy) dy */
+        }
+        const __m256 s = _mm256_mul_ps(dx, dy);
+        corr = _mm256_fmadd_ps(dx, cy, corr);
+        __m256i qa, qb;
+        q4_0_ab(a, y, b, &qa, &qb);
+        const __m256i v01 = q4_0_pair(&x[b], qa, qb);
+        q4_0_ab(a, y, b + 2, &qa, &qb);
+        const __m256i v23 = q4_0_pair(&x[b + 2], qa, qb);
+        q4_0_ab(a, y, b + 4, &qa, &qb);
+        const __m256i v45 = q4_0_pair(&x[b + 4], qa, qb);
+        q4_0_ab(a, y, b + 6, &qa, &qb);
+        const __m256i v67 = q4_0_pair(&x[b + 6], qa, qb);
         /* lanes [b0 b2 b4 b6 | b1 b3 b5 b7]; int16 partials peak at 4 * 7620 = 30480 < 2^15 */
         const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(v01, v23), _mm256_hadd_epi16(v45, v67));
         const __m256i sums = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
@@ -434,8 +402,10 @@ static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, co
     float sum = hsum_f32x8(acc) - hsum_f32x8(corr);
     for (; b < nb; b++) {
         const float dx = f16_to_f32(x[b].d);
+        const float dyb = a ? a->dy[b] : f16_to_f32(y[b].d);
+        const float cyb = a ? a->cy[b] : (float)(Q4_0_OFFSET * q8_0_qsum(&y[b])) * dyb;
         const __m256i p = q4_0_isum_u(&x[b], &y[b]);
-        sum += dx * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dx * a->cy[b];
+        sum += dx * dyb * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dx * cyb;
     }
     return sum;
 }
@@ -455,9 +425,10 @@ static inline __m256 reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3)));
 }
 
-/* y = Σ_b dx dy Σ qx qy: one q8_0 row against a prepared q8_0 activation */
-static float q8_0_row(const struct block_q8_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
-                      int64_t nb)
+/* y = Σ_b dx dy Σ qx qy: one q8_0 row against a q8_0 activation, its scales prepared (a) or not
+ * (the same values): the single-row dot and the multi-row GEMV both run this body */
+static inline __attribute__((always_inline)) float q8_0_row(const struct block_q8_0 *x, const struct block_q8_0 *y,
+                                                           const struct gemv_act *a, int64_t nb)
 {
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
@@ -466,15 +437,30 @@ static float q8_0_row(const struct block_q8_0 *x, const struct block_q8_0 *y, co
             _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
         const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x[b].d, (short)x[b + 1].d, (short)x[b + 2].d,
                                                       (short)x[b + 3].d, 0, 0, 0, 0));
-        const __m128 s = _mm_mul_ps(dx, _mm_loadu_ps(a->dy + b));
+        const __m128 dy = a ? _mm_loadu_ps(a->dy + b)
+                            : _mm_cvtph_ps(_mm_setr_epi16((short)y[b].d, (short)y[b + 1].d, (short)y[b + 2].d,
+                                                          (short)y[b + 3].d, 0, 0, 0, 0));
+        const __m128 s = _mm_mul_ps(dx, dy);
         const __m256 sums = reduce4(q8_0_isum(&x[b], &y[b]), q8_0_isum(&x[b + 1], &y[b + 1]),
                                     q8_0_isum(&x[b + 2], &y[b + 2]), q8_0_isum(&x[b + 3], &y[b + 3]));
         acc = _mm256_fmadd_ps(_mm256_set_m128(s, s), sums, acc);
     }
     float sum = hsum_f32x8(acc);
     for (; b < nb; b++)
-        sum += f16_to_f32(x[b].d) * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(q8_0_isum(&x[b], &y[b])));
+        sum += f16_to_f32(x[b].d) * (a ? a->dy[b] : f16_to_f32(y[b].d)) *
+               hsum_f32x8(_mm256_cvtepi32_ps(q8_0_isum(&x[b], &y[b])));
     return sum;
+}
+
+/* the single-row dots: the GEMV's row bodies without a prepared activation */
+static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    *s = q8_0_row(vx, vy, NULL, n / QK8_0);
+}
+
+static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    *s = q4_0_row(vx, vy, NULL, n / QK4_0);
 }
 
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
