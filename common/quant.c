@@ -53,6 +53,7 @@ static void quant_init_once(void)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
         quant_avx2_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
         quant_avx2_kquants_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
+        quant_avx2_kdot_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
         level_max = PI_CPU_AVX2;
 #if defined(PI_HAVE_AVX512_UNIT)
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -190,7 +191,8 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
         return;
 #endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1))
+    if (l == PI_CPU_AVX2 && (quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
+                             quant_avx2_kdot_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1)))
         return;
 #endif
     const pi_vec_dot_fn dot = t->vec_dot;
