@@ -8,7 +8,8 @@
  * generic bodies these keep the unpacked quants in registers, decode the packed 6-bit scales with a
  * few 32-bit word operations instead of per-scale bit picking, and take the min and offset sums from
  * the activation's bsums with one vpmaddwd. The multi-row GEMV runs two rows per pass over the
- * activation (its quants and sums loaded once for both); a row's bits do not depend on that. */
+ * activation (its quants and sums loaded once for both); a row's bits do not depend on that. The
+ * activation's quantizer (Q8_K) is here too, byte for byte the reference's. */
 #include "quant_internal.h"
 
 #include <immintrin.h>
@@ -151,6 +152,61 @@ static inline __attribute__((always_inline)) void q6_super(int nr, const void *c
     }
 }
 
+/* ---- the activation: Q8_K, byte for byte the reference ----------------------------------------
+ * max = the first element of largest magnitude (its sign kept), iscale = -127 / max, q = min(127,
+ * round-to-nearest-even(iscale x)) (vcvtps2dq rounds so, as the reference's magic-number addition
+ * does for |v| < 2^22), the sums of every 16 quants, d = 1 / iscale; an all-zero block is zeros. */
+#define Q8_K_MAX 127.0f
+
+static void q8_K_from_float_avx2(const float *x, void *dst, int64_t n)
+{
+    struct block_q8_K *yb = dst;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        struct block_q8_K *y = &yb[i];
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), absmask));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        if (!(amax > 0.0f)) { /* the reference's !amax (NaN blocks are garbage in both) */
+            memset(y, 0, sizeof *y);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 va = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), va, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[j + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -Q8_K_MAX / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * k))), lim);
+            /* packs interleave 128-bit lanes; the permute restores element order */
+            const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+            const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
+                                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(y->qs + j), p8);
+            /* sums of 16: widen to int16 in order, then pairs, then horizontal */
+            const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(p8));
+            const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(p8, 1));
+            const __m256i s0 = _mm256_madd_epi16(w0, _mm256_set1_epi16(1)), s1 = _mm256_madd_epi16(w1, _mm256_set1_epi16(1));
+            y->bsums[j / 16] = (int16_t)hsum_i32x8(s0);
+            y->bsums[j / 16 + 1] = (int16_t)hsum_i32x8(s1);
+        }
+        y->d = 1 / iscale;
+    }
+}
+
 /* ---- rows ------------------------------------------------------------------------------------- */
 
 enum kdot_type { KD_Q4_K, KD_Q5_K, KD_Q6_K };
@@ -226,4 +282,5 @@ void quant_avx2_kdot_install(struct pi_type_traits *traits, size_t count)
     traits[PI_TYPE_Q4_K].vec_dot = q4_K_vec_dot_avx2k;
     traits[PI_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2k;
     traits[PI_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2k;
+    traits[PI_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
 }
