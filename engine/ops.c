@@ -47,6 +47,13 @@ static void matmul_worker(void *arg, int ith, int nth)
     /* Contiguous row ranges per thread keep each thread streaming its own part of the weights. */
     const int64_t per = (n_out + nth - 1) / nth;
     const int64_t r0 = per * ith, r1 = r0 + per < n_out ? r0 + per : n_out;
+    if (j->B == 1) {
+        /* one token: no weights to reuse across a batch, so one call over the whole range, which
+         * prepares the activation once (the kernels' multi-row GEMV) instead of once per tile */
+        if (r0 < r1)
+            quant_gemv_rows(j->W->type, j->W->data, j->W->row_bytes, n_in, j->xvd, j->Y, r0, r1);
+        return;
+    }
     for (int64_t t0 = r0; t0 < r1; t0 += MATMUL_ROW_TILE) {
         int64_t t1 = t0 + MATMUL_ROW_TILE < r1 ? t0 + MATMUL_ROW_TILE : r1;
         for (int b = 0; b < j->B; b++)
