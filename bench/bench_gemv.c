@@ -4,7 +4,8 @@
  *
  * TYPE: only those weight types (e.g. q4_0,q4_K); LEVEL: the kernel levels to time, each in turn on
  * the same matrix (scalar, avx2, avx512; default: the best this CPU has). -R ROWS: a matrix of that
- * many rows, not replicated: what the kernels cost when memory is not the limit.
+ * many rows, not replicated: what the kernels cost when memory is not the limit. -B TOKENS: that many
+ * activations per matmul, through quant_gemm_rows in 16-row tiles (the batched matmul's path).
  *
  * First a STREAM-like read and copy of a 1 GiB buffer (the same thread count), then for each type a
  * 11008 x 4096 matrix (an FFN up projection of a 7B model) times a vector, rows split across the pool;
@@ -33,6 +34,9 @@
 /* rows of the matrix; -R sets fewer and keeps one copy: the kernels' in-cache speed */
 static int gemv_rows = GEMV_ROWS_DEFAULT;
 static bool in_cache;
+/* -B: tokens per matmul; above 1 the rows go through quant_gemm_rows in the engine's 16-row tiles */
+static int batch = 1;
+#define GEMM_ROW_TILE 16
 #define WARMUP 2
 #define CHECK_ROWS 16                  /* rows compared against the scalar reference */
 #define ALIGN 64
@@ -136,7 +140,8 @@ struct gemv_job {
     const uint8_t *W;
     size_t row_bytes;
     const void *x_vd;
-    float *y;
+    size_t x_stride; /* bytes between the batch's activations */
+    float *y;        /* (batch, gemv_rows) */
 };
 
 /* y[r] = W[r,:] . x for this thread's rows */
@@ -145,7 +150,13 @@ static void gemv_fn(void *arg, int ith, int nth)
     struct gemv_job *j = arg;
     size_t lo, hi;
     share(gemv_rows, 1, ith, nth, &lo, &hi);
-    quant_gemv_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->y, (int64_t)lo, (int64_t)hi);
+    if (batch == 1) {
+        quant_gemv_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->y, (int64_t)lo, (int64_t)hi);
+        return;
+    }
+    for (size_t t0 = lo; t0 < hi; t0 += GEMM_ROW_TILE)
+        quant_gemm_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->x_stride, batch, j->y, (size_t)gemv_rows,
+                        (int64_t)t0, (int64_t)(t0 + GEMM_ROW_TILE < hi ? t0 + GEMM_ROW_TILE : hi));
 }
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -168,8 +179,8 @@ static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t typ
     const size_t copies = in_cache ? 1 : (WORKING_SET_MIN + mat_bytes - 1) / mat_bytes;
     int rc = 0;
     uint8_t *W = aligned_alloc(ALIGN, mat_bytes * copies);
-    float *x = malloc(GEMV_COLS * sizeof *x), *y = malloc(gemv_rows * sizeof *y);
-    void *x_vd = aligned_alloc(ALIGN, GEMV_COLS * sizeof(float));
+    float *x = malloc(GEMV_COLS * sizeof *x), *y = malloc((size_t)batch * gemv_rows * sizeof *y);
+    void *x_vd = aligned_alloc(ALIGN, (size_t)batch * GEMV_COLS * sizeof(float));
     double *times = malloc((size_t)iters * sizeof *times);
     if (!W || !x || !y || !x_vd || !times) {
         rc = pi_fail(PI_E_NOMEM, "bench: %zu bytes for %s weights", mat_bytes * copies, t->name);
@@ -204,13 +215,17 @@ static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t ty
     const struct pi_type_traits *vt = quant_traits(t->vec_dot_type);
     const size_t row_bytes = quant_row_size(type, GEMV_COLS);
     const size_t mat_bytes = row_bytes * gemv_rows;
-    struct gemv_job job = { .type = type, .row_bytes = row_bytes, .y = y,
-                            .x_vd = t->vec_dot_type == PI_TYPE_F32 ? (const void *)x : x_vd };
+    const size_t xs = t->vec_dot_type == PI_TYPE_F32 ? GEMV_COLS * sizeof(float) : quant_row_size(t->vec_dot_type, GEMV_COLS);
+    struct gemv_job job = { .type = type, .row_bytes = row_bytes, .y = y, .x_stride = xs, .x_vd = x_vd };
     for (int it = -WARMUP; it < iters; it++) {
         job.W = W + (size_t)((it + WARMUP) % (int)copies) * mat_bytes;
         double t0 = now_us();
-        if (t->vec_dot_type != PI_TYPE_F32)
-            vt->from_float(x, x_vd, GEMV_COLS);
+        for (int b = 0; b < batch; b++) { /* the same token B times: the timing does not care */
+            if (t->vec_dot_type != PI_TYPE_F32)
+                vt->from_float(x, (char *)x_vd + (size_t)b * xs, GEMV_COLS);
+            else
+                memcpy((char *)x_vd + (size_t)b * xs, x, xs);
+        }
         pool_run(pool, gemv_fn, &job);
         double dt = now_us() - t0;
         if (it >= 0)
@@ -241,9 +256,9 @@ static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t ty
     double bytes = (double)mat_bytes + quant_row_size(t->vec_dot_type, GEMV_COLS);
     double gbps = bytes / (med * 1e3);
     printf("{\"bench\":\"gemv\",\"type\":\"%s\",\"threads\":%d,\"rows\":%d,\"cols\":%d,\"n\":%d,"
-           "\"median_us\":%.1f,\"p90_us\":%.1f,\"gbps\":%.2f,\"frac_of_read_bw\":%.3f,\"level\":\"%s\","
+           "\"batch\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,\"gbps\":%.2f,\"frac_of_read_bw\":%.3f,\"level\":\"%s\","
            "\"copies\":%zu,\"max_rel_err_vs_ref\":%.2g}\n",
-           t->name, threads, gemv_rows, GEMV_COLS, iters, med, p90, gbps, gbps / read_gbps,
+           t->name, threads, gemv_rows, GEMV_COLS, iters, batch, med, p90, gbps, gbps / read_gbps,
            quant_level_name(quant_level()), copies, max_rel);
     fflush(stdout);
     return 0;
@@ -254,8 +269,11 @@ int main(int argc, char **argv)
     int threads = 2, iters = 20, opt;
     bool only[PI_TYPE_COUNT] = { false }, any_only = false;
     int levels[PI_CPU_LEVELS] = { (int)quant_level() }, n_levels = 1;
-    while ((opt = getopt(argc, argv, "t:n:T:L:R:")) != -1) {
-        if (opt == 'R') {
+    while ((opt = getopt(argc, argv, "t:n:T:L:R:B:")) != -1) {
+        if (opt == 'B') {
+            if ((batch = atoi(optarg)) < 1)
+                goto usage;
+        } else if (opt == 'R') {
             gemv_rows = atoi(optarg);
             in_cache = true;
             if (gemv_rows < 16)
@@ -330,6 +348,6 @@ int main(int argc, char **argv)
 
 usage:
     fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T TYPE,... (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
-                    "iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs)] [-L LEVEL,... (scalar avx2 avx512)] [-R ROWS (in cache)]\n");
+                    "iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs)] [-L LEVEL,... (scalar avx2 avx512)] [-R ROWS (in cache)] [-B TOKENS]\n");
     return 2;
 }

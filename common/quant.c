@@ -200,3 +200,31 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
     for (int64_t r = r0; r < r1; r++)
         dot(n, &y[r], w + (size_t)r * row_bytes, x_vd);
 }
+
+/* the fallback tile: rows that stay in L1/L2 while every token of the batch passes */
+#define GEMM_ROW_TILE 16
+
+void quant_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd, size_t x_stride,
+                     int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    if (B == 1) { /* no weights to reuse: one multi-row GEMV, the activation prepared once */
+        quant_gemv_rows(type, W, row_bytes, n, X_vd, Y, r0, r1);
+        return;
+    }
+    const enum pi_cpu_level l = level_now();
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+        return;
+#endif
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (l == PI_CPU_AVX2 && quant_avx2_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+        return;
+#endif
+    (void)l;
+    for (int64_t t0 = r0; t0 < r1; t0 += GEMM_ROW_TILE) {
+        const int64_t t1 = t0 + GEMM_ROW_TILE < r1 ? t0 + GEMM_ROW_TILE : r1;
+        for (int b = 0; b < B; b++)
+            quant_gemv_rows(type, W, row_bytes, n, (const char *)X_vd + (size_t)b * x_stride, Y + (size_t)b * y_stride,
+                            t0, t1);
+    }
+}

@@ -111,6 +111,13 @@ pi_bf16 pi_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                      float *y, int64_t r0, int64_t r1);
 
+/* Y_b[r] = dot(W row r, X_b) for rows [r0, r1) and the B activations X_b = X_vd + b * x_stride
+ * (bytes, each in W's vec_dot_type), Y_b = Y + b * y_stride (floats): the batched matmul's tile,
+ * which unpacks each weight block once for several tokens where the kernels can. Every value is
+ * bitwise quant_gemv_rows' (and vec_dot's) at the same level. */
+void quant_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd, size_t x_stride,
+                     int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
+
 /* Internal, for quant.c: the AVX2 unit (quant_avx2.c, compiled with -mavx2 -mfma -mf16c) overwrites
  * the kernel pointers of the types it accelerates in a copy of the reference table. Only call it
  * after cpuid has reported AVX2, FMA and F16C (quant_init does). */
@@ -125,5 +132,10 @@ bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_
 void quant_avx512_install(struct pi_type_traits *traits, size_t count);
 bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                             float *y, int64_t r0, int64_t r1);
+bool quant_avx512_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                            size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
+/* and the AVX2 unit's GEMM tile (Q8_0/Q4_0; false, computing nothing, for the other types) */
+bool quant_avx2_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                          size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
 
 #endif

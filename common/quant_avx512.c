@@ -25,12 +25,14 @@
 #include "quant_avx512_emu.h"
 #define quant_avx512_install quant_avx512emu_install
 #define quant_avx512_gemv_rows quant_avx512emu_gemv_rows
+#define quant_avx512_gemm_rows quant_avx512emu_gemm_rows
 #else
 #include <immintrin.h>
 #endif
 #include "quant_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define F32_PER_VEC 16    /* floats in a __m512 */
@@ -213,10 +215,27 @@ static void f16_from_float_avx512(const float *src, void *vdst, int64_t n)
  * f32 accumulators (pairs alternate). An odd last block runs as a pair whose second block is zero. */
 
 struct act512 {
-    float dy[GEMV_MAX_BLOCKS];                              /* activation scale per block */
-    _Alignas(64) int8_t qs[GEMV_MAX_BLOCKS * QK8_0];         /* per pair, in the weights' order */
-    _Alignas(64) int32_t c[GEMV_MAX_BLOCKS / 2 * F32_PER_VEC]; /* per pair, -off * Σy per lane */
+    int8_t *qs;  /* per pair, in the weights' order; 64-byte aligned */
+    int32_t *c;  /* per pair, -off * Σy per lane; 64-byte aligned */
+    float *dy;   /* activation scale per block */
 };
+
+/* bytes of one prepared activation of nb blocks (pairs rounded up), laid out in buf by act_bind */
+static size_t act_bytes(int64_t nb)
+{
+    const size_t pairs = (size_t)(nb + 1) / 2;
+    return pairs * 2 * 64 + ((size_t)nb * sizeof(float) + 63) / 64 * 64;
+}
+
+static void act_bind(struct act512 *a, char *buf, int64_t nb)
+{
+    const size_t pairs = (size_t)(nb + 1) / 2;
+    a->qs = (int8_t *)buf;
+    a->c = (int32_t *)(buf + pairs * 64);
+    a->dy = (float *)(buf + pairs * 128);
+}
+
+#define ACT_MAX_BYTES (GEMV_MAX_BLOCKS / 2 * 128 + GEMV_MAX_BLOCKS * 4)
 
 /* activation pair (b, b+1) as 64 bytes in natural order; a lone last block: zeros after it */
 static inline __m512i q8_pair_y(const struct block_q8_0 *y, bool two)
@@ -302,6 +321,41 @@ static inline __attribute__((always_inline)) float row_q80q40(bool q4, const voi
         acc[(b / 2) & 1] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[(b / 2) & 1]);
     }
     return hsum_f32x16(_mm512_add_ps(acc[0], acc[1]));
+}
+
+/* The GEMM tile's body: one weight row against nt <= GEMM_TOKENS prepared activations, each weight
+ * pair unpacked once for all of them; per token exactly row_q80q40's operations (so each result is
+ * that row's GEMV and vec_dot value, bit for bit). */
+#define GEMM_TOKENS 4
+static inline __attribute__((always_inline)) void rows_q80q40(bool q4, int nt, const void *vx,
+                                                             const struct act512 *const *pa, int64_t nb, float *out)
+{
+    const struct block_q8_0 *x8 = vx;
+    const struct block_q4_0 *x4 = vx;
+    const size_t bsize = q4 ? sizeof *x4 : sizeof *x8;
+    const __mmask16 second = q4 ? Q4_PAIR_MASK : Q8_PAIR_MASK;
+    __m512 acc[GEMM_TOKENS][2];
+    for (int t = 0; t < nt; t++)
+        acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool two = b + 1 < nb;
+        const char *xb = (const char *)vx + (size_t)b * bsize;
+        for (size_t k = 0; k < 2 * bsize; k += CACHE_LINE)
+            _mm_prefetch(xb + PREFETCH_BYTES + k, _MM_HINT_T0);
+        const __m512i xv = q4 ? q4_pair_x(&x4[b], two) : q8_pair_x(&x8[b], two);
+        const float dx0 = _cvtsh_ss(q4 ? x4[b].d : x8[b].d);
+        const float dx1 = two ? _cvtsh_ss(q4 ? x4[b + 1].d : x8[b + 1].d) : 0.0f;
+        for (int t = 0; t < nt; t++) {
+            const __m512i yv = _mm512_load_si512((const void *)(pa[t]->qs + b * QK8_0));
+            const __m512i c = _mm512_load_si512((const void *)(pa[t]->c + b / 2 * F32_PER_VEC));
+            const float dy0 = pa[t]->dy[b], dy1 = two ? pa[t]->dy[b + 1] : 0.0f;
+            const __m512i isum = _mm512_dpbusd_epi32(c, xv, yv);
+            const __m512 s = pair_scale(dx0 * dy0, dx1 * dy1, second);
+            acc[t][(b / 2) & 1] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[t][(b / 2) & 1]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        out[t] = hsum_f32x16(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
 
 /* the activation-only parts of row_q80q40, once per GEMV call */
@@ -555,7 +609,9 @@ bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int6
         const int64_t nb = n / QK8_0;
         if (nb > GEMV_MAX_BLOCKS)
             return false;
-        struct act512 act; /* 136 KiB on the stack: threads have megabytes, no allocation per call */
+        _Alignas(64) char buf[ACT_MAX_BYTES]; /* 136 KiB on the stack: threads have megabytes */
+        struct act512 act;
+        act_bind(&act, buf, nb);
         const bool q4 = type == PI_TYPE_Q4_0;
         act_prepare(q4, &act, x_vd, nb);
         for (int64_t r = r0; r < r1; r++)
@@ -575,6 +631,66 @@ bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int6
         return true;
     }
     return false;
+}
+
+/* The GEMM tile: rows [r0, r1) against B activations, all prepared once per call (on the heap), then
+ * tiles of GEMM_ROW_TILE rows (which stay in L1/L2 while every token passes) against GEMM_TOKENS
+ * tokens at a time (each weight pair unpacked once for them). */
+#define GEMM_ROW_TILE 16
+static inline __attribute__((always_inline)) void tile_q80q40(bool q4, const uint8_t *w, size_t row_bytes, int64_t nb,
+                                                             int nt, const struct act512 *const *pa, float *Y,
+                                                             size_t y_stride, int64_t t0, int64_t t1)
+{
+    for (int64_t r = t0; r < t1; r++) {
+        float out[GEMM_TOKENS];
+        rows_q80q40(q4, nt, w + (size_t)r * row_bytes, pa, nb, out);
+        for (int t = 0; t < nt; t++)
+            Y[(size_t)t * y_stride + (size_t)r] = out[t];
+    }
+}
+
+bool quant_avx512_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                            size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    const int64_t nb = n / QK8_0;
+    if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
+        return false;
+    const bool q4 = type == PI_TYPE_Q4_0;
+    const size_t per = act_bytes(nb);
+    char *buf = aligned_alloc(64, per * (size_t)B);
+    struct act512 *act = malloc((size_t)B * sizeof *act);
+    const struct act512 **pa = malloc((size_t)B * sizeof *pa);
+    if (!buf || !act || !pa) { /* no memory for the prepared activations: the same values one by one */
+        free(buf), free(act), free(pa);
+        return false;
+    }
+    for (int t = 0; t < B; t++) {
+        act_bind(&act[t], buf + (size_t)t * per, nb);
+        act_prepare(q4, &act[t], (const struct block_q8_0 *)((const char *)X_vd + (size_t)t * x_stride), nb);
+        pa[t] = &act[t];
+    }
+    const uint8_t *w = W;
+    for (int64_t t0 = r0; t0 < r1; t0 += GEMM_ROW_TILE) {
+        const int64_t t1 = t0 + GEMM_ROW_TILE < r1 ? t0 + GEMM_ROW_TILE : r1;
+        for (int b0 = 0; b0 < B; b0 += GEMM_TOKENS) {
+            float *Yb = Y + (size_t)b0 * y_stride;
+            if (B - b0 >= GEMM_TOKENS) {
+                if (q4)
+                    tile_q80q40(true, w, row_bytes, nb, GEMM_TOKENS, pa + b0, Yb, y_stride, t0, t1);
+                else
+                    tile_q80q40(false, w, row_bytes, nb, GEMM_TOKENS, pa + b0, Yb, y_stride, t0, t1);
+            } else {
+                for (int t = b0; t < B; t++) {
+                    if (q4)
+                        tile_q80q40(true, w, row_bytes, nb, 1, pa + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
+                    else
+                        tile_q80q40(false, w, row_bytes, nb, 1, pa + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
+                }
+            }
+        }
+    }
+    free(buf), free(act), free(pa);
+    return true;
 }
 
 void quant_avx512_install(struct pi_type_traits *traits, size_t count)

@@ -7,8 +7,9 @@
  *  - quantize / dequantize / the activation's quantization: the reference's bytes;
  *  - AXPY: the reference's bits (one FMA per element in both);
  *  - vec_dot: the reference within float rounding, and bit for bit for the super-block types;
- *  - the multi-row GEMV: every row bit for bit the same level's vec_dot (the invariance: a row's
- *    value must not depend on whether it ran alone or in a batch), rows outside [r0, r1) untouched. */
+ *  - the multi-row GEMV and the GEMM tile (several tokens): every value bit for bit the same
+ *    level's vec_dot (the invariance: a row's value must not depend on whether it ran alone or in a
+ *    batch), rows outside [r0, r1) untouched. */
 #ifndef PI_TEST_QUANT_LEVELS_H
 #define PI_TEST_QUANT_LEVELS_H
 
@@ -27,6 +28,9 @@
 typedef const struct pi_type_traits *(*ql_traits_fn)(uint32_t type);
 typedef void (*ql_gemv_fn)(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd, float *y,
                            int64_t r0, int64_t r1);
+typedef void (*ql_gemm_fn)(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                           size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
+static ql_gemm_fn ql_gemm; /* the GEMM tile under test (set by ql_check_level) */
 
 /* a CHECK that also clears ok, so that a type stops at its first failing length */
 #define QL_CHECK(cond, ...)                                                                        \
@@ -123,6 +127,37 @@ static bool ql_check_type(const char *level, ql_traits_fn traits, ql_gemv_fn gem
         QL_CHECK(ql_same_bits(&s, &yg[r], sizeof s), "%s %s n=%ld row %d: gemv %.9g is not vec_dot's %.9g bitwise",
               level, ref->name, (long)n, r, yg[r], s);
     }
+    /* the GEMM tile: QL_TOKENS activations (a full group of 4 and a remainder), every value the
+     * level's vec_dot bit for bit; the activations are the rows of x quantized as activations */
+    enum { QL_TOKENS = 5 };
+    const size_t xs = fvd ? (size_t)n * sizeof(float) : yb;
+    uint8_t *X = malloc(QL_TOKENS * xs);
+    float *Y = malloc(QL_TOKENS * QL_ROWS * sizeof *Y);
+    REQUIRE(X && Y, "alloc");
+    for (int t = 0; t < QL_TOKENS; t++) {
+        const float *src = t == 0 ? y : x + (t % QL_ROWS) * n;
+        if (fvd)
+            memcpy(X + t * xs, src, xs);
+        else
+            vfast->from_float(src, X + t * xs, n);
+    }
+    for (int i = 0; i < QL_TOKENS * QL_ROWS; i++)
+        Y[i] = -1.0f;
+    ql_gemm(type, w, wb, n, X, xs, QL_TOKENS, Y, QL_ROWS, 1, QL_ROWS - 1);
+    int bad = 0, outside = 0;
+    for (int t = 0; t < QL_TOKENS; t++)
+        for (int r = 0; r < QL_ROWS; r++) {
+            if (r == 0 || r == QL_ROWS - 1) {
+                outside += Y[t * QL_ROWS + r] != -1.0f;
+                continue;
+            }
+            float s;
+            fast->vec_dot(n, &s, w + r * wb, X + t * xs);
+            bad += !ql_same_bits(&s, &Y[t * QL_ROWS + r], sizeof s);
+        }
+    QL_CHECK(bad == 0 && outside == 0, "%s %s n=%ld: GEMM tile: %d values not vec_dot's bitwise, %d written outside",
+             level, ref->name, (long)n, bad, outside);
+    free(X), free(Y);
     free(x), free(y), free(dq), free(dq2), free(ydq), free(a1), free(a2), free(w), free(w2), free(yq), free(yq2);
     return ok;
 }
@@ -132,8 +167,9 @@ static const uint32_t ql_types[] = { PI_TYPE_F32,  PI_TYPE_F16,  PI_TYPE_BF16, P
                                      PI_TYPE_Q3_K, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
 
 /* every type at lengths that hit each loop's tails: 1, 2, 3, 5 blocks, odd pairs, 7B rows */
-static void ql_check_level(const char *level, ql_traits_fn traits, ql_gemv_fn gemv)
+static void ql_check_level(const char *level, ql_traits_fn traits, ql_gemv_fn gemv, ql_gemm_fn gemm)
 {
+    ql_gemm = gemm;
     const int64_t lens_f[] = { 1, 7, 16, 37, 64, 96, 4096 + 5, 11008 };
     const int64_t lens_32[] = { 32, 64, 96, 160, 4096 + 32, 11008 };
     const int64_t lens_256[] = { 256, 768, 4096, 11008 };

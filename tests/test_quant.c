@@ -578,7 +578,7 @@ static void test_levels(void)
             continue;
         }
         CHECK(rc == 0 && quant_level() == (enum pi_cpu_level)l, "set level %d", l);
-        ql_check_level(quant_level_name((enum pi_cpu_level)l), quant_traits, quant_gemv_rows);
+        ql_check_level(quant_level_name((enum pi_cpu_level)l), quant_traits, quant_gemv_rows, quant_gemm_rows);
         fprintf(stderr, "level %s: checked\n", quant_level_name((enum pi_cpu_level)l));
     }
     CHECK(quant_level_from_name("avx512") == PI_CPU_AVX512 && quant_level_from_name("sse") == -1, "level names");

@@ -10,6 +10,8 @@
 void quant_avx512emu_install(struct pi_type_traits *traits, size_t count);
 bool quant_avx512emu_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                                float *y, int64_t r0, int64_t r1);
+bool quant_avx512emu_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                               size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
 
 static struct pi_type_traits emu[PI_TYPE_COUNT];
 
@@ -28,6 +30,15 @@ static void emu_gemv(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
         emu[type].vec_dot(n, &y[r], (const char *)W + (size_t)r * row_bytes, x_vd);
 }
 
+static void emu_gemm(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd, size_t x_stride,
+                     int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    if (quant_avx512emu_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+        return;
+    for (int b = 0; b < B; b++)
+        emu_gemv(type, W, row_bytes, n, (const char *)X_vd + (size_t)b * x_stride, Y + (size_t)b * y_stride, r0, r1);
+}
+
 int main(void)
 {
     /* the unit patches a table of the kernels below it; start from the reference's (the AVX2 ones
@@ -41,6 +52,6 @@ int main(void)
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         CHECK(emu[mine[i]].vec_dot != quant_traits_ref(mine[i])->vec_dot, "%s: AVX-512 dot installed",
               emu[mine[i]].name);
-    ql_check_level("avx512-emulated", emu_traits, emu_gemv);
+    ql_check_level("avx512-emulated", emu_traits, emu_gemv, emu_gemm);
     return tu_finish("test_quant_avx512_emu");
 }
