@@ -41,6 +41,10 @@ static void emu_gemm(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 
 int main(void)
 {
+    if (quant_level_max() < PI_CPU_AVX2) { /* the emulation library is compiled with AVX2 flags */
+        fprintf(stderr, "skip: no AVX2 here\n");
+        return 77;
+    }
     /* the unit patches a table of the kernels below it; start from the reference's (the AVX2 ones
      * need not exist here) */
     for (uint32_t t = 0; t < PI_TYPE_COUNT; t++)
