@@ -69,7 +69,7 @@ for L in scalar avx2 avx512; do
 done
 
 # 2. GEMV per type and level, the read bandwidth measured first in the same process
-step gemv 30 "$B/bench_gemv" -t "$T" -n 10 -T f16,bf16,q8_0,q4_0,q4_K,q5_K,q6_K -L scalar,avx2,avx512
+step gemv 30 "$B/bench_gemv" -t "$T" -n 10 -T f16,bf16,q8_0,q4_0,q4_1,q5_0,q4_K,q5_K,q6_K -L scalar,avx2,avx512
 # the GEMM tile: 16 tokens per matmul (a prefill chunk), per token against one GEMV
 step gemm_b16 10 "$B/bench_gemv" -t "$T" -n 5 -B 16 -T q8_0,q4_0 -L avx2,avx512
 
