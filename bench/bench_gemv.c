@@ -1,6 +1,11 @@
 /* bench_gemv — multi-threaded GEMV y = W x per weight type, against the machine's memory bandwidth.
  *
- *   bench_gemv [-t THREADS] [-n ITERS] [-T TYPE]   (TYPE: only that weight type, e.g. q4_0)
+ *   bench_gemv [-t THREADS] [-n ITERS] [-T TYPE[,TYPE...]] [-L LEVEL[,LEVEL...]]
+ *
+ * TYPE: only those weight types (e.g. q4_0,q4_K); LEVEL: the kernel levels to time, each in turn on
+ * the same matrix (scalar, avx2, avx512; default: the best this CPU has). -R ROWS: a matrix of that
+ * many rows, not replicated: what the kernels cost when memory is not the limit. -B TOKENS: that many
+ * activations per matmul, through quant_gemm_rows in 16-row tiles (the batched matmul's path).
  *
  * First a STREAM-like read and copy of a 1 GiB buffer (the same thread count), then for each type a
  * 11008 x 4096 matrix (an FFN up projection of a 7B model) times a vector, rows split across the pool;
@@ -22,9 +27,16 @@
 
 #define STREAM_BYTES (1ull << 30)
 #define STREAM_REPS 5
-#define GEMV_ROWS 11008
+#define GEMV_ROWS_DEFAULT 11008
 #define GEMV_COLS 4096
 #define WORKING_SET_MIN (256ull << 20) /* several times any LLC we run on: weights come from DRAM */
+
+/* rows of the matrix; -R sets fewer and keeps one copy: the kernels' in-cache speed */
+static int gemv_rows = GEMV_ROWS_DEFAULT;
+static bool in_cache;
+/* -B: tokens per matmul; above 1 the rows go through quant_gemm_rows in the engine's 16-row tiles */
+static int batch = 1;
+#define GEMM_ROW_TILE 16
 #define WARMUP 2
 #define CHECK_ROWS 16                  /* rows compared against the scalar reference */
 #define ALIGN 64
@@ -128,7 +140,8 @@ struct gemv_job {
     const uint8_t *W;
     size_t row_bytes;
     const void *x_vd;
-    float *y;
+    size_t x_stride; /* bytes between the batch's activations */
+    float *y;        /* (batch, gemv_rows) */
 };
 
 /* y[r] = W[r,:] . x for this thread's rows */
@@ -136,8 +149,14 @@ static void gemv_fn(void *arg, int ith, int nth)
 {
     struct gemv_job *j = arg;
     size_t lo, hi;
-    share(GEMV_ROWS, 1, ith, nth, &lo, &hi);
-    quant_gemv_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->y, (int64_t)lo, (int64_t)hi);
+    share(gemv_rows, 1, ith, nth, &lo, &hi);
+    if (batch == 1) {
+        quant_gemv_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->y, (int64_t)lo, (int64_t)hi);
+        return;
+    }
+    for (size_t t0 = lo; t0 < hi; t0 += GEMM_ROW_TILE)
+        quant_gemm_rows(j->type, j->W, j->row_bytes, GEMV_COLS, j->x_vd, j->x_stride, batch, j->y, (size_t)gemv_rows,
+                        (int64_t)t0, (int64_t)(t0 + GEMM_ROW_TILE < hi ? t0 + GEMM_ROW_TILE : hi));
 }
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -148,24 +167,27 @@ static float rng_unit(void)
     return (float)((double)((rng * 0x2545f4914f6cdd1dull) >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
 }
 
-static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps)
+static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps, uint8_t *W,
+                       size_t copies, const float *x, void *x_vd, float *y, double *times);
+
+static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps,
+                      const int *levels, int n_levels)
 {
     const struct pi_type_traits *t = quant_traits(type);
-    const struct pi_type_traits *vt = quant_traits(t->vec_dot_type);
-    const size_t row_bytes = quant_row_size(type, GEMV_COLS);
-    const size_t mat_bytes = row_bytes * GEMV_ROWS;
-    const size_t copies = (WORKING_SET_MIN + mat_bytes - 1) / mat_bytes;
+        const size_t row_bytes = quant_row_size(type, GEMV_COLS);
+    const size_t mat_bytes = row_bytes * gemv_rows;
+    const size_t copies = in_cache ? 1 : (WORKING_SET_MIN + mat_bytes - 1) / mat_bytes;
     int rc = 0;
     uint8_t *W = aligned_alloc(ALIGN, mat_bytes * copies);
-    float *x = malloc(GEMV_COLS * sizeof *x), *y = malloc(GEMV_ROWS * sizeof *y);
-    void *x_vd = aligned_alloc(ALIGN, GEMV_COLS * sizeof(float));
+    float *x = malloc(GEMV_COLS * sizeof *x), *y = malloc((size_t)batch * gemv_rows * sizeof *y);
+    void *x_vd = aligned_alloc(ALIGN, (size_t)batch * GEMV_COLS * sizeof(float));
     double *times = malloc((size_t)iters * sizeof *times);
     if (!W || !x || !y || !x_vd || !times) {
         rc = pi_fail(PI_E_NOMEM, "bench: %zu bytes for %s weights", mat_bytes * copies, t->name);
         goto fail;
     }
     float row[GEMV_COLS];
-    for (int r = 0; r < GEMV_ROWS; r++) {
+    for (int r = 0; r < gemv_rows; r++) {
         for (int c = 0; c < GEMV_COLS; c++)
             row[c] = rng_unit();
         t->from_float(row, W + (size_t)r * row_bytes, GEMV_COLS);
@@ -175,13 +197,35 @@ static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t typ
     for (int c = 0; c < GEMV_COLS; c++)
         x[c] = rng_unit();
 
-    struct gemv_job job = { .type = type, .row_bytes = row_bytes, .y = y,
-                            .x_vd = t->vec_dot_type == PI_TYPE_F32 ? (const void *)x : x_vd };
+    for (int l = 0; l < n_levels && rc == 0; l++) {
+        if ((rc = quant_set_level((enum pi_cpu_level)levels[l])) < 0)
+            break;
+        rc = bench_level(pool, threads, iters, type, read_gbps, W, copies, x, x_vd, y, times);
+    }
+fail:
+    free(W), free(x), free(y), free(x_vd), free(times);
+    return rc;
+}
+
+/* the GEMV of one type at the level in use: timed, then checked against the scalar reference */
+static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps, uint8_t *W,
+                       size_t copies, const float *x, void *x_vd, float *y, double *times)
+{
+    const struct pi_type_traits *t = quant_traits(type);
+    const struct pi_type_traits *vt = quant_traits(t->vec_dot_type);
+    const size_t row_bytes = quant_row_size(type, GEMV_COLS);
+    const size_t mat_bytes = row_bytes * gemv_rows;
+    const size_t xs = t->vec_dot_type == PI_TYPE_F32 ? GEMV_COLS * sizeof(float) : quant_row_size(t->vec_dot_type, GEMV_COLS);
+    struct gemv_job job = { .type = type, .row_bytes = row_bytes, .y = y, .x_stride = xs, .x_vd = x_vd };
     for (int it = -WARMUP; it < iters; it++) {
         job.W = W + (size_t)((it + WARMUP) % (int)copies) * mat_bytes;
         double t0 = now_us();
-        if (t->vec_dot_type != PI_TYPE_F32)
-            vt->from_float(x, x_vd, GEMV_COLS);
+        for (int b = 0; b < batch; b++) { /* the same token B times: the timing does not care */
+            if (t->vec_dot_type != PI_TYPE_F32)
+                vt->from_float(x, (char *)x_vd + (size_t)b * xs, GEMV_COLS);
+            else
+                memcpy((char *)x_vd + (size_t)b * xs, x, xs);
+        }
         pool_run(pool, gemv_fn, &job);
         double dt = now_us() - t0;
         if (it >= 0)
@@ -191,8 +235,10 @@ static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t typ
     /* the last result against the scalar reference kernels (x quantized by them as well) */
     const struct pi_type_traits *rt = quant_traits_ref(type), *rvt = quant_traits_ref(t->vec_dot_type);
     float *x_ref = malloc(GEMV_COLS * sizeof(float));
+    if (!x_ref)
+        return pi_fail(PI_E_NOMEM, "bench: reference activation");
     double max_rel = 0;
-    if (x_ref) {
+    {
         if (t->vec_dot_type != PI_TYPE_F32)
             rvt->from_float(x, x_ref, GEMV_COLS);
         else
@@ -210,28 +256,55 @@ static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t typ
     double bytes = (double)mat_bytes + quant_row_size(t->vec_dot_type, GEMV_COLS);
     double gbps = bytes / (med * 1e3);
     printf("{\"bench\":\"gemv\",\"type\":\"%s\",\"threads\":%d,\"rows\":%d,\"cols\":%d,\"n\":%d,"
-           "\"median_us\":%.1f,\"p90_us\":%.1f,\"gbps\":%.2f,\"frac_of_read_bw\":%.3f,\"avx2\":%s,"
+           "\"batch\":%d,\"median_us\":%.1f,\"p90_us\":%.1f,\"gbps\":%.2f,\"frac_of_read_bw\":%.3f,\"level\":\"%s\","
            "\"copies\":%zu,\"max_rel_err_vs_ref\":%.2g}\n",
-           t->name, threads, GEMV_ROWS, GEMV_COLS, iters, med, p90, gbps, gbps / read_gbps,
-           quant_has_avx2() ? "true" : "false", copies, max_rel);
+           t->name, threads, gemv_rows, GEMV_COLS, iters, batch, med, p90, gbps, gbps / read_gbps,
+           quant_level_name(quant_level()), copies, max_rel);
     fflush(stdout);
-fail:
-    free(W), free(x), free(y), free(x_vd), free(times);
-    return rc;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int threads = 2, iters = 20, only = -1, opt;
-    while ((opt = getopt(argc, argv, "t:n:T:")) != -1) {
-        if (opt == 't')
+    int threads = 2, iters = 20, opt;
+    bool only[PI_TYPE_COUNT] = { false }, any_only = false;
+    int levels[PI_CPU_LEVELS] = { (int)quant_level() }, n_levels = 1;
+    while ((opt = getopt(argc, argv, "t:n:T:L:R:B:")) != -1) {
+        if (opt == 'B') {
+            if ((batch = atoi(optarg)) < 1)
+                goto usage;
+        } else if (opt == 'R') {
+            gemv_rows = atoi(optarg);
+            in_cache = true;
+            if (gemv_rows < 16)
+                goto usage;
+        } else if (opt == 't') {
             threads = atoi(optarg);
-        else if (opt == 'n')
+        } else if (opt == 'n') {
             iters = atoi(optarg);
-        else if (opt == 'T' && (only = quant_type_from_name(optarg)) >= 0 && quant_traits(only)->is_float_matmul)
-            continue;
-        else
+        } else if (opt == 'T' || opt == 'L') {
+            if (opt == 'L')
+                n_levels = 0;
+            for (char *save = NULL, *tok = strtok_r(optarg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (opt == 'T') {
+                    const int ty = quant_type_from_name(tok);
+                    if (ty < 0 || !quant_traits((uint32_t)ty)->is_float_matmul)
+                        goto usage;
+                    only[ty] = any_only = true;
+                } else {
+                    const int l = quant_level_from_name(tok);
+                    if (l < 0 || n_levels == PI_CPU_LEVELS)
+                        goto usage;
+                    if (l > (int)quant_level_max()) {
+                        fprintf(stderr, "bench_gemv: level %s not supported on this CPU or build\n", tok);
+                        return 77;
+                    }
+                    levels[n_levels++] = l;
+                }
+            }
+        } else {
             goto usage;
+        }
     }
     if (threads < 1 || iters < 1)
         goto usage;
@@ -261,9 +334,9 @@ int main(int argc, char **argv)
                                PI_TYPE_Q4_1, PI_TYPE_Q5_0, PI_TYPE_Q5_1, PI_TYPE_IQ4_NL, PI_TYPE_Q2_K,
                                PI_TYPE_Q3_K, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (only >= 0 && types[i] != (uint32_t)only)
+        if (any_only && !only[types[i]])
             continue;
-        rc = bench_type(pool, threads, iters, types[i], read_gbps);
+        rc = bench_type(pool, threads, iters, types[i], read_gbps, levels, n_levels);
         if (rc < 0) {
             fprintf(stderr, "bench_gemv: %s: %s\n", pi_strerror(rc), pi_errmsg());
             pool_free(pool);
@@ -274,7 +347,7 @@ int main(int argc, char **argv)
     return 0;
 
 usage:
-    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T TYPE (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
-                    "iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs)]\n");
+    fprintf(stderr, "usage: bench_gemv [-t THREADS] [-n ITERS] [-T TYPE,... (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
+                    "iq4_nl q2_K q3_K q4_K q5_K q6_K iq4_xs)] [-L LEVEL,... (scalar avx2 avx512)] [-R ROWS (in cache)] [-B TOKENS]\n");
     return 2;
 }

@@ -1,9 +1,13 @@
-/* quant.c — the type traits table and the run-time choice between the scalar reference kernels
- * (quant_ref.c, quant_kquants.c) and the AVX2 ones (quant_avx2*.c). */
+/* quant.c — the type traits tables and the run-time choice between the scalar reference kernels
+ * (quant_ref.c, quant_kquants.c), the AVX2 ones (quant_avx2*.c) and the AVX-512 ones
+ * (quant_avx512.c). */
 #include "quant_internal.h"
+
+#include "pi_err.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,16 +15,19 @@
 #include <cpuid.h>
 #endif
 
-/* The reference kernels, filled by the files that own the types; and the kernels in use: a copy
- * with the AVX2 kernels patched in. Both written once under pthread_once (quant_init), read-only
+/* One table per level: the reference kernels (filled by the files that own the types), the AVX2
+ * ones (a copy with the AVX2 kernels patched in), the AVX-512 ones (a copy of the AVX2 table with
+ * the AVX-512 kernels patched in). Written once under pthread_once (quant_init), read-only
  * afterwards; every accessor calls quant_init first. */
-static struct pi_type_traits traits_ref[PI_TYPE_COUNT];
-static struct pi_type_traits traits_fast[PI_TYPE_COUNT];
+static struct pi_type_traits traits_lv[PI_CPU_LEVELS][PI_TYPE_COUNT];
+#define traits_ref traits_lv[PI_CPU_SCALAR]
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
-static bool quant_avx2_active;
-/* A switch between two correct kernel sets, so relaxed loads suffice: a thread that sees the old
- * value just uses the other, equally valid, table. */
-static atomic_bool quant_scalar;
+static enum pi_cpu_level level_max = PI_CPU_SCALAR;
+/* A switch between correct kernel sets, so relaxed loads suffice: a thread that sees the old value
+ * just uses another, equally valid, table. Readers load it once per call. */
+static atomic_int level_cur;
+
+static const char *const level_names[PI_CPU_LEVELS] = { "scalar", "avx2", "avx512" };
 
 #if defined(PI_HAVE_AVX2_UNIT)
 /* F16C from cpuid (leaf 1, ecx bit 29): clang before 15 has no "f16c" for __builtin_cpu_supports. */
@@ -38,18 +45,42 @@ static void quant_init_once(void)
     for (int t = 0; t < PI_TYPE_COUNT; t++)
         if (traits_ref[t].name && traits_ref[t].sub_size == 0)
             traits_ref[t].sub_size = traits_ref[t].blck_size;
-    memcpy(traits_fast, traits_ref, sizeof traits_fast);
+    for (int l = 1; l < PI_CPU_LEVELS; l++)
+        memcpy(traits_lv[l], traits_ref, sizeof traits_ref);
 #if defined(PI_HAVE_AVX2_UNIT)
+    /* __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0) */
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
-        quant_avx2_install(traits_fast, PI_TYPE_COUNT);
-        quant_avx2_kquants_install(traits_fast, PI_TYPE_COUNT);
-        quant_avx2_active = true;
+        quant_avx2_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
+        quant_avx2_kquants_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
+        quant_avx2_kdot_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
+        level_max = PI_CPU_AVX2;
+#if defined(PI_HAVE_AVX512_UNIT)
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vnni")) {
+            memcpy(traits_lv[PI_CPU_AVX512], traits_lv[PI_CPU_AVX2], sizeof traits_ref);
+            quant_avx512_install(traits_lv[PI_CPU_AVX512], PI_TYPE_COUNT);
+            level_max = PI_CPU_AVX512;
+        }
+#endif
     }
 #endif
-    const char *env = getenv("PINFER_SCALAR");
-    if (env && strcmp(env, "1") == 0)
-        atomic_store_explicit(&quant_scalar, true, memory_order_relaxed);
+    enum pi_cpu_level want = level_max;
+    const char *env = getenv("PINFER_CPU_LEVEL");
+    const char *scalar = getenv("PINFER_SCALAR");
+    if (scalar && strcmp(scalar, "1") == 0)
+        want = PI_CPU_SCALAR;
+    else if (env && *env) {
+        int l = quant_level_from_name(env);
+        if (l < 0 || l > (int)level_max)
+            fprintf(stderr, "pinfer: PINFER_CPU_LEVEL=%s: %s; using %s\n", env,
+                    l < 0 ? "unknown level (scalar, avx2, avx512)" : "not supported by this CPU or build",
+                    level_names[level_max]);
+        else
+            want = (enum pi_cpu_level)l;
+    }
+    atomic_store_explicit(&level_cur, (int)want, memory_order_relaxed);
 }
 
 void quant_init(void)
@@ -57,10 +88,49 @@ void quant_init(void)
     pthread_once(&quant_once, quant_init_once);
 }
 
-void quant_use_scalar(bool scalar)
+static enum pi_cpu_level level_now(void)
+{
+    quant_init();
+    return (enum pi_cpu_level)atomic_load_explicit(&level_cur, memory_order_relaxed);
+}
+
+int quant_set_level(enum pi_cpu_level level)
 {
     quant_init(); /* so that a later first init cannot override this with the environment's value */
-    atomic_store_explicit(&quant_scalar, scalar, memory_order_relaxed);
+    if ((int)level < 0 || level > level_max)
+        return pi_fail(PI_E_UNSUPPORTED, "quant: kernel level %d (%s) is not supported here (best: %s)", (int)level,
+                       (int)level >= 0 && level < PI_CPU_LEVELS ? level_names[level] : "?", level_names[level_max]);
+    atomic_store_explicit(&level_cur, (int)level, memory_order_relaxed);
+    return 0;
+}
+
+enum pi_cpu_level quant_level(void)
+{
+    return level_now();
+}
+
+enum pi_cpu_level quant_level_max(void)
+{
+    quant_init();
+    return level_max;
+}
+
+const char *quant_level_name(enum pi_cpu_level level)
+{
+    return (int)level >= 0 && level < PI_CPU_LEVELS ? level_names[level] : "?";
+}
+
+int quant_level_from_name(const char *name)
+{
+    for (int l = 0; name && l < PI_CPU_LEVELS; l++)
+        if (strcmp(name, level_names[l]) == 0)
+            return l;
+    return -1;
+}
+
+void quant_use_scalar(bool scalar)
+{
+    quant_set_level(scalar ? PI_CPU_SCALAR : quant_level_max());
 }
 
 const struct pi_type_traits *quant_traits_ref(uint32_t type)
@@ -73,18 +143,15 @@ const struct pi_type_traits *quant_traits_ref(uint32_t type)
 
 const struct pi_type_traits *quant_traits(uint32_t type)
 {
-    quant_init();
+    const enum pi_cpu_level l = level_now();
     if (type >= PI_TYPE_COUNT || traits_ref[type].name == NULL)
         return NULL;
-    if (atomic_load_explicit(&quant_scalar, memory_order_relaxed))
-        return &traits_ref[type];
-    return &traits_fast[type];
+    return &traits_lv[l][type];
 }
 
 bool quant_has_avx2(void)
 {
-    quant_init();
-    return quant_avx2_active && !atomic_load_explicit(&quant_scalar, memory_order_relaxed);
+    return level_now() >= PI_CPU_AVX2;
 }
 
 int quant_type_from_name(const char *name)
@@ -110,20 +177,54 @@ size_t quant_row_size(uint32_t type, int64_t n)
 void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                      float *y, int64_t r0, int64_t r1)
 {
-    const struct pi_type_traits *t = quant_traits(type);
+    const enum pi_cpu_level l = level_now();
+    const struct pi_type_traits *t = type < PI_TYPE_COUNT && traits_ref[type].name ? &traits_lv[l][type] : NULL;
     if (t == NULL || t->vec_dot == NULL) {
         /* The loader rejects such tensors; if one slips through, poison the output rather than crash. */
         for (int64_t r = r0; r < r1; r++)
             y[r] = NAN;
         return;
     }
+    /* each level's multi-row path computes its rows as that level's vec_dot does */
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1))
+        return;
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (t == &traits_fast[type] && quant_avx2_active &&
-        quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1))
+    if (l == PI_CPU_AVX2 && (quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
+                             quant_avx2_kdot_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1)))
         return;
 #endif
     const pi_vec_dot_fn dot = t->vec_dot;
     const char *w = W;
     for (int64_t r = r0; r < r1; r++)
         dot(n, &y[r], w + (size_t)r * row_bytes, x_vd);
+}
+
+/* the fallback tile: rows that stay in L1/L2 while every token of the batch passes */
+#define GEMM_ROW_TILE 16
+
+void quant_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd, size_t x_stride,
+                     int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    if (B == 1) { /* no weights to reuse: one multi-row GEMV, the activation prepared once */
+        quant_gemv_rows(type, W, row_bytes, n, X_vd, Y, r0, r1);
+        return;
+    }
+    const enum pi_cpu_level l = level_now();
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+        return;
+#endif
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (l == PI_CPU_AVX2 && quant_avx2_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+        return;
+#endif
+    (void)l;
+    for (int64_t t0 = r0; t0 < r1; t0 += GEMM_ROW_TILE) {
+        const int64_t t1 = t0 + GEMM_ROW_TILE < r1 ? t0 + GEMM_ROW_TILE : r1;
+        for (int b = 0; b < B; b++)
+            quant_gemv_rows(type, W, row_bytes, n, (const char *)X_vd + (size_t)b * x_stride, Y + (size_t)b * y_stride,
+                            t0, t1);
+    }
 }

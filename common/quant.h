@@ -5,12 +5,12 @@
  * its vec_dot_type: F32/F16/BF16 weights dot an F32 activation; the 32-element block types dot a
  * Q8_0-quantized activation, the 256-element ones (K-quants, IQ4_XS) a Q8_K one (as ggml does: the
  * activation is quantized once per matvec). Each kernel has a
- * scalar reference; AVX2/FMA/F16C versions are chosen at run time by quant_init() (cpuid), so one
- * binary runs everywhere.
+ * scalar reference; AVX2/FMA/F16C and AVX-512 versions are chosen at run time by quant_init()
+ * (cpuid), so one binary runs everywhere.
  *
  * Files: quant_blocks.h (block layouts), quant.c (the table and the dispatch), quant_half.c (f16/bf16
  * conversion), quant_ref.c (float and 32-element block types), quant_kquants.c (256-element
- * super-block types and Q8_K), quant_avx2*.c (the AVX2 kernels). */
+ * super-block types and Q8_K), quant_avx2*.c (the AVX2 kernels), quant_avx512.c (the AVX-512 ones). */
 #ifndef PI_QUANT_H
 #define PI_QUANT_H
 
@@ -70,9 +70,25 @@ struct pi_type_traits {
     pi_vec_dot_sub_fn vec_dot_sub; /* (optional) the super-block types; NULL: cut rows at whole blocks */
 };
 
-/* Pick the fastest kernels this CPU supports. Idempotent and thread-safe; called by quant_traits. */
+/* Kernel levels, each a complete table: the scalar reference (the oracle), AVX2 (+FMA, F16C), and
+ * AVX-512 (F, BW, VL, DQ, VNNI; the types it has no kernel for keep their AVX2 ones). For one level
+ * a row's dot is the same bits whether computed by vec_dot or by quant_gemv_rows. */
+enum pi_cpu_level { PI_CPU_SCALAR = 0, PI_CPU_AVX2 = 1, PI_CPU_AVX512 = 2, PI_CPU_LEVELS = 3 };
+
+/* Pick the fastest kernels this CPU supports, or the level PINFER_CPU_LEVEL names (scalar, avx2,
+ * avx512; a level the CPU lacks falls back to the best it has, with a note on stderr).
+ * Idempotent and thread-safe; called by quant_traits. */
 void quant_init(void);
-/* Force the scalar reference kernels (tests; PINFER_SCALAR=1 in the environment does the same). */
+/* Use the kernels of a level: 0, or -PI_E_UNSUPPORTED (nothing changed) if this CPU or build lacks it. */
+int quant_set_level(enum pi_cpu_level level);
+/* The level in use, and the best one this CPU and build support. */
+enum pi_cpu_level quant_level(void);
+enum pi_cpu_level quant_level_max(void);
+/* "scalar", "avx2", "avx512"; and back (-1 if unknown). */
+const char *quant_level_name(enum pi_cpu_level level);
+int quant_level_from_name(const char *name);
+/* Force the scalar reference kernels, or go back to the best level (tests; PINFER_SCALAR=1 in the
+ * environment is PINFER_CPU_LEVEL=scalar). */
 void quant_use_scalar(bool scalar);
 /* Traits of a type, or NULL if the number is unknown. */
 const struct pi_type_traits *quant_traits(uint32_t type);
@@ -82,7 +98,7 @@ const struct pi_type_traits *quant_traits_ref(uint32_t type);
 int quant_type_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or the type is unknown. */
 size_t quant_row_size(uint32_t type, int64_t n);
-/* True if the CPU kernels in use are the AVX2 ones (for logs and benchmarks). */
+/* True if the CPU kernels in use are the AVX2 ones or better (for logs and benchmarks). */
 bool quant_has_avx2(void);
 
 float pi_f16_to_f32(pi_f16 h);
@@ -95,6 +111,13 @@ pi_bf16 pi_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                      float *y, int64_t r0, int64_t r1);
 
+/* Y_b[r] = dot(W row r, X_b) for rows [r0, r1) and the B activations X_b = X_vd + b * x_stride
+ * (bytes, each in W's vec_dot_type), Y_b = Y + b * y_stride (floats): the batched matmul's tile,
+ * which unpacks each weight block once for several tokens where the kernels can. Every value is
+ * bitwise quant_gemv_rows' (and vec_dot's) at the same level. */
+void quant_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd, size_t x_stride,
+                     int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
+
 /* Internal, for quant.c: the AVX2 unit (quant_avx2.c, compiled with -mavx2 -mfma -mf16c) overwrites
  * the kernel pointers of the types it accelerates in a copy of the reference table. Only call it
  * after cpuid has reported AVX2, FMA and F16C (quant_init does). */
@@ -104,5 +127,15 @@ void quant_avx2_install(struct pi_type_traits *traits, size_t count);
  * for the other types (and rows too long for its stack buffers); same preconditions as above. */
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                           float *y, int64_t r0, int64_t r1);
+/* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same two
+ * entry points; only after cpuid has reported AVX-512 F/BW/VL/DQ/VNNI (quant_init does). */
+void quant_avx512_install(struct pi_type_traits *traits, size_t count);
+bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
+                            float *y, int64_t r0, int64_t r1);
+bool quant_avx512_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                            size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
+/* and the AVX2 unit's GEMM tile (Q8_0/Q4_0; false, computing nothing, for the other types) */
+bool quant_avx2_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                          size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
 
 #endif

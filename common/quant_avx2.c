@@ -5,11 +5,14 @@
  * GEMV should be memory-bound: the float dots keep several independent FMA accumulators so that the
  * FMA latency (4-5 cycles) never stalls the loads; the quant dots follow ggml's integer tricks, and
  * quant_avx2_gemv_rows (bottom) adds a multi-row path that prepares the activation once per call.
+ * The Q8_0/Q4_0 single-row dots run the multi-row path's row body on an unprepared activation, so a
+ * row has the same bits alone and in a batch (the invariance rule).
  * The activation quantizer (q8_0 from_float) produces exactly the bytes of the scalar reference. */
 #include "quant_internal.h"
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define F32_PER_VEC 8     /* floats in a __m256 */
@@ -185,75 +188,6 @@ static void q8_0_from_float_avx2(const float *src, void *dst, int64_t n)
     }
 }
 
-/* Σ x*y over pairs of int8, as 8 float lanes. vpmaddubsw needs one unsigned operand: use |x| and
- * y*sign(x), which leaves each product unchanged (ggml's mul_sum_i8_pairs_float). */
-static inline __m256 mul_sum_i8_pairs(__m256i x, __m256i y)
-{
-    const __m256i ax = _mm256_sign_epi8(x, x);
-    const __m256i sy = _mm256_sign_epi8(y, x);
-    const __m256i dot16 = _mm256_maddubs_epi16(ax, sy);
-    const __m256i dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
-    return _mm256_cvtepi32_ps(dot32);
-}
-
-/* 16 bytes of packed nibbles -> 32 int8 in element order (low nibbles are elements 0..15), minus 8 */
-static inline __m256i q4_0_unpack(const uint8_t *qs)
-{
-    const __m128i packed = _mm_loadu_si128((const __m128i *)qs);
-    __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-    bytes = _mm256_and_si256(bytes, _mm256_set1_epi8(NIBBLE));
-    return _mm256_sub_epi8(bytes, _mm256_set1_epi8(Q4_0_OFFSET));
-}
-
-static inline __m256 q8_0_block(const struct block_q8_0 *x, const struct block_q8_0 *y, __m256 acc)
-{
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
-    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
-}
-
-static inline __m256 q4_0_block(const struct block_q4_0 *x, const struct block_q8_0 *y, __m256 acc)
-{
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x->d) * f16_to_f32(y->d));
-    const __m256i qx = q4_0_unpack(x->qs);
-    const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-    return _mm256_fmadd_ps(d, mul_sum_i8_pairs(qx, qy), acc);
-}
-
-/* s = Σ_blocks dx*dy * Σ qx*qy; integer sums within a block, two blocks in flight */
-static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const struct block_q8_0 *x = vx, *y = vy;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q8_0_block(&x[i], &y[i], acc0);
-        acc1 = q8_0_block(&x[i + 1], &y[i + 1], acc1);
-    }
-    if (i < nb)
-        acc0 = q8_0_block(&x[i], &y[i], acc0);
-    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
-}
-
-/* s = Σ_blocks dx*dy * Σ (qx-8)*qy, y a q8_0 row */
-static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const struct block_q4_0 *x = vx;
-    const struct block_q8_0 *y = vy;
-    const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        acc0 = q4_0_block(&x[i], &y[i], acc0);
-        acc1 = q4_0_block(&x[i + 1], &y[i + 1], acc1);
-    }
-    if (i < nb)
-        acc0 = q4_0_block(&x[i], &y[i], acc0);
-    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
-}
-
 /* ---- AXPY: y += a * x, the sparse FFN's down_t rows ------------------------------------------
  * No software prefetch here: the rows of active neurons are scattered, and a prefetch past the end
  * of a row would fetch lines of a neuron that is most likely inactive. Every update is one FMA, as
@@ -335,10 +269,23 @@ static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
 #define GEMV_MAX_BLOCKS 2048    /* rows up to 65536 elements; longer ones use the vec_dot loop */
 
 struct gemv_act {
-    float dy[GEMV_MAX_BLOCKS];  /* activation scale per block (q4_0: in group lane order) */
-    float cy[GEMV_MAX_BLOCKS];  /* q4_0: 8 * dy * Σ qy per block, same order */
-    _Alignas(32) int8_t qs[GEMV_MAX_BLOCKS * QK8_0]; /* q4_0: quants as A/B pairs (see above) */
+    int8_t *qs;  /* q4_0: quants as A/B pairs (see above); 32-byte aligned */
+    float *dy;   /* activation scale per block (q4_0: in group lane order) */
+    float *cy;   /* q4_0: 8 * dy * Σ qy per block, same order */
 };
+
+/* bytes of one prepared activation of nb blocks, and its arrays laid out in buf (32-byte aligned) */
+static size_t gemv_act_bytes(int64_t nb)
+{
+    return ((size_t)nb * (QK8_0 + 2 * sizeof(float)) + 63) / 64 * 64;
+}
+
+static void gemv_act_bind(struct gemv_act *a, char *buf, int64_t nb)
+{
+    a->qs = (int8_t *)buf;
+    a->dy = (float *)(buf + (size_t)nb * QK8_0);
+    a->cy = a->dy + nb;
+}
 
 /* Lane order of a q4_0 group's sums after the reduction in q4_0_row: even blocks, then odd ones. */
 static const int q4_lane_block[Q4_GROUP] = { 0, 2, 4, 6, 1, 3, 5, 7 };
@@ -395,25 +342,34 @@ static inline __m256i q4_0_isum_u(const struct block_q4_0 *x, const struct block
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* blocks b, b+1 against their prepared A/B quants: int16 [block b partials | block b+1 partials],
- * each at most 2 * 2 * 15 * 127 = 7620 */
-static inline __m256i q4_0_pair(const struct block_q4_0 *x, const int8_t *ab)
+/* the A/B quants of pair (p, p+1) of a group: prepared, or from the activation itself (the same bytes) */
+static inline void q4_0_ab(const struct gemv_act *a, const struct block_q8_0 *y, int64_t b, __m256i *qa, __m256i *qb)
 {
-    const __m256i m = _mm256_set1_epi8(NIBBLE);
-    const __m256i packed = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x[0].qs)),
-        _mm_loadu_si128((const __m128i *)x[1].qs), 1);
-    const __m256i lo = _mm256_and_si256(packed, m);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m);
-    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)ab)),
-                            _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(ab + QK8_0))));
+    if (a) {
+        *qa = _mm256_load_si256((const __m256i *)(a->qs + b * QK8_0));
+        *qb = _mm256_load_si256((const __m256i *)(a->qs + b * QK8_0 + QK8_0));
+    } else {
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)y[b + 1].qs);
+        *qa = _mm256_permute2x128_si256(y0, y1, 0x20);
+        *qb = _mm256_permute2x128_si256(y0, y1, 0x31);
+    }
 }
 
-/* y = Σ_b dx dy (Σ qx qy) - Σ_b dx cy: one q4_0 row against a prepared q8_0 activation */
-static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
-                      int64_t nb)
+/* y_t = Σ_b dx dy_t (Σ qx qy_t) - Σ_b dx cy_t: one q4_0 row against nt <= GEMM_TOKENS q8_0
+ * activations y[t], each prepared (a[t]) or not (a == NULL: its scales, sums and A/B order computed
+ * here, to the same values); the weights are unpacked once for all nt. The single-row dot (nt = 1,
+ * unprepared), the multi-row GEMV (nt = 1, prepared) and the GEMM tile run this one body, and each
+ * token's operations do not depend on nt: a row has the same bits in all three. */
+#define GEMM_TOKENS 4
+static inline __attribute__((always_inline)) void q4_0_rows(const struct block_q4_0 *x, int nt,
+                                                           const struct block_q8_0 *const *y,
+                                                           const struct gemv_act *const *a, int64_t nb, float *out)
 {
-    __m256 acc = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
+    __m256 acc[GEMM_TOKENS], corr[GEMM_TOKENS];
+    for (int t = 0; t < nt; t++)
+        acc[t] = corr[t] = _mm256_setzero_ps();
+    const __m256i m = _mm256_set1_epi8(NIBBLE);
     int64_t b = 0;
     for (; b + Q4_GROUP <= nb; b += Q4_GROUP) {
         for (int k = 0; k < Q4_GROUP * (int)sizeof *x; k += CACHE_LINE)
@@ -421,23 +377,54 @@ static float q4_0_row(const struct block_q4_0 *x, const struct block_q8_0 *y, co
         const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16(
             (short)x[b].d, (short)x[b + 2].d, (short)x[b + 4].d, (short)x[b + 6].d,
             (short)x[b + 1].d, (short)x[b + 3].d, (short)x[b + 5].d, (short)x[b + 7].d));
-        const __m256 s = _mm256_mul_ps(dx, _mm256_loadu_ps(a->dy + b));
-        corr = _mm256_fmadd_ps(dx, _mm256_loadu_ps(a->cy + b), corr);
-        const int8_t *q = a->qs + b * QK8_0;
-        const __m256i v01 = q4_0_pair(&x[b], q), v23 = q4_0_pair(&x[b + 2], q + 2 * QK8_0);
-        const __m256i v45 = q4_0_pair(&x[b + 4], q + 4 * QK8_0), v67 = q4_0_pair(&x[b + 6], q + 6 * QK8_0);
-        /* lanes [b0 b2 b4 b6 | b1 b3 b5 b7]; int16 partials peak at 4 * 7620 = 30480 < 2^15 */
-        const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(v01, v23), _mm256_hadd_epi16(v45, v67));
-        const __m256i sums = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
-        acc = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sums), acc);
+        __m256i lo[Q4_GROUP / 2], hi[Q4_GROUP / 2];
+        for (int p = 0; p < Q4_GROUP / 2; p++) { /* pair (b + 2p, b + 2p + 1): [low nibbles | high] */
+            const __m256i packed = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x[b + 2 * p].qs)),
+                _mm_loadu_si128((const __m128i *)x[b + 2 * p + 1].qs), 1);
+            lo[p] = _mm256_and_si256(packed, m);
+            hi[p] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m);
+        }
+        for (int t = 0; t < nt; t++) {
+            __m256 dy, cy;
+            if (a) {
+                dy = _mm256_loadu_ps(a[t]->dy + b);
+                cy = _mm256_loadu_ps(a[t]->cy + b);
+            } else {
+                const struct block_q8_0 *yg = y[t] + b;
+                dy = _mm256_cvtph_ps(_mm_setr_epi16(
+                    (short)yg[0].d, (short)yg[2].d, (short)yg[4].d, (short)yg[6].d,
+                    (short)yg[1].d, (short)yg[3].d, (short)yg[5].d, (short)yg[7].d));
+                const __m256i qsum = _mm256_setr_epi32(q8_0_qsum(&yg[0]), q8_0_qsum(&yg[2]), q8_0_qsum(&yg[4]),
+                                                       q8_0_qsum(&yg[6]), q8_0_qsum(&yg[1]), q8_0_qsum(&yg[3]),
+                                                       q8_0_qsum(&yg[5]), q8_0_qsum(&yg[7]));
+                cy = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_slli_epi32(qsum, 3)), dy); /* (8 Σqy) dy */
+            }
+            const __m256 s = _mm256_mul_ps(dx, dy);
+            corr[t] = _mm256_fmadd_ps(dx, cy, corr[t]);
+            __m256i v[Q4_GROUP / 2];
+            for (int p = 0; p < Q4_GROUP / 2; p++) {
+                __m256i qa, qb;
+                q4_0_ab(a ? a[t] : NULL, y ? y[t] : NULL, b + 2 * p, &qa, &qb);
+                v[p] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[p], qa), _mm256_maddubs_epi16(hi[p], qb));
+            }
+            /* lanes [b0 b2 b4 b6 | b1 b3 b5 b7]; int16 partials peak at 4 * 7620 = 30480 < 2^15 */
+            const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3]));
+            const __m256i sums = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+            acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(sums), acc[t]);
+        }
     }
-    float sum = hsum_f32x8(acc) - hsum_f32x8(corr);
-    for (; b < nb; b++) {
-        const float dx = f16_to_f32(x[b].d);
-        const __m256i p = q4_0_isum_u(&x[b], &y[b]);
-        sum += dx * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dx * a->cy[b];
+    for (int t = 0; t < nt; t++) {
+        float sum = hsum_f32x8(acc[t]) - hsum_f32x8(corr[t]);
+        for (int64_t k = b; k < nb; k++) {
+            const float dxk = f16_to_f32(x[k].d);
+            const float dyk = a ? a[t]->dy[k] : f16_to_f32(y[t][k].d);
+            const float cyk = a ? a[t]->cy[k] : (float)(Q4_0_OFFSET * q8_0_qsum(&y[t][k])) * dyk;
+            const __m256i p = q4_0_isum_u(&x[k], &y[t][k]);
+            sum += dxk * dyk * hsum_f32x8(_mm256_cvtepi32_ps(p)) - dxk * cyk;
+        }
+        out[t] = sum;
     }
-    return sum;
 }
 
 /* Σ qx qy of one q8_0 block as 8 int32 partial sums (sign trick as in mul_sum_i8_pairs) */
@@ -455,26 +442,78 @@ static inline __m256 reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
     return _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3)));
 }
 
-/* y = Σ_b dx dy Σ qx qy: one q8_0 row against a prepared q8_0 activation */
-static float q8_0_row(const struct block_q8_0 *x, const struct block_q8_0 *y, const struct gemv_act *a,
-                      int64_t nb)
+/* y_t = Σ_b dx dy_t Σ qx qy_t: one q8_0 row against nt <= GEMM_TOKENS q8_0 activations, their
+ * scales prepared (a[t]) or not (the same values); one body for the single-row dot, the multi-row
+ * GEMV and the GEMM tile, each token's operations independent of nt (as q4_0_rows) */
+static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q8_0 *x, int nt,
+                                                           const struct block_q8_0 *const *y,
+                                                           const struct gemv_act *const *a, int64_t nb, float *out)
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[GEMM_TOKENS];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + Q8_GROUP <= nb; b += Q8_GROUP) {
         for (int k = 0; k < Q8_GROUP * (int)sizeof *x; k += CACHE_LINE)
             _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
         const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x[b].d, (short)x[b + 1].d, (short)x[b + 2].d,
                                                       (short)x[b + 3].d, 0, 0, 0, 0));
-        const __m128 s = _mm_mul_ps(dx, _mm_loadu_ps(a->dy + b));
-        const __m256 sums = reduce4(q8_0_isum(&x[b], &y[b]), q8_0_isum(&x[b + 1], &y[b + 1]),
-                                    q8_0_isum(&x[b + 2], &y[b + 2]), q8_0_isum(&x[b + 3], &y[b + 3]));
-        acc = _mm256_fmadd_ps(_mm256_set_m128(s, s), sums, acc);
+        for (int t = 0; t < nt; t++) {
+            const struct block_q8_0 *yt = y[t];
+            const __m128 dy = a ? _mm_loadu_ps(a[t]->dy + b)
+                                : _mm_cvtph_ps(_mm_setr_epi16((short)yt[b].d, (short)yt[b + 1].d, (short)yt[b + 2].d,
+                                                              (short)yt[b + 3].d, 0, 0, 0, 0));
+            const __m128 s = _mm_mul_ps(dx, dy);
+            const __m256 sums = reduce4(q8_0_isum(&x[b], &yt[b]), q8_0_isum(&x[b + 1], &yt[b + 1]),
+                                        q8_0_isum(&x[b + 2], &yt[b + 2]), q8_0_isum(&x[b + 3], &yt[b + 3]));
+            acc[t] = _mm256_fmadd_ps(_mm256_set_m128(s, s), sums, acc[t]);
+        }
     }
-    float sum = hsum_f32x8(acc);
-    for (; b < nb; b++)
-        sum += f16_to_f32(x[b].d) * a->dy[b] * hsum_f32x8(_mm256_cvtepi32_ps(q8_0_isum(&x[b], &y[b])));
-    return sum;
+    for (int t = 0; t < nt; t++) {
+        float sum = hsum_f32x8(acc[t]);
+        for (int64_t k = b; k < nb; k++)
+            sum += f16_to_f32(x[k].d) * (a ? a[t]->dy[k] : f16_to_f32(y[t][k].d)) *
+                   hsum_f32x8(_mm256_cvtepi32_ps(q8_0_isum(&x[k], &y[t][k])));
+        out[t] = sum;
+    }
+}
+
+/* the single-row dots: the GEMV's row bodies without a prepared activation */
+static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const struct block_q8_0 *y[1] = { vy };
+    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s);
+}
+
+static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const struct block_q8_0 *y[1] = { vy };
+    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s);
+}
+
+static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)
+{
+    if (type == PI_TYPE_Q4_0)
+        gemv_act_prepare_q4_0(a, y, nb);
+    else
+        gemv_act_prepare_q8_0(a, y, nb);
+}
+
+/* rows [r0, r1) against nt prepared activations (nt a constant where inlined) */
+static inline __attribute__((always_inline)) void rows_prepared(uint32_t type, const uint8_t *w, size_t row_bytes,
+                                                               int64_t nb, int nt, const struct block_q8_0 *const *y,
+                                                               const struct gemv_act *const *a, float *Y,
+                                                               size_t y_stride, int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        float out[GEMM_TOKENS];
+        if (type == PI_TYPE_Q4_0)
+            q4_0_rows((const void *)(w + (size_t)r * row_bytes), nt, y, a, nb, out);
+        else
+            q8_0_rows((const void *)(w + (size_t)r * row_bytes), nt, y, a, nb, out);
+        for (int t = 0; t < nt; t++)
+            Y[(size_t)t * y_stride + (size_t)r] = out[t];
+    }
 }
 
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
@@ -483,17 +522,54 @@ bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_
     const int64_t nb = n / QK8_0;
     if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
         return false;
-    struct gemv_act act; /* 80 KiB on the stack: threads have megabytes, and no allocation per call */
-    const uint8_t *w = W;
-    if (type == PI_TYPE_Q4_0) {
-        gemv_act_prepare_q4_0(&act, x_vd, nb);
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = q4_0_row((const void *)(w + (size_t)r * row_bytes), x_vd, &act, nb);
-    } else {
-        gemv_act_prepare_q8_0(&act, x_vd, nb);
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = q8_0_row((const void *)(w + (size_t)r * row_bytes), x_vd, &act, nb);
+    /* 80 KiB on the stack: threads have megabytes, and no allocation per call */
+    _Alignas(64) char buf[GEMV_MAX_BLOCKS * (QK8_0 + 2 * sizeof(float))];
+    struct gemv_act act;
+    gemv_act_bind(&act, buf, nb);
+    const struct gemv_act *a[1] = { &act };
+    const struct block_q8_0 *ys[1] = { x_vd };
+    gemv_act_prepare(type, &act, x_vd, nb);
+    rows_prepared(type, W, row_bytes, nb, 1, ys, a, y, 0, r0, r1);
+    return true;
+}
+
+/* The GEMM tile: rows [r0, r1) against B activations, all prepared once per call (B x 40 bytes per
+ * block, on the heap), then tiles of GEMM_ROW_TILE rows (which stay in L1/L2 while every token
+ * passes) against GEMM_TOKENS tokens at a time (each weight pair unpacked once for them). */
+#define GEMM_ROW_TILE 16
+bool quant_avx2_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
+                          size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
+{
+    const int64_t nb = n / QK8_0;
+    if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
+        return false;
+    const size_t per = gemv_act_bytes(nb);
+    char *buf = aligned_alloc(64, per * (size_t)B);
+    struct gemv_act *act = malloc((size_t)B * sizeof *act);
+    const struct gemv_act **a = malloc((size_t)B * sizeof *a);
+    const struct block_q8_0 **ys = malloc((size_t)B * sizeof *ys);
+    if (!buf || !act || !a || !ys) { /* no memory for the prepared activations: the same values one by one */
+        free(buf), free(act), free(a), free(ys);
+        return false;
     }
+    for (int t = 0; t < B; t++) {
+        ys[t] = (const void *)((const char *)X_vd + (size_t)t * x_stride);
+        gemv_act_bind(&act[t], buf + (size_t)t * per, nb);
+        gemv_act_prepare(type, &act[t], ys[t], nb);
+        a[t] = &act[t];
+    }
+    for (int64_t t0 = r0; t0 < r1; t0 += GEMM_ROW_TILE) {
+        const int64_t t1 = t0 + GEMM_ROW_TILE < r1 ? t0 + GEMM_ROW_TILE : r1;
+        for (int b0 = 0; b0 < B; b0 += GEMM_TOKENS) {
+            float *Yb = Y + (size_t)b0 * y_stride;
+            if (B - b0 >= GEMM_TOKENS)
+                rows_prepared(type, W, row_bytes, nb, GEMM_TOKENS, ys + b0, a + b0, Yb, y_stride, t0, t1);
+            else
+                for (int t = b0; t < B; t++)
+                    rows_prepared(type, W, row_bytes, nb, 1, ys + t, a + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
+        }
+    }
+    free(buf), free(act), free(a), free(ys);
     return true;
 }
 

@@ -138,11 +138,11 @@ struct ffn_job {
     int64_t *grows;             /* (n_groups) down_t rows read by the group */
 };
 
-/* Runs shorter than this are dotted row by row (vec_dot) in the dense case: the multi-row GEMV
- * prepares the whole activation once per call, which for single-neuron runs costs as much as the
- * row itself. Under a mask the runs depend on the batch, and the multi-row GEMV and vec_dot may
- * round differently, so masked calls always take vec_dot: a neuron's activation must not depend
- * on which other tokens share the batch. */
+/* Runs shorter than this are dotted row by row (vec_dot): the multi-row GEMV prepares the whole
+ * activation once per call, which for single-neuron runs costs as much as the row itself. Under a
+ * mask the runs depend on the batch; that is harmless because at every kernel level a row's
+ * multi-row GEMV result is vec_dot's bit for bit (quant.h; tests/quant_levels.h checks it), so a
+ * neuron's activation does not depend on which other tokens share the batch. */
 #define GEMV_MIN_ROWS 8
 
 /* Scattered rows (the neurons of a sparse mask) defeat the hardware prefetcher, which needs a few
@@ -160,13 +160,14 @@ static void prefetch_bytes(const char *p, size_t n)
 }
 
 /* y[r] = W[r] · x for r in [r0, r1), W the rows of kind `kind` in the view: the multi-row GEMV
- * for long ranges (unmasked, and every row in the model's mapping), single dots otherwise
+ * for long ranges whose rows are all in the model's mapping (every level's GEMV row is its vec_dot
+ * bit for bit, so a masked run takes it too), single dots otherwise
  * (prefetching row r+1, or row `next` after the last; next < 0: none) */
 static void rows_dot(const struct pi_layer_weights *w, enum pi_ffn_row kind, int64_t n, const char *x, float *y,
-                     int64_t r0, int64_t r1, int64_t next, bool masked)
+                     int64_t r0, int64_t r1, int64_t next)
 {
     const struct pi_tensor *W = lw_tensor(w, kind);
-    if (!masked && !w->slot && r1 - r0 >= GEMV_MIN_ROWS) {
+    if (!w->slot && r1 - r0 >= GEMV_MIN_ROWS) {
         quant_gemv_rows(W->type, W->data, W->row_bytes, n, x, y, r0, r1);
         return;
     }
@@ -186,8 +187,8 @@ static void act_segment(const struct ffn_job *j, int64_t r0, int64_t r1, int64_t
     for (int32_t t = j->t0; t < j->t1; t++) {
         const char *x = j->xq + (size_t)t * j->xq_stride;
         float *a = j->act + (size_t)t * F, *u = j->up + (size_t)t * F;
-        rows_dot(j->w, PI_ROW_GATE, E, x, a, r0, r1, next, j->mask != NULL);
-        rows_dot(j->w, PI_ROW_UP, E, x, u, r0, r1, next, j->mask != NULL);
+        rows_dot(j->w, PI_ROW_GATE, E, x, a, r0, r1, next);
+        rows_dot(j->w, PI_ROW_UP, E, x, u, r0, r1, next);
         const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
         for (int64_t i = r0; i < r1; i++)
             a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, a[i], u[i]);

@@ -9,10 +9,6 @@
 #include "quant.h"
 #include "threadpool.h"
 
-/* Rows a thread takes at a time in a batched matmul: 16 rows of a 4096-wide f16 weight are 128 KiB,
- * which stay in L2 while every token of the batch is dotted with them. */
-#define MATMUL_ROW_TILE 16
-
 void ops_scratch_fini(struct ops_scratch *s)
 {
     free(s->buf);
@@ -47,12 +43,10 @@ static void matmul_worker(void *arg, int ith, int nth)
     /* Contiguous row ranges per thread keep each thread streaming its own part of the weights. */
     const int64_t per = (n_out + nth - 1) / nth;
     const int64_t r0 = per * ith, r1 = r0 + per < n_out ? r0 + per : n_out;
-    for (int64_t t0 = r0; t0 < r1; t0 += MATMUL_ROW_TILE) {
-        int64_t t1 = t0 + MATMUL_ROW_TILE < r1 ? t0 + MATMUL_ROW_TILE : r1;
-        for (int b = 0; b < j->B; b++)
-            quant_gemv_rows(j->W->type, j->W->data, j->W->row_bytes, n_in, j->xvd + (size_t)b * j->xvd_stride,
-                            j->Y + (size_t)b * n_out, t0, t1);
-    }
+    /* the kernels tile the rows and the batch (quant_gemm_rows); one token is a multi-row GEMV */
+    if (r0 < r1)
+        quant_gemm_rows(j->W->type, j->W->data, j->W->row_bytes, n_in, j->xvd, j->xvd_stride, j->B, j->Y,
+                        (size_t)n_out, r0, r1);
 }
 
 int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,

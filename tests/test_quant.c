@@ -1,8 +1,11 @@
 /* test_quant — element types and CPU kernels: f16/bf16 conversion (exhaustive and against F16C),
  * golden q8_0/q4_0 blocks computed by hand from ggml's formulas, quantization error bounds, and the
- * AVX2 kernels against the scalar reference on random data (skipped, not failed, without AVX2). */
+ * AVX2 kernels against the scalar reference on random data (skipped, not failed, without AVX2), and
+ * every kernel level this CPU has (scalar, AVX2, AVX-512), each forced in turn, against the reference
+ * with the multi-row GEMV bitwise the level's vec_dot (quant_levels.h). */
 #include "pi_err.h"
 #include "quant.h"
+#include "quant_levels.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -562,10 +565,49 @@ static void test_gemv_rows(void)
     free(wf), free(x), free(wdq), free(xdq), free(w), free(xq);
 }
 
+/* every level up to the best this CPU has, forced with quant_set_level; levels above it refused */
+static void test_levels(void)
+{
+    const enum pi_cpu_level max = quant_level_max();
+    for (int l = 0; l < PI_CPU_LEVELS; l++) {
+        const int rc = quant_set_level((enum pi_cpu_level)l);
+        if (l > (int)max) {
+            CHECK(rc == -PI_E_UNSUPPORTED && quant_level() != (enum pi_cpu_level)l, "level %s refused",
+                  quant_level_name((enum pi_cpu_level)l));
+            fprintf(stderr, "note: level %s not on this CPU, not checked here\n", quant_level_name((enum pi_cpu_level)l));
+            continue;
+        }
+        CHECK(rc == 0 && quant_level() == (enum pi_cpu_level)l, "set level %d", l);
+        ql_check_level(quant_level_name((enum pi_cpu_level)l), quant_traits, quant_gemv_rows, quant_gemm_rows);
+        fprintf(stderr, "level %s: checked\n", quant_level_name((enum pi_cpu_level)l));
+    }
+    CHECK(quant_level_from_name("avx512") == PI_CPU_AVX512 && quant_level_from_name("sse") == -1, "level names");
+    quant_set_level(max);
+}
+
+/* PINFER_CPU_LEVEL=scalar in the environment: the reference kernels (a child process, as above) */
+static void test_env_level(const char *self)
+{
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        unsetenv("PINFER_SCALAR");
+        setenv("PINFER_CPU_LEVEL", "scalar", 1);
+        execl(self, self, "--expect-scalar", (char *)NULL);
+        _exit(2);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "PINFER_CPU_LEVEL=scalar child status %d", status);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--expect-scalar") == 0)
-        return quant_has_avx2() ? 1 : 0;
+        return quant_has_avx2() || quant_level() != PI_CPU_SCALAR ? 1 : 0;
+    fprintf(stderr, "best kernel level here: %s\n", quant_level_name(quant_level_max()));
+    test_levels();
+    test_env_level(argv[0]);
     test_traits();
     test_f16_exhaustive();
     test_bf16();
