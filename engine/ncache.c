@@ -107,7 +107,9 @@ static int start_read(struct ncache *c, int64_t s, int64_t key)
         if (!rc)
             return 0;
         c->st.in_flight--;
-        c->state[s] = SLOT_EMPTY;
+        c->state[s] = SLOT_EMPTY; /* unmapped: a later call must not take the empty slot for the neuron */
+        c->slot_of[key] = -1;
+        c->owner[s] = -1;
         return pi_fail(rc < 0 ? -rc : rc, "bundle %s: cannot submit the read at offset %llu: %s", c->path,
                        (unsigned long long)off, pi_strerror(rc));
     }
