@@ -38,6 +38,8 @@ static float *rnd(size_t n, float scale, float offset)
 /* round rows of n elements to type t in place (quantize, dequantize) */
 static void round_rows(float *x, int64_t rows, int64_t n, uint32_t t)
 {
+    if (t == PI_TYPE_F32)
+        return;
     const struct pi_type_traits *tt = quant_traits_ref(t);
     void *q = malloc(quant_row_size(t, n));
     for (int64_t r = 0; r < rows; r++) {
@@ -69,12 +71,27 @@ void pwri_make(const struct pwri_cfg *c, struct pwri_weights *w, uint64_t seed)
     w->emb = rnd((size_t)(w->n_vocab * E), 1.0f, 0.0f);
     w->out = c->tied ? NULL : rnd((size_t)(w->n_vocab * E), 0.3f, 0.0f);
     w->out_norm = rnd((size_t)E, 0.2f, 1.0f);
+    round_rows(w->emb, w->n_vocab, E, c->mat_type);
+    if (w->out)
+        round_rows(w->out, w->n_vocab, E, c->mat_type);
     for (int l = 0; l < c->n_layer; l++) {
         w->attn_norm[l] = rnd((size_t)E, 0.2f, 1.0f);
-        w->wq[l] = rnd((size_t)(Q * E), 0.4f, 0.0f);
-        w->wk[l] = rnd((size_t)(KV * E), 0.4f, 0.0f);
+        /* q and k scaled with 1/sqrt(n_embd) (as at n_embd 64): attention scores of a few units, as in
+         * trained models, not a one-hot softmax that would amplify every rounding */
+        const float qk = E > 64 ? 0.4f * sqrtf(64.0f / (float)E) : 0.4f;
+        w->wq[l] = rnd((size_t)(Q * E), qk, 0.0f);
+        w->wk[l] = rnd((size_t)(KV * E), qk, 0.0f);
         w->wv[l] = rnd((size_t)(KV * E), 0.4f, 0.0f);
         w->wo[l] = rnd((size_t)(E * Q), 0.3f, 0.0f);
+        round_rows(w->wq[l], Q, E, c->mat_type);
+        round_rows(w->wk[l], KV, E, c->mat_type);
+        round_rows(w->wv[l], KV, E, c->mat_type);
+        round_rows(w->wo[l], E, Q, c->mat_type);
+        if (c->bias) {
+            w->bq[l] = rnd((size_t)Q, 0.5f, 0.0f);
+            w->bk[l] = rnd((size_t)KV, 0.5f, 0.0f);
+            w->bv[l] = rnd((size_t)KV, 0.5f, 0.0f);
+        }
         w->ffn_norm[l] = rnd((size_t)E, 0.2f, 1.0f); /* positive: the exact predictor folds it in */
         w->gate[l] = rnd((size_t)(F * E), 0.4f, 0.0f);
         w->up[l] = rnd((size_t)(F * E), 0.4f, 0.0f);
@@ -111,6 +128,8 @@ void pwri_make(const struct pwri_cfg *c, struct pwri_weights *w, uint64_t seed)
                 for (int64_t i = 0; i < F * R; i++)
                     w->fc2[l][i] = c->pred == PRED_ON ? fabsf(frand(0.5f)) : frand(0.5f);
             }
+            round_rows(w->fc1[l], R, E, c->pred_type);
+            round_rows(w->fc2[l], F, R, c->pred_type);
         }
         if (c->act_freq) {
             w->act_freq[l] = malloc((size_t)F * sizeof(float));
@@ -125,6 +144,7 @@ void pwri_free(const struct pwri_cfg *c, struct pwri_weights *w)
     free(w->emb), free(w->out), free(w->out_norm);
     for (int l = 0; l < c->n_layer; l++) {
         free(w->attn_norm[l]), free(w->wq[l]), free(w->wk[l]), free(w->wv[l]), free(w->wo[l]);
+        free(w->bq[l]), free(w->bk[l]), free(w->bv[l]);
         free(w->ffn_norm[l]), free(w->gate[l]), free(w->up[l]), free(w->down[l]);
         free(w->fc1[l]), free(w->fc2[l]), free(w->act_freq[l]);
     }
@@ -172,16 +192,20 @@ struct bufs {
     int n;
 };
 
-static void add(struct gguf_writer *g, struct bufs *b, const char *name, uint32_t type, const float *data,
-                int64_t ne0, int64_t ne1)
+/* data is overwritten with what the file stores (quantizing a rounded row again need not give the
+ * same blocks: the K-quants' scale search is not idempotent) */
+static void add(struct gguf_writer *g, struct bufs *b, const char *name, uint32_t type, float *data, int64_t ne0,
+                int64_t ne1)
 {
     const int64_t ne[2] = { ne0, ne1 };
     const void *src = data;
     if (type != PI_TYPE_F32) {
         const size_t row = quant_row_size(type, ne0);
         char *q = malloc(row * (size_t)ne1);
-        for (int64_t r = 0; r < ne1; r++)
+        for (int64_t r = 0; r < ne1; r++) {
             quant_traits_ref(type)->from_float(data + r * ne0, q + row * (size_t)r, ne0);
+            quant_traits_ref(type)->to_float(q + row * (size_t)r, data + r * ne0, ne0);
+        }
         REQUIRE(b->n < MAX_BUFS, "too many buffers");
         b->p[b->n++] = q;
         src = q;
@@ -190,7 +214,7 @@ static void add(struct gguf_writer *g, struct bufs *b, const char *name, uint32_
     REQUIRE(rc == 0, "add_tensor %s: %s", name, pi_errmsg());
 }
 
-void pwri_write(const char *path, const struct pwri_cfg *c, const struct pwri_weights *w)
+void pwri_write(const char *path, const struct pwri_cfg *c, struct pwri_weights *w)
 {
     struct gguf_writer *g = NULL;
     REQUIRE(gguf_writer_new(&g, c->pwri ? GGUF_MAGIC_PWRI : GGUF_MAGIC_GGUF) == 0, "writer: %s", pi_errmsg());
@@ -208,24 +232,31 @@ void pwri_write(const char *path, const struct pwri_cfg *c, const struct pwri_we
     gguf_writer_set_u32(g, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     gguf_writer_set_f32(g, KEY("attention.layer_norm_rms_epsilon"), NORM_EPS);
 #undef KEY
+    if (c->act)
+        gguf_writer_set_str(g, "pinfer.ffn_activation", c->act);
     if (c->set_threshold)
         gguf_writer_set_f32(g, "powerinfer.sparse_threshold", c->threshold);
     set_spm_vocab(g);
     const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_head_kv * c->head_dim,
                   F = c->n_ff, R = w->rank;
     struct bufs b = { .n = 0 };
-    add(g, &b, "token_embd.weight", PI_TYPE_F32, w->emb, E, w->n_vocab);
+    add(g, &b, "token_embd.weight", c->mat_type, w->emb, E, w->n_vocab);
     add(g, &b, "output_norm.weight", PI_TYPE_F32, w->out_norm, E, 1);
     if (!c->tied)
-        add(g, &b, "output.weight", PI_TYPE_F32, w->out, E, w->n_vocab);
+        add(g, &b, "output.weight", c->mat_type, w->out, E, w->n_vocab);
     float *down_t[PWRI_MAX_LAYERS] = { 0 };
     for (int l = 0; l < c->n_layer; l++) {
 #define NM(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
         add(g, &b, NM("attn_norm.weight"), PI_TYPE_F32, w->attn_norm[l], E, 1);
-        add(g, &b, NM("attn_q.weight"), PI_TYPE_F32, w->wq[l], E, Q);
-        add(g, &b, NM("attn_k.weight"), PI_TYPE_F32, w->wk[l], E, KV);
-        add(g, &b, NM("attn_v.weight"), PI_TYPE_F32, w->wv[l], E, KV);
-        add(g, &b, NM("attn_output.weight"), PI_TYPE_F32, w->wo[l], Q, E);
+        add(g, &b, NM("attn_q.weight"), c->mat_type, w->wq[l], E, Q);
+        add(g, &b, NM("attn_k.weight"), c->mat_type, w->wk[l], E, KV);
+        add(g, &b, NM("attn_v.weight"), c->mat_type, w->wv[l], E, KV);
+        add(g, &b, NM("attn_output.weight"), c->mat_type, w->wo[l], Q, E);
+        if (c->bias) {
+            add(g, &b, NM("attn_q.bias"), PI_TYPE_F32, w->bq[l], Q, 1);
+            add(g, &b, NM("attn_k.bias"), PI_TYPE_F32, w->bk[l], KV, 1);
+            add(g, &b, NM("attn_v.bias"), PI_TYPE_F32, w->bv[l], KV, 1);
+        }
         add(g, &b, NM("ffn_norm.weight"), PI_TYPE_F32, w->ffn_norm[l], E, 1);
         add(g, &b, NM("ffn_gate.weight"), c->ffn_type, w->gate[l], E, F);
         add(g, &b, NM("ffn_up.weight"), c->ffn_type, w->up[l], E, F);
@@ -234,12 +265,14 @@ void pwri_write(const char *path, const struct pwri_cfg *c, const struct pwri_we
         if (c->down_t && !(c->bad == BAD_NO_DOWN_T && l == c->n_layer - 1)) {
             down_t[l] = transpose(w->down[l], E, F);
             add(g, &b, NM("ffn_down_t.weight"), c->ffn_type, down_t[l], E, F);
+            free(w->down[l]);
+            w->down[l] = transpose(down_t[l], F, E);
         }
         if (c->pred != PRED_NONE) {
             if (!(c->bad == BAD_NO_FC1 && l == 1))
-                add(g, &b, NM("fc1.weight"), PI_TYPE_F32, w->fc1[l], c->bad == BAD_FC1_SHAPE ? E / 2 : E,
+                add(g, &b, NM("fc1.weight"), c->pred_type, w->fc1[l], c->bad == BAD_FC1_SHAPE ? E / 2 : E,
                     c->bad == BAD_FC1_SHAPE ? 2 * R : R);
-            add(g, &b, NM("fc2.weight"), PI_TYPE_F32, w->fc2[l], R, c->bad == BAD_FC2_SHAPE && l == 0 ? F / 2 : F);
+            add(g, &b, NM("fc2.weight"), c->pred_type, w->fc2[l], R, c->bad == BAD_FC2_SHAPE && l == 0 ? F / 2 : F);
         }
         if (c->act_freq)
             add(g, &b, NM("act_freq"), PI_TYPE_F32, w->act_freq[l], F, 1);

@@ -1,6 +1,6 @@
-/* pwri_testmodel.h — tiny random llama/bamboo models written as PowerInfer (PWRI) or plain GGUF
- * files for the sparse-core tests: F32 attention, FFN weights of a chosen type (kept here already
- * rounded to that type, so an f64 reference sees exactly the stored values), optional ffn_down and
+/* pwri_testmodel.h — tiny random llama/qwen2/bamboo models written as PowerInfer (PWRI) or plain GGUF
+ * files for the sparse-core and backend tests: attention, embeddings, FFN and predictor weights of
+ * chosen types (kept here already rounded to them, so an f64 reference sees exactly the stored values), optional ffn_down and
  * ffn_down_t, a predictor of a chosen kind, act_freq, and deliberate corruptions. */
 #ifndef PI_PWRI_TESTMODEL_H
 #define PI_PWRI_TESTMODEL_H
@@ -32,6 +32,11 @@ struct pwri_cfg {
     float threshold;   /* powerinfer.sparse_threshold, written when set_threshold */
     bool set_threshold;
     enum pwri_bad bad;
+    /* (zero = the old defaults) type of token_embd, output and the attention matrices; type of
+     * fc1/fc2; q/k/v biases (qwen2); pinfer.ffn_activation (e.g. "relu"; NULL: none written) */
+    uint32_t mat_type, pred_type;
+    bool bias;
+    const char *act;
 };
 
 struct pwri_weights {
@@ -39,6 +44,7 @@ struct pwri_weights {
     float *emb, *out, *out_norm;
     float *attn_norm[PWRI_MAX_LAYERS], *wq[PWRI_MAX_LAYERS], *wk[PWRI_MAX_LAYERS], *wv[PWRI_MAX_LAYERS],
         *wo[PWRI_MAX_LAYERS];
+    float *bq[PWRI_MAX_LAYERS], *bk[PWRI_MAX_LAYERS], *bv[PWRI_MAX_LAYERS]; /* cfg.bias */
     float *ffn_norm[PWRI_MAX_LAYERS];
     float *gate[PWRI_MAX_LAYERS], *up[PWRI_MAX_LAYERS]; /* (n_ff, n_embd) */
     float *down[PWRI_MAX_LAYERS];                       /* (n_embd, n_ff) */
@@ -49,7 +55,8 @@ struct pwri_weights {
 
 void pwri_make(const struct pwri_cfg *c, struct pwri_weights *w, uint64_t seed);
 void pwri_free(const struct pwri_cfg *c, struct pwri_weights *w);
-void pwri_write(const char *path, const struct pwri_cfg *c, const struct pwri_weights *w);
+/* Write the model; w's weights become exactly the values the file stores. */
+void pwri_write(const char *path, const struct pwri_cfg *c, struct pwri_weights *w);
 
 /* f64 reference of one FFN: y (n_embd) = down · act(gate · n, up · n), n = rmsnorm(h) * ffn_norm;
  * act_out (n_ff, may be NULL) receives the activations. */
