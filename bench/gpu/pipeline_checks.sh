@@ -7,8 +7,8 @@
 #
 #   bench/gpu/pipeline_checks.sh BIN_DIR CAL_MODEL   (BIN_DIR: pictl and the stages side by side,
 #                                                    test_backend_ops; .lib/ beside for .so files)
-#   env CHECKS: the parts to run (default "backend_ops greedy fault invariance"); results of the
-#   fault check as JSON lines in $OUT/checks.jsonl
+#   env CHECKS: the parts to run (default "backend_ops greedy fault invariance"); FAULT_MODELS: the
+#   models of the fault check (default the tiny one); its results as JSON lines in $OUT/checks.jsonl
 set -u
 BIN=$1
 CAL=$2
@@ -97,6 +97,8 @@ PY
     rm -rf "$tmp"
 }
 if want fault; then
-    log "cuda fault injection"
-    fault_check "$TINY" "ROMEO:" 64
+    for fm in ${FAULT_MODELS:-$TINY}; do
+        log "cuda fault injection: $fm"
+        fault_check "$fm" "ROMEO:" 64
+    done
 fi

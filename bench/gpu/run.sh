@@ -11,6 +11,11 @@
 #     PIPELINE_BIN=DIR  pipeline_checks.sh (with CAL, the calibrated tiny model): its greedy and
 #                     fault checks after the tests, its invariance test after the benchmarks
 #     SCRIPTS=DIR     where pipeline_checks.sh is (default: beside this script)
+#     ALT_ENV="VAR=V ..."  the tests and every round's bench once more under this environment,
+#                     lines tagged "<name>-alt" (e.g. PINFER_CUDA_WIDE_R=8, another prefill tiling);
+#                     ALT_MODELS: the files it runs on (default MODELS)
+#     FAULT_7B=1      with PIPELINE_BIN: the fault check also on the d4 file (a 7B gpud's restart:
+#                     its weight upload time and GB/s, twice)
 set -u
 B=${1:-build-gpu}
 OUT=${OUT:-/tmp/pinfer-gpu-out}
@@ -32,11 +37,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     log "test_cuda_ops"
-    timeout 300 "$B/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf >"$OUT/tests.log" 2>&1
+    timeout "${TEST_TIMEOUT:-300}" "$B/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf >"$OUT/tests.log" 2>&1
     log "test_cuda_ops rc=$? ($(tail -1 "$OUT/tests.log"))"
     # the backend interface's own test: every backend through the evaluator against the CPU engine
-    timeout 120 "$B/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf >>"$OUT/tests.log" 2>&1
+    timeout "${TEST_TIMEOUT:-120}" "$B/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf >>"$OUT/tests.log" 2>&1
     log "test_backend_ops rc=$? ($(tail -1 "$OUT/tests.log"))"
+    # every backend op alone on random models of every type and architecture
+    timeout "${TEST_TIMEOUT:-120}" "$B/tests/test_backend_ops_random" >>"$OUT/tests.log" 2>&1
+    log "test_backend_ops_random rc=$? ($(tail -1 "$OUT/tests.log"))"
+    if [ -n "${ALT_ENV:-}" ]; then
+        env $ALT_ENV timeout "${TEST_TIMEOUT:-300}" "$B/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf \
+            >"$OUT/tests-alt.log" 2>&1
+        log "test_cuda_ops ($ALT_ENV) rc=$? ($(tail -1 "$OUT/tests-alt.log"))"
+        env $ALT_ENV timeout "${TEST_TIMEOUT:-120}" "$B/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf \
+            >>"$OUT/tests-alt.log" 2>&1
+        log "test_backend_ops ($ALT_ENV) rc=$? ($(tail -1 "$OUT/tests-alt.log"))"
+    fi
 fi
 
 if [ -n "${PIPELINE_BIN:-}" ]; then
@@ -89,6 +105,11 @@ for r in $(seq 1 "$ROUNDS"); do
         log "round $r $name"
         "$B/bench/bench_cuda" "$f" -n "$N_GEN" -c 2048 --pp "$PP" "${extra[@]}" |
             sed "s/^{/{\"round\":$r,\"file\":\"$name\",/" >>"$OUT/bench.jsonl" 2>>"$OUT/run.log"
+        if [ -n "${ALT_ENV:-}" ] && [[ " ${ALT_MODELS:-$MODELS} " == *" $name "* ]]; then
+            log "round $r $name ($ALT_ENV)"
+            env $ALT_ENV "$B/bench/bench_cuda" "$f" -n "$N_GEN" -c 2048 --pp "$PP" |
+                sed "s/^{/{\"round\":$r,\"file\":\"$name-alt\",/" >>"$OUT/bench.jsonl" 2>>"$OUT/run.log"
+        fi
         if [ -n "${OLD_BENCH:-}" ]; then
             log "round $r $name (old bench_cuda)"
             "$OLD_BENCH" "$f" -n "$N_GEN" -c 2048 --pp "$PP" |
@@ -97,7 +118,10 @@ for r in $(seq 1 "$ROUNDS"); do
     done
 done
 "$B/bench/bench_cuda" --hbm 8 >>"$OUT/bench.jsonl" 2>>"$OUT/run.log"
-if [ -n "${PIPELINE_BIN:-}" ]; then
+if [ -n "${PIPELINE_BIN:-}" ] && [ -n "${FAULT_7B:-}" ] && [ -f "$SHM/d4.gguf" ]; then
+    CHECKS="fault" FAULT_MODELS="$SHM/d4.gguf" bash "$SCRIPTS/pipeline_checks.sh" "$PIPELINE_BIN" "${CAL:-}"
+fi
+if [ -n "${PIPELINE_BIN:-}" ] && [ -z "${SKIP_INVARIANCE:-}" ]; then
     CHECKS="invariance" bash "$SCRIPTS/pipeline_checks.sh" "$PIPELINE_BIN" "${CAL:-}"
 fi
 log "done"

@@ -37,7 +37,9 @@ static bool cu_inject(void)
         const char *e = getenv("PINFER_CUDA_FAIL_CALL");
         cu_fail_at = e && *e ? atol(e) : -1;
     }
-    if (cu_fail_at <= 0 || atomic_fetch_add_explicit(&cu_calls, 1, memory_order_relaxed) + 1 != cu_fail_at)
+    /* every checked call counts (one relaxed add), so that PINFER_CUDA_COUNT_CALLS sees them */
+    const long k = atomic_fetch_add_explicit(&cu_calls, 1, memory_order_relaxed) + 1;
+    if (cu_fail_at <= 0 || k != cu_fail_at)
         return false;
     const char *once = getenv("PINFER_CUDA_FAIL_ONCE");
     if (once && *once) {

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "cuk.h"
@@ -259,6 +260,56 @@ __device__ static inline float dot_x(const uint4 *qq, float s, const XV<T> &xv, 
     }
 }
 
+/* The float types' chain of dot_x with the lane block already dequantized (w, E floats): the same
+ * fmaf in the same order, so that a dequantized block can serve every token of the launch. */
+template <class T>
+__device__ static inline float dot_w(const float *w, const XV<T> &xv, float acc)
+{
+#pragma unroll
+    for (int k = 0; k < T::E / 4; k++) {
+        acc = __fmaf_rn(w[4 * k], xv.f[k].x, acc);
+        acc = __fmaf_rn(w[4 * k + 1], xv.f[k].y, acc);
+        acc = __fmaf_rn(w[4 * k + 2], xv.f[k].z, acc);
+        acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
+    }
+    return acc;
+}
+
+/* acc[r][t] op= lane block u of row r · x_t for the tokens t < nt: Q types dot each token's
+ * quantized activation; float types dequantize each row's block once and reuse it for every token
+ * (the conversions are not repeated per token). The same per-(row, token) order either way. */
+template <class T, int NB, int R, int U>
+__device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const float (*s)[U], int u, int64_t b,
+                                        const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt,
+                                        float (*acc)[NB])
+{
+    if constexpr (T::QX) {
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
+            }
+    } else {
+        float w[R][T::E];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            T::deq(qq[r][u], w[r]);
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_w<T>(w[r], xv, acc[r][t]);
+            }
+    }
+}
+
 __device__ static inline float warp_sum(float v)
 {
 #pragma unroll
@@ -280,7 +331,9 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
 #pragma unroll
         for (int t = 0; t < NB; t++)
             acc[r][t] = 0.0f;
-    enum { U = T::E == 32 ? 2 : 4 }; /* lane blocks in flight per lane and row */
+    /* lane blocks in flight per lane and row (fewer for many rows: registers); a lane's blocks are
+     * summed in ascending order whatever U is */
+    enum { U = T::E == 32 ? (R > 4 ? 1 : 2) : (R > 4 ? 2 : 4) };
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
@@ -292,31 +345,15 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
                 load_lb<T>(qrow[r], drow[r], b + 32 * u, qq[r][u], &s[r][u]);
 #pragma unroll
         for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int t = 0; t < NB; t++)
-                if (t < nt) {
-                    XV<T> xv;
-                    x_load<T>(x + t * xs, n_in, b + 32 * u, xv);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-                        acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
-                }
+            dot_block<T, NB, R, U>(qq, s, u, b + 32 * u, x, xs, n_in, nt, acc);
     }
     for (; b < nb; b += 32) {
-        uint4 qq[R][T::NQ];
-        float s[R];
+        uint4 qq[R][1][T::NQ];
+        float s[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            load_lb<T>(qrow[r], drow[r], b, qq[r], &s[r]);
-#pragma unroll
-        for (int t = 0; t < NB; t++)
-            if (t < nt) {
-                XV<T> xv;
-                x_load<T>(x + t * xs, n_in, b, xv);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    acc[r][t] = dot_x<T>(qq[r], s[r], xv, acc[r][t]);
-            }
+            load_lb<T>(qrow[r], drow[r], b, qq[r][0], &s[r][0]);
+        dot_block<T, NB, R, 1>(qq, s, 0, b, x, xs, n_in, nt, acc);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -333,6 +370,17 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
  * L2. A (row, token) sum is the same bits whichever of these shapes computed it. */
 #define GEMV_R2_MIN_ROWS 8192
 #define GEMV_WIDE_R 4
+#define GEMV_WIDE_R_ALT 8 /* PINFER_CUDA_WIDE_R=8 (benchmarks): the other tiling, same bits */
+
+static int wide_r(void)
+{
+    static int r = 0; /* read once; either value gives the same results */
+    if (!r) {
+        const char *e = getenv("PINFER_CUDA_WIDE_R");
+        r = e && atoi(e) == GEMV_WIDE_R_ALT ? GEMV_WIDE_R_ALT : GEMV_WIDE_R;
+    }
+    return r;
+}
 
 template <class T, int NB, int MODE, int R, bool TG_X>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
@@ -446,7 +494,8 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
 {
     constexpr int R2 = NB == 1 ? 2 : 1;
     const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
-    const int64_t per_block = GEMV_ROWS * (wide ? GEMV_WIDE_R : two ? 2 : 1);
+    const int wr = wide ? wide_r() : 1;
+    const int64_t per_block = GEMV_ROWS * (wide ? wr : two ? 2 : 1);
     const unsigned rows = (unsigned)((w->n_out + per_block - 1) / per_block), groups = (unsigned)((B + NB - 1) / NB);
     const uint8_t *q = (const uint8_t *)w->q;
     const __half *d = (const __half *)w->d;
@@ -455,7 +504,10 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
 #define GEMV_L(M)                                                                                                      \
     do {                                                                                                               \
         if constexpr (NB == GEMV_MAX_NB) { /* only the 8-token kernel is tiled */                                   \
-            if (wide)                                                                                                  \
+            if (wide && wr == GEMV_WIDE_R_ALT)                                                                         \
+                k_gemv<T, NB, M, GEMV_WIDE_R_ALT, true><<<dim3(groups, rows), 128, 0, st>>>(                           \
+                    q, d, w->n_in, w->n_out, x, xs, y, thr, B, y1, y2, n0, n1);                                        \
+            else if (wide)                                                                                             \
                 k_gemv<T, NB, M, GEMV_WIDE_R, true><<<dim3(groups, rows), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs,\
                                                                                          y, thr, B, y1, y2, n0, n1);   \
         }                                                                                                              \
