@@ -88,7 +88,7 @@ up = [dict(gb=float(a), s=float(b), gbps=float(c)) for a, b, c in
 r = {"case": "cuda_fault", "model": model, "fail_call": at, "generate_rc": grc,
      "injected": os.path.exists(tmp + "/failed"),
      "reported": "injected fault (PINFER_CUDA_FAIL_CALL=%d" % at in text,
-     "failing_call": (re.findall(r"cuda: (\S+) failed: injected fault", text) or [None])[0],
+     "failing_call": (re.findall(r"(?:cuda|cublas): (.+?) failed: injected fault", text) or [None])[0],
      "gpud_restarts": st["stages"]["gpud"]["restarts"] if st else None,
      "tokens_equal": bool(ref and got and ref["tokens"] == got["tokens"]), "uploads": up}
 r["ok"] = r["injected"] and r["reported"] and grc == 0 and r["tokens_equal"] and (r["gpud_restarts"] or 0) >= 1

@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
-#include <stdlib.h>
 
 extern "C" {
 #include "cuk.h"
@@ -365,22 +364,16 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
 /* Rows per warp of the GEMV: two for a single token and a tall matrix (twice the bytes in flight,
  * the activation loaded once for both), else one (batches: registers; 4096-row matrices: enough
  * warps to fill the GPU only with one row each). Batches of more than GEMV_MAX_NB tokens (prefill)
- * run the same kernel as a GEMM: GEMV_WIDE_R rows per warp times 8 tokens, the token groups on the
+ * run the same kernel as a GEMM: WideR rows per warp times 8 tokens, the token groups on the
  * grid's x (fastest) axis so that the groups reading the same rows run together and share them in
  * L2. A (row, token) sum is the same bits whichever of these shapes computed it. */
 #define GEMV_R2_MIN_ROWS 8192
-#define GEMV_WIDE_R 4
-#define GEMV_WIDE_R_ALT 8 /* PINFER_CUDA_WIDE_R=8 (benchmarks): the other tiling, same bits */
-
-static int wide_r(void)
-{
-    static int r = 0; /* read once; either value gives the same results */
-    if (!r) {
-        const char *e = getenv("PINFER_CUDA_WIDE_R");
-        r = e && atoi(e) == GEMV_WIDE_R_ALT ? GEMV_WIDE_R_ALT : GEMV_WIDE_R;
-    }
-    return r;
-}
+/* rows per warp of the prefill tiling: 8 for float types (the activation loads shared by more rows:
+ * d16 pp512 +5 % over 4), 4 for Q types (their dp4a dot needs the registers: d4 −11 % with 8);
+ * measured 2026-12-01, bench/gpu/NOTES.md run 12 */
+template <class T> struct WideR {
+    enum { R = T::QX ? 4 : 8 };
+};
 
 template <class T, int NB, int MODE, int R, bool TG_X>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
@@ -487,15 +480,15 @@ struct split3 {
     int64_t n0, n1;
 };
 
-/* B ≤ NB tokens: one token group, rows on x. wide: ⌈B / NB⌉ groups on x, GEMV_WIDE_R rows per warp. */
+/* B ≤ NB tokens: one token group, rows on x. wide: ⌈B / NB⌉ groups on x, WideR rows per warp. */
 template <class T, int NB>
 static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int B, void *y, int mode, float thr,
                        const struct split3 *sp, bool wide, cudaStream_t st)
 {
     constexpr int R2 = NB == 1 ? 2 : 1;
     const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
-    const int wr = wide ? wide_r() : 1;
-    const int64_t per_block = GEMV_ROWS * (wide ? wr : two ? 2 : 1);
+    constexpr int WR = WideR<T>::R;
+    const int64_t per_block = GEMV_ROWS * (wide ? WR : two ? 2 : 1);
     const unsigned rows = (unsigned)((w->n_out + per_block - 1) / per_block), groups = (unsigned)((B + NB - 1) / NB);
     const uint8_t *q = (const uint8_t *)w->q;
     const __half *d = (const __half *)w->d;
@@ -504,12 +497,9 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
 #define GEMV_L(M)                                                                                                      \
     do {                                                                                                               \
         if constexpr (NB == GEMV_MAX_NB) { /* only the 8-token kernel is tiled */                                   \
-            if (wide && wr == GEMV_WIDE_R_ALT)                                                                         \
-                k_gemv<T, NB, M, GEMV_WIDE_R_ALT, true><<<dim3(groups, rows), 128, 0, st>>>(                           \
-                    q, d, w->n_in, w->n_out, x, xs, y, thr, B, y1, y2, n0, n1);                                        \
-            else if (wide)                                                                                             \
-                k_gemv<T, NB, M, GEMV_WIDE_R, true><<<dim3(groups, rows), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs,\
-                                                                                         y, thr, B, y1, y2, n0, n1);   \
+            if (wide)                                                                                                  \
+                k_gemv<T, NB, M, WR, true><<<dim3(groups, rows), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, \
+                                                                                B, y1, y2, n0, n1);                    \
         }                                                                                                              \
         if (wide)                                                                                                      \
             break;                                                                                                     \
