@@ -8,7 +8,7 @@
  * Files: main.c (flags, settings, the stage loop), server.c (HTTP: routing, auth, bodies, errors,
  * static files), completions.c (chat and text completions, streaming), request.c (OpenAI request
  * fields → the engine's), endpoints.c (models, health, tokenize, status), metrics.c (Prometheus),
- * chat_template.c, textout.c (stop strings, UTF-8).
+ * chat_template.c, textout.c (stop strings, UTF-8), logprobs.c (OpenAI's logprobs objects).
  *
  * Settings: <runtime dir>/apid.json (written by `pictl start --http`), then flags:
  *   listen "HOST:PORT" (127.0.0.1:8080), api_key, chat_template, max_queue (requests accepted at
@@ -112,7 +112,11 @@ bool apid_client_gone(const struct apid_http *h);
 /* request.c: an OpenAI completion request, validated, as the engine's generate fields. */
 struct gen_req {
     bool chat, stream, include_usage;
-    char *prompt;                  /* rendered (chat) or given (completions); malloc'd */
+    char *prompt;                  /* rendered (chat) or given (completions); malloc'd; NULL
+                                      when the prompt is token ids */
+    int32_t *prompt_ids;           /* completions: a prompt given as token ids (malloc'd), or NULL */
+    size_t n_prompt_ids;
+    int n_probs;                   /* -1: no logprobs; else top candidates per token, 0..20 */
     json_t *engine;                /* the generate command's fields (n_predict set later) */
     int32_t max_tokens;            /* -1: up to the context */
     char *stops[16];

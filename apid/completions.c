@@ -8,6 +8,7 @@
  * for its end and releases the slot, so a handler never waits for tokens nobody reads. */
 #include <errno.h>
 #include <microhttpd.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "apid.h"
+#include "logprobs.h"
 #include "model.h"
 #include "pi_err.h"
 #include "textout.h"
@@ -136,6 +138,8 @@ struct job {
     char id[48];
     long long created;
     struct apid_err err;         /* when failed */
+    struct lp_list lp;           /* with logprobs: one entry per token of the answer's text */
+    size_t prompt_chars;         /* text completions: the prompt's characters (text_offset's base) */
     /* streaming */
     char *pend;
     size_t pend_len, pend_off, pend_cap;
@@ -179,6 +183,7 @@ static void job_free(struct job *j)
     if (j->submitted)
         metrics_tokens(&a->met, (uint64_t)j->n_prompt, j->seen, j->decode_tok_s);
     textout_fini(&j->out);
+    lp_fini(&j->lp);
     gen_req_fini(&j->g);
     free(j->pend);
     free(j);
@@ -220,6 +225,15 @@ static void job_pump(struct job *j, int wait_ms)
             j->ended = true;
             j->finish = "stop";
             break;
+        }
+        if (j->g.n_probs >= 0) {
+            /* the record is read now, while the slot is ours; its text starts at the current end */
+            const struct pi_logprob *rec = pic_logprob(&j->st, j->seen - 1);
+            if (rec && lp_add(&j->lp, t, j->out.len, rec)) {
+                apid_err_set(&j->err, 500, NULL, NULL, "out of memory");
+                j->failed = j->ended = true;
+                break;
+            }
         }
         int len = tok_piece(j->a->model->tok, t, false, piece, sizeof piece);
         if (len > 0 && textout_push(&j->out, piece, (size_t)len < sizeof piece ? (size_t)len : sizeof piece) == 1) {
@@ -286,14 +300,16 @@ static int job_submit(struct job *j)
     struct apid *a = j->a;
     const int32_t n_ctx = a->conn.ctl->n_ctx;
     int32_t *ids = NULL;
-    size_t n_ids = 0;
+    size_t n_ids = j->g.n_prompt_ids;
     const struct pi_tokenizer *tok = a->model->tok;
-    if (tok_encode(tok, j->g.prompt, strlen(j->g.prompt), tok_add_bos(tok), true, &ids, &n_ids)) {
-        apid_err_set(&j->err, 400, j->g.chat ? "messages" : "prompt", "invalid_value", "cannot tokenize: %s",
-                     pi_errmsg());
-        return -1;
+    if (!j->g.prompt_ids) {
+        if (tok_encode(tok, j->g.prompt, strlen(j->g.prompt), tok_add_bos(tok), true, &ids, &n_ids)) {
+            apid_err_set(&j->err, 400, j->g.chat ? "messages" : "prompt", "invalid_value", "cannot tokenize: %s",
+                         pi_errmsg());
+            return -1;
+        }
+        free(ids);
     }
-    free(ids);
     if (n_ids >= (size_t)n_ctx || (j->g.max_tokens > 0 && n_ids + (size_t)j->g.max_tokens > (size_t)n_ctx)) {
         apid_err_set(&j->err, 400, j->g.chat ? "messages" : "prompt", "context_length_exceeded",
                      "this model's maximum context length is %d tokens; the prompt has %zu%s", n_ctx, n_ids,
@@ -304,7 +320,9 @@ static int job_submit(struct job *j)
         }
         return -1;
     }
-    const int32_t n_predict = j->g.max_tokens > 0 ? j->g.max_tokens : n_ctx - (int32_t)n_ids;
+    int32_t n_predict = j->g.max_tokens > 0 ? j->g.max_tokens : n_ctx - (int32_t)n_ids;
+    if (j->g.n_probs >= 0 && n_predict > PI_LP_MAX_TOKENS)
+        n_predict = PI_LP_MAX_TOKENS; /* no max_tokens: the most the log-probability table holds */
     json_object_set_new(j->g.engine, "n_predict", json_integer(n_predict));
     for (;;) {
         uint64_t ticket = 0;
@@ -344,14 +362,34 @@ static json_t *usage_json(const struct job *j)
                      j->n_prompt + (int)j->seen);
 }
 
-static json_t *full_response(const struct job *j, const char *text)
+/* The log-probability entries whose text begins before `end` (bytes of the answer), from the first
+ * not yet sent; a token cut away by a stop string is not part of the answer. */
+static size_t lp_until(const struct job *j, size_t end)
 {
-    json_t *choice;
+    size_t k = j->lp.sent;
+    while (k < j->lp.n && j->lp.v[k].offset < end)
+        k++;
+    return k;
+}
+
+/* chat's or the text completion's logprobs for entries [sent, to), or JSON null without logprobs */
+static json_t *lp_part(struct job *j, size_t to)
+{
+    if (j->g.n_probs < 0)
+        return json_null();
+    json_t *o = lp_json(j->a->model->tok, j->g.chat, &j->lp, j->lp.sent, to, textout_text(&j->out), j->prompt_chars);
+    j->lp.sent = to;
+    return o ? o : json_null();
+}
+
+static json_t *full_response(struct job *j, const char *text)
+{
+    json_t *choice, *lp = lp_part(j, lp_until(j, strlen(text)));
     if (j->g.chat)
-        choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content", text,
-                           "logprobs", "finish_reason", j->finish);
+        choice = json_pack("{s:i, s:{s:s, s:s}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content", text,
+                           "logprobs", lp, "finish_reason", j->finish);
     else
-        choice = json_pack("{s:s, s:i, s:n, s:s}", "text", text, "index", 0, "logprobs", "finish_reason", j->finish);
+        choice = json_pack("{s:s, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason", j->finish);
     return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object",
                      j->g.chat ? "chat.completion" : "text_completion", "created", (json_int_t)j->created, "model",
                      j->a->model_id, "choices", choice, "usage", usage_json(j));
@@ -391,15 +429,17 @@ static void sse_event(struct job *j, json_t *obj)
 static void sse_chunk(struct job *j, const char *text, size_t len, bool role, const char *finish)
 {
     json_t *choice, *fin = finish ? json_string(finish) : json_null();
+    /* the tokens whose text this chunk releases (the released end is text + len) */
+    json_t *lp = j->lp.n > j->lp.sent && len ? lp_part(j, lp_until(j, j->out.released)) : json_null();
     if (j->g.chat) {
         json_t *delta = json_object();
         if (role)
             json_object_set_new(delta, "role", json_string("assistant"));
         if (role || len)
             json_object_set_new(delta, "content", json_stringn(text, len));
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", fin);
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason", fin);
     } else {
-        choice = json_pack("{s:s%, s:i, s:n, s:o}", "text", text, len, "index", 0, "logprobs", "finish_reason", fin);
+        choice = json_pack("{s:s%, s:i, s:o, s:o}", "text", text, len, "index", 0, "logprobs", lp, "finish_reason", fin);
     }
     json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object",
                           j->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
@@ -495,6 +535,19 @@ static int start_stream(struct job *j)
 
 /* ---- the handler ---- */
 
+/* The prompt's length in characters; a prompt of token ids counts as its decoded text. */
+static size_t prompt_chars(const struct apid *a, const struct gen_req *g)
+{
+    if (!g->prompt_ids)
+        return lp_chars(g->prompt, SIZE_MAX);
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    if (tok_decode(a->model->tok, g->prompt_ids, g->n_prompt_ids, true, &text, &len) == 0)
+        n = lp_chars(text, len);
+    free(text);
+    return n;
+}
+
 static int fail(struct job *j, struct apid_http *h)
 {
     int ret = apid_reply_error(h, &j->err);
@@ -532,6 +585,8 @@ int apid_handle_completion(struct apid_http *h, const char *body, size_t len, bo
     json_decref(b);
     if (rc)
         return fail(j, h);
+    if (!chat && j->g.n_probs >= 0)
+        j->prompt_chars = prompt_chars(a, &j->g);
     for (size_t i = 0; i < j->g.n_stops; i++)
         if (j->g.stops[i] && textout_add_stop(&j->out, j->g.stops[i], strlen(j->g.stops[i]))) {
             apid_err_set(&j->err, 400, "stop", "invalid_value", "%s", pi_errmsg());

@@ -1,6 +1,7 @@
 /* request.c — an OpenAI completion request (chat or text), checked field by field, as the fields of
  * the supervisor's generate command. Unknown fields are ignored (OpenAI clients send many); a known
  * field of the wrong type or range, and a feature not supported yet, is a 400 naming the field. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include "apid.h"
 #include "model.h"
 #include "pi_err.h"
+#include "tokenizer.h"
 
 /* OpenAI's ranges, where it has them. */
 #define TEMP_MAX 2.0
@@ -93,20 +95,6 @@ static int check_unsupported(json_t *b, bool chat, struct apid_err *e)
         if (!json_is_object(rf) || !t || strcmp(t, "text"))
             return unsupported(e, "response_format", "a response format other than {\"type\":\"text\"}");
     }
-    bool lp = false;
-    if (chat ? bool_field(b, "logprobs", &lp, e) < 0 : 0)
-        return -1;
-    json_t *lpv = json_object_get(b, "logprobs");
-    if (!chat && lpv && !json_is_null(lpv)) {
-        if (!json_is_integer(lpv))
-            return bad(e, "logprobs", "'%s' must be %s", "an integer");
-        lp = json_integer_value(lpv) > 0;
-    }
-    long long top_lp = 0;
-    if (int_field(b, "top_logprobs", 0, 20, &top_lp, e) < 0)
-        return -1;
-    if (lp || top_lp > 0)
-        return unsupported(e, lp ? "logprobs" : "top_logprobs", "returning log probabilities");
     json_t *lb = json_object_get(b, "logit_bias");
     if (lb && !json_is_null(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
         return unsupported(e, "logit_bias", "a logit bias");
@@ -123,6 +111,36 @@ static int check_unsupported(json_t *b, bool chat, struct apid_err *e)
         return -1;
     if (best_of != 1)
         return unsupported(e, "best_of", "more than one candidate");
+    return 0;
+}
+
+/* chat: logprobs (true/false) and top_logprobs (0..20, only with logprobs); text completions: the
+ * legacy logprobs (0..20 candidates). Log-probabilities are recorded for at most PI_LP_MAX_TOKENS
+ * generated tokens, so max_tokens is bounded with them. */
+static int take_logprobs(json_t *b, bool chat, struct gen_req *g, struct apid_err *e)
+{
+    long long n = -1;
+    g->n_probs = -1;
+    if (chat) {
+        bool on = false;
+        long long top = -1;
+        if (bool_field(b, "logprobs", &on, e) < 0 || int_field(b, "top_logprobs", 0, PI_LP_MAX_TOP, &top, e) < 0)
+            return -1;
+        if (top >= 0 && !on) {
+            apid_err_set(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' requires 'logprobs': true");
+            return -1;
+        }
+        n = on ? (top > 0 ? top : 0) : -1;
+    } else if (int_field(b, "logprobs", 0, PI_LP_MAX_TOP, &n, e) < 0) {
+        return -1;
+    }
+    if (n >= 0 && g->max_tokens > PI_LP_MAX_TOKENS) {
+        const char *k = json_object_get(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        apid_err_set(e, 400, k, "invalid_value", "with 'logprobs', '%s' must be at most %d, got %d", k,
+                     PI_LP_MAX_TOKENS, g->max_tokens);
+        return -1;
+    }
+    g->n_probs = (int)n;
     return 0;
 }
 
@@ -238,7 +256,40 @@ out:
     return rc;
 }
 
-static int take_prompt(json_t *p, struct gen_req *g, struct apid_err *e)
+/* A prompt of token ids, each checked against the vocabulary. */
+static int take_prompt_ids(struct apid *a, json_t *p, struct gen_req *g, struct apid_err *e)
+{
+    const size_t n = json_array_size(p);
+    const int32_t n_vocab = tok_n_vocab(a->model->tok);
+    if (n > PI_REQ_MAX_TOKENS) {
+        apid_err_set(e, 400, "prompt", "context_length_exceeded", "'prompt' has %zu token ids; a request holds at most %d",
+                     n, PI_REQ_MAX_TOKENS);
+        return -1;
+    }
+    if (!(g->prompt_ids = malloc(n * sizeof *g->prompt_ids))) {
+        apid_err_set(e, 500, NULL, NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(p, i);
+        const json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= n_vocab) {
+            char param[32];
+            snprintf(param, sizeof param, "prompt[%zu]", i);
+            if (!json_is_integer(v))
+                apid_err_set(e, 400, "prompt", "invalid_type", "'%s' must be a token id (an integer)", param);
+            else
+                apid_err_set(e, 400, "prompt", "invalid_value", "'%s' = %lld is not a token id of this model (0..%d)",
+                             param, (long long)id, n_vocab - 1);
+            return -1;
+        }
+        g->prompt_ids[i] = (int32_t)id;
+    }
+    g->n_prompt_ids = n;
+    return 0;
+}
+
+static int take_prompt(struct apid *a, json_t *p, struct gen_req *g, struct apid_err *e)
 {
     if (!p) {
         apid_err_set(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
@@ -246,10 +297,22 @@ static int take_prompt(json_t *p, struct gen_req *g, struct apid_err *e)
     }
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
+    /* [[ids]]: one prompt of token ids, as OpenAI allows a batch of them */
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_array(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
     if (json_is_array(p)) {
-        if (json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0)))
-            return unsupported(e, "prompt", "a prompt of token ids");
-        return unsupported(e, "prompt", "more than one prompt per request");
+        json_t *first = json_array_get(p, 0);
+        if (!first) {
+            apid_err_set(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
+            return -1;
+        }
+        if (json_is_integer(first))
+            return take_prompt_ids(a, p, g, e);
+        if (json_is_array(first) || json_is_string(first))
+            return unsupported(e, "prompt", "more than one prompt per request");
+        apid_err_set(e, 400, "prompt", "invalid_type",
+                     "'prompt' must be a string, an array of token ids, or one of either in an array");
+        return -1;
     }
     if (!json_is_string(p)) {
         apid_err_set(e, 400, "prompt", "invalid_type", "'prompt' must be a string");
@@ -301,6 +364,7 @@ int apid_parse_gen(struct apid *a, json_t *b, bool chat, struct gen_req *g, stru
     memset(g, 0, sizeof *g);
     g->chat = chat;
     g->max_tokens = -1;
+    g->n_probs = -1;
     if (!json_is_object(b)) {
         apid_err_set(e, 400, NULL, "invalid_request", "the request body must be a JSON object");
         return -1;
@@ -352,18 +416,29 @@ int apid_parse_gen(struct apid *a, json_t *b, bool chat, struct gen_req *g, stru
         seed = json_integer_value(sv);
         has_seed = true;
     }
-    if (pres != 0)
-        return unsupported(e, "presence_penalty", "a presence penalty other than 0 (use repeat_penalty)");
-    if (freq != 0)
-        return unsupported(e, "frequency_penalty", "a frequency penalty other than 0 (use repeat_penalty)");
     g->max_tokens = (int32_t)(mct > 0 ? mct : mt);
+    if (take_logprobs(b, chat, g, e))
+        return -1;
     if (take_stops(b, g, e))
         return -1;
-    if (chat ? render_messages(a, json_object_get(b, "messages"), g, e) : take_prompt(json_object_get(b, "prompt"), g, e))
+    if (chat ? render_messages(a, json_object_get(b, "messages"), g, e) : take_prompt(a, json_object_get(b, "prompt"), g, e))
         return -1;
     if (!(g->engine = json_object()))
         return -1;
-    json_object_set_new(g->engine, "prompt", json_string(g->prompt));
+    if (g->prompt_ids) {
+        json_t *ids = json_array();
+        for (size_t i = 0; ids && i < g->n_prompt_ids; i++)
+            json_array_append_new(ids, json_integer(g->prompt_ids[i]));
+        json_object_set_new(g->engine, "prompt_tokens", ids);
+    } else {
+        json_object_set_new(g->engine, "prompt", json_string(g->prompt));
+    }
+    if (pres != 0)
+        json_object_set_new(g->engine, "presence_penalty", json_real(pres));
+    if (freq != 0)
+        json_object_set_new(g->engine, "frequency_penalty", json_real(freq));
+    if (g->n_probs >= 0)
+        json_object_set_new(g->engine, "logprobs", json_integer(g->n_probs));
     if (temp >= 0)
         json_object_set_new(g->engine, "temp", json_real(temp));
     if (top_p >= 0)
@@ -389,6 +464,7 @@ int apid_parse_gen(struct apid *a, json_t *b, bool chat, struct gen_req *g, stru
 void gen_req_fini(struct gen_req *g)
 {
     free(g->prompt);
+    free(g->prompt_ids);
     json_decref(g->engine);
     for (size_t i = 0; i < g->n_stops; i++)
         free(g->stops[i]);

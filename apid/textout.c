@@ -185,3 +185,21 @@ size_t textout_take(struct textout *t, bool final, const char **out)
 }
 
 const char *textout_text(const struct textout *t) { return t->buf ? t->buf : ""; }
+
+size_t textout_utf8_copy(const char *in, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && cap > 0;) {
+        int k = utf8_seq((const unsigned char *)in + i, n - i);
+        const char *src = k > 0 ? in + i : REPLACEMENT;
+        const size_t len = k > 0 ? (size_t)k : 3;
+        if (o + len + 1 > cap)
+            break;
+        memcpy(out + o, src, len);
+        o += len;
+        i += k > 0 ? (size_t)k : 1;
+    }
+    if (cap > 0)
+        out[o] = '\0';
+    return o;
+}

@@ -39,4 +39,9 @@ size_t textout_take(struct textout *t, bool final, const char **out);
 /* The whole text released or releasable so far, NUL-terminated (after a final take: the answer). */
 const char *textout_text(const struct textout *t);
 
+/* in[0..n) as valid UTF-8 into out (cap >= 3 * n + 1 always suffices): a byte that does not begin a
+ * complete character becomes U+FFFD. NUL-terminated; returns the length. For one token's text, which
+ * may be part of a character (byte-fallback tokens). */
+size_t textout_utf8_copy(const char *in, size_t n, char *out, size_t cap);
+
 #endif

@@ -17,7 +17,8 @@ struct cand {
 struct samp_state {
     int32_t n_vocab;
     struct cand *c;
-    float *penalized; /* copy of the logits the repeat penalty edits */
+    float *penalized; /* copy of the logits the penalties edit */
+    int32_t *count;   /* (n_vocab) occurrences in the penalty window; all 0 between calls */
 };
 
 void samp_defaults(struct samp_params *p)
@@ -28,6 +29,8 @@ void samp_defaults(struct samp_params *p)
     p->min_p = 0.05f;
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
+    p->frequency_penalty = 0.0f;
+    p->presence_penalty = 0.0f;
     p->seed = 0;
 }
 
@@ -39,7 +42,8 @@ int samp_new(struct samp_state **out, int32_t n_vocab)
     s->n_vocab = n_vocab;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->penalized = malloc((size_t)n_vocab * sizeof(float));
-    if (!s->c || !s->penalized) {
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    if (!s->c || !s->penalized || !s->count) {
         samp_free(s);
         return pi_fail(PI_E_NOMEM, "sampling: out of memory");
     }
@@ -53,6 +57,7 @@ void samp_free(struct samp_state *s)
         return;
     free(s->c);
     free(s->penalized);
+    free(s->count);
     free(s);
 }
 
@@ -115,38 +120,40 @@ static int32_t argmax(const float *l, int32_t n)
     return best;
 }
 
-/* llama.cpp's penalty: a positive logit is divided, a negative one multiplied, once per distinct
- * token in the window. */
-static void apply_repeat_penalty(float *l, int32_t n_vocab, float penalty, const int32_t *hist, size_t n_hist,
-                                 int32_t last_n)
+static bool penalties_on(const struct samp_params *p)
 {
-    size_t start = last_n > 0 && n_hist > (size_t)last_n ? n_hist - (size_t)last_n : 0;
+    return p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+}
+
+/* llama.cpp's penalties sampler, over the last repeat_last_n tokens of the history: for each
+ * distinct token in the window, seen `count` times, the repeat penalty (a positive logit divided,
+ * a negative one multiplied, once), then logit -= count * frequency + presence. */
+static void apply_penalties(struct samp_state *s, float *l, const struct samp_params *p, const int32_t *hist,
+                            size_t n_hist)
+{
+    const int32_t V = s->n_vocab, last_n = p->repeat_last_n;
+    const size_t start = last_n > 0 && n_hist > (size_t)last_n ? n_hist - (size_t)last_n : 0;
+    for (size_t i = start; i < n_hist; i++)
+        if (hist[i] >= 0 && hist[i] < V)
+            s->count[hist[i]]++;
     for (size_t i = start; i < n_hist; i++) {
-        int32_t id = hist[i];
-        if (id < 0 || id >= n_vocab)
-            continue;
-        bool seen = false;
-        for (size_t k = start; k < i && !seen; k++)
-            seen = hist[k] == id;
-        if (seen)
-            continue;
-        l[id] = l[id] > 0 ? l[id] / penalty : l[id] * penalty;
+        const int32_t id = hist[i];
+        if (id < 0 || id >= V || s->count[id] == 0)
+            continue; /* out of the vocabulary, or done at its first occurrence */
+        const int32_t count = s->count[id];
+        s->count[id] = 0; /* scratch is all zero again when the loop ends */
+        if (p->repeat_penalty != 1.0f)
+            l[id] = l[id] > 0 ? l[id] / p->repeat_penalty : l[id] * p->repeat_penalty;
+        l[id] -= (float)count * p->frequency_penalty + p->presence_penalty;
     }
 }
 
-int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const float *logits,
-                    const int32_t *history, size_t n_history, uint64_t pos)
+/* The token, from the penalized logits l: greedy, or top-k → top-p → min-p → temperature → draw. */
+static int32_t pick(struct samp_state *s, const struct samp_params *p, const float *l, uint64_t pos)
 {
     const int32_t V = s->n_vocab;
-    const float *l = logits;
-    if (p->repeat_penalty != 1.0f && n_history) {
-        memcpy(s->penalized, logits, (size_t)V * sizeof(float));
-        apply_repeat_penalty(s->penalized, V, p->repeat_penalty, history, n_history, p->repeat_last_n);
-        l = s->penalized;
-    }
     if (p->temp <= 0.0f)
         return argmax(l, V);
-
     int32_t n = 0;
     for (int32_t i = 0; i < V; i++)
         if (l[i] > -INFINITY) /* -inf marks a banned token */
@@ -199,4 +206,58 @@ int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const flo
             return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+/* log-softmax of l (n_vocab) at temperature 1: the sampled token's value and the n_top best. */
+static void logprobs(struct samp_state *s, const float *l, int32_t id, int32_t n_top, struct samp_logprobs *lp)
+{
+    const int32_t V = s->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    /* log sum exp in double, in index order: the same bits for the same row on every replay */
+    double sum = 0.0;
+    for (int32_t i = 0; i < V; i++)
+        if (l[i] > -INFINITY)
+            sum += exp((double)l[i] - (double)mx);
+    const double lse = mx > -INFINITY ? (double)mx + log(sum) : 0.0;
+    lp->logprob = (float)((double)l[id] - lse);
+    if (n_top > SAMP_MAX_TOP_LOGPROBS)
+        n_top = SAMP_MAX_TOP_LOGPROBS;
+    if (n_top > V)
+        n_top = V;
+    lp->n_top = n_top > 0 ? n_top : 0;
+    if (lp->n_top == 0)
+        return;
+    for (int32_t i = 0; i < V; i++)
+        s->c[i] = (struct cand){ .id = i, .logit = l[i] };
+    if (n_top < V)
+        select_top(s->c, V, n_top);
+    qsort(s->c, (size_t)n_top, sizeof *s->c, cmp_desc);
+    for (int32_t k = 0; k < n_top; k++) {
+        lp->top_id[k] = s->c[k].id;
+        lp->top_logprob[k] = (float)((double)s->c[k].logit - lse);
+    }
+}
+
+int32_t samp_sample_lp(struct samp_state *s, const struct samp_params *p, const float *logits,
+                       const int32_t *history, size_t n_history, uint64_t pos, int32_t n_top,
+                       struct samp_logprobs *lp)
+{
+    const float *l = logits;
+    if (penalties_on(p) && n_history) {
+        memcpy(s->penalized, logits, (size_t)s->n_vocab * sizeof(float));
+        apply_penalties(s, s->penalized, p, history, n_history);
+        l = s->penalized;
+    }
+    const int32_t id = pick(s, p, l, pos);
+    if (lp)
+        logprobs(s, l, id, n_top, lp);
+    return id;
+}
+
+int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const float *logits,
+                    const int32_t *history, size_t n_history, uint64_t pos)
+{
+    return samp_sample_lp(s, p, logits, history, n_history, pos, 0, NULL);
 }

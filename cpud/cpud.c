@@ -15,14 +15,71 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dataplane.h"
 #include "futex.h"
 #include "pi_err.h"
+#include "predictor.h"
 #include "threadpool.h"
+#include "tiers.h"
 
 #define CPUD_SPIN_POLLS 4000   /* polls of both rings before sleeping (each yields the core) */
 #define CPUD_SLEEP_MS 100      /* bounded sleep, to notice a stop request */
+#define DISK_LOG_STEPS 32      /* a disk-tier line in cpud's log every this many steps */
+
+/* The disk tier: the same placement as pictl run --inproc --ram-budget (tiers.c) over the act
+ * segment's split, the bundle next to the model, the neuron cache with io_uring (else pread). */
+static int disk_open(struct cpud *c)
+{
+    const struct pi_ctl *ctl = c->rt.ctl;
+    const struct pi_model *m = c->m;
+    const int64_t L = m->hp.n_layer, F = m->hp.n_ff;
+    char path[PI_PATH_MAX + 16];
+    struct bundle_hdr h;
+    int fd, rc;
+    bool direct;
+    if ((rc = bundle_default_path(ctl->model_path, path, sizeof path)) ||
+        (rc = bundle_open(path, m, false, &fd, &direct, &h)))
+        return rc;
+    close(fd);
+    c->tier = malloc((size_t)(L * F));
+    c->mask2 = malloc((size_t)c->act.hdr->n_batch * (size_t)F);
+    if (!c->tier || !c->mask2)
+        return pi_fail(PI_E_NOMEM, "cpud: out of memory");
+    struct tier_report r;
+    const int64_t slots = tier_default_cache_slots(m);
+    if ((rc = tier_place(m, ctl->ram_budget, h.stride, slots, c->act.gpu_idx, c->tier, &r)))
+        return rc;
+    c->have_sio = stream_io_init(&c->sio, 0) == 0;
+    const struct ncache_params np = { .path = path, .tier = c->tier, .window_slots = slots, .window = 1,
+                                      .direct = true, .io = c->have_sio ? &c->sio.io : NULL };
+    if ((rc = ncache_new(&c->nc, m, &np)))
+        return rc;
+    fprintf(stderr,
+            "cpud: disk tier: budget %.2f GiB = dense %.2f + cache %.2f + RAM tier %.2f GiB (%lld neurons); disk tier "
+            "%.2f GiB (%lld neurons) read from %s with %s\n",
+            (double)r.budget / (1 << 30), (double)r.dense_bytes / (1 << 30), (double)r.cache_bytes / (1 << 30),
+            (double)r.ram_bytes / (1 << 30), (long long)r.ram_neurons, (double)r.disk_bytes / (1 << 30),
+            (long long)r.disk_neurons, path, c->have_sio ? c->sio.name : "pread");
+    return 0;
+}
+
+/* The cold runs' rows through the neuron cache, and the next layer's predicted cold neurons queued */
+static int disk_layer(struct cpud *c, const struct act_item *it, const uint8_t *mask, struct pi_layer_weights *w)
+{
+    const struct pi_model *m = c->m;
+    const int64_t F = m->hp.n_ff;
+    int rc = ncache_layer(c->nc, it->layer, &c->cold, w);
+    const int next = it->layer + 1;
+    if (rc || next >= m->hp.n_layer)
+        return rc;
+    if ((rc = pred_eval(c->pool, &c->pred, &m->layers[next], c->act.h, it->n_tok, m->hp.sparse_threshold, c->mask2,
+                        NULL)) ||
+        (rc = ffn_runs_build(&c->next, c->act.gpu_idx + (size_t)next * F, 0, c->mask2, it->n_tok, F)))
+        return rc;
+    return ncache_prefetch(c->nc, next, &c->next);
+}
 
 int cpud_init(struct cpud *c, int argc, char **argv)
 {
@@ -38,6 +95,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
     c->xn = malloc((size_t)c->act.hdr->n_batch * c->act.hdr->n_embd * sizeof(float));
     if (!c->xn)
         return pi_fail(PI_E_NOMEM, "cpud: out of memory");
+    if (ctl->ram_budget && (rc = disk_open(c)))
+        return rc;
     stage_set_ready(&c->rt);
     fprintf(stderr, "cpud: %d worker threads\n", nt);
     return 0;
@@ -45,6 +104,13 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 
 void cpud_fini(struct cpud *c)
 {
+    ncache_free(c->nc);
+    if (c->have_sio)
+        stream_io_fini(&c->sio);
+    free(c->tier);
+    free(c->mask2);
+    ops_scratch_fini(&c->pred);
+    ffn_runs_fini(&c->next);
     free(c->xn);
     ffn_runs_fini(&c->cold);
     ffn_scratch_fini(&c->ffn);
@@ -83,9 +149,25 @@ static int do_step(struct cpud *c, const struct act_item *it)
         mask = a->mask;
     uint64_t bytes = 0;
     int rc;
-    if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)) ||
-        (rc = ffn_partial(c->pool, &c->ffn, m, it->layer, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
+    struct pi_layer_weights w = model_layer_weights(m, it->layer);
+    if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
+    /* the disk tier serves masked steps (an unmasked one reads every cold row: the image has them) */
+    if (c->nc && mask && (rc = disk_layer(c, it, mask, &w)))
+        return rc;
+    if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
+        return rc;
+    if (c->nc && it->layer == m->hp.n_layer - 1) {
+        if ((rc = ncache_step(c->nc, B)))
+            return rc;
+        struct ncache_stats st;
+        ncache_get_stats(c->nc, &st);
+        if (st.steps % DISK_LOG_STEPS == 0)
+            fprintf(stderr, "cpud: disk tier: %llu tokens, %.1f KiB read/token, hit rate %.3f, %llu misses, disk wait %.2f ms/token\n",
+                    (unsigned long long)st.tokens, (double)(st.bytes_read - st.pinned_bytes) / 1024 / (double)st.tokens,
+                    st.needed ? (double)(st.hits + st.prefetched) / (double)st.needed : 0.0,
+                    (unsigned long long)st.misses, (double)st.wait_ns / 1e6 / (double)st.tokens);
+    }
     /* release: ycold is written before gpud can see it as this step's */
     atomic_store_explicit(&a->hdr->ycold_seq, it->seq, memory_order_release);
     int prc = ring_push(&a->rings[ACT_RING_CPU_GPU], it, sizeof *it, 1000);

@@ -6,7 +6,9 @@
 #include "act.h"
 #include "ffn_split.h"
 #include "model.h"
+#include "ncache.h"
 #include "stage.h"
+#include "stream.h"
 
 struct cpud {
     struct stage_rt rt;
@@ -18,6 +20,15 @@ struct cpud {
     struct ffn_runs cold;
     float *xn;             /* (n_batch, n_embd) */
     uint64_t last_epoch, last_seq; /* last step done: a duplicate of it (from the other ring) is skipped */
+    /* the disk tier (pi_ctl.ram_budget > 0): cold neurons read from the bundle into a neuron cache,
+     * the next layer's prefetched from the predictor of layer + 1 over this step's h */
+    struct ncache *nc;
+    struct stream_io sio;
+    bool have_sio;
+    uint8_t *tier;          /* (n_layer, n_ff) enum pi_tier */
+    uint8_t *mask2;         /* (n_batch, n_ff) the next layer's predicted masks */
+    struct ops_scratch pred;
+    struct ffn_runs next;
 };
 
 int cpud_init(struct cpud *c, int argc, char **argv);

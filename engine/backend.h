@@ -13,8 +13,9 @@
  *       or set_mask(n, host mask)     masks computed elsewhere (predictord, the host)
  *     [get_mask(n, host mask)]        masks to the host, for cpud                      (host waits)
  *     [get_h(n, host h)]              x (the FFN input before ffn_norm) to the host    (host waits)
- *     ffn(layer, n, sparse)           y_dev = FFN of ffn_norm(x) over the neurons this device holds
- *                                     (dense: all of them; sparse: each token over its own mask)
+ *     ffn(w, n, sparse)               y_dev = FFN of ffn_norm(x) over the neurons this device holds
+ *                                     (dense: all of them; sparse: each token over its own mask);
+ *                                     w views the layer's weights (model.h: pi_layer_weights)
  *     ffn_add(layer, n, y_host)       x += y_dev (+ y_host, the cold share computed on the host)
  *   output(batch, logits)             logits of the tokens that want them, in batch order (host waits)
  *
@@ -86,7 +87,9 @@ struct be_ops {
     int (*set_mask)(struct be *b, int32_t n, const uint8_t *mask);
     int (*get_mask)(struct be *b, int32_t n, uint8_t *mask);
     int (*get_h)(struct be *b, int32_t n, float *h);
-    int (*ffn)(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn_count *cnt);
+    /* w: layer w->layer's weights; a backend that reads weights on the host reads the FFN rows
+     * through it (lw_row); one that uploaded its weights at open ignores where they are */
+    int (*ffn)(struct be *b, const struct pi_layer_weights *w, int32_t n, bool sparse, struct be_ffn_count *cnt);
     int (*ffn_add)(struct be *b, int layer, int32_t n, const float *y_host);
     /* logits (n_out, n_vocab) of the tokens with batch_wants(), in batch order */
     int (*output)(struct be *b, const struct pi_batch *batch, float *logits);

@@ -308,15 +308,16 @@ static uint64_t tensor_bytes(const struct pi_tensor *t)
     return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne[1] : 0;
 }
 
-static int cpu_ffn(struct be *b, int layer, int32_t B, bool sparse, struct be_ffn_count *cnt)
+static int cpu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t B, bool sparse, struct be_ffn_count *cnt)
 {
     const struct pi_hparams *hp = &b->m->hp;
-    const struct pi_layer *l = &b->m->layers[layer];
+    const struct pi_layer *l = w->l;
+    const int layer = w->layer;
     const int64_t E = hp->n_embd, F = hp->n_ff;
     uint64_t bytes = 0;
     int rc;
     ops_rmsnorm_rows(b->xn, b->x, l->ffn_norm.data, B, E, hp->norm_eps);
-    if (!sparse && l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
+    if (!sparse && !w->slot && l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
         /* dense, every neuron here: three GEMMs */
         if ((rc = ops_matmul(b->pool, &b->scratch, &l->ffn_gate, b->xn, b->gate, B)) ||
             (rc = ops_matmul(b->pool, &b->scratch, &l->ffn_up, b->xn, b->up, B)))
@@ -337,7 +338,7 @@ static int cpu_ffn(struct be *b, int layer, int32_t B, bool sparse, struct be_ff
                 return rc;
             runs = &b->runs;
         }
-        if ((rc = ffn_partial(b->pool, &b->ffn, b->m, layer, b->xn, B, runs, sparse ? b->mask : NULL, b->ydev,
+        if ((rc = ffn_partial(b->pool, &b->ffn, b->m, w, b->xn, B, runs, sparse ? b->mask : NULL, b->ydev,
                               &bytes)))
             return rc;
         if (!sparse && b->hook && b->all_on_dev[layer])

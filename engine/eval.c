@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ncache.h"
 #include "pi_err.h"
 #include "predictor.h"
 #include "threadpool.h"
@@ -51,6 +52,9 @@ void eval_fini(struct eval *e)
     ops_scratch_fini(&e->pred);
     ffn_scratch_fini(&e->ffn);
     ffn_runs_fini(&e->runs);
+    ffn_runs_fini(&e->pruns);
+    free(e->all);
+    free(e->mask2);
     free(e->n_host);
     free(e->stats);
     free(e->h);
@@ -89,11 +93,57 @@ int eval_host_share(struct eval *e, int layer, int32_t n, const float *h, const 
     ops_rmsnorm_rows(e->xn, h, e->m->layers[layer].ffn_norm.data, n, hp->n_embd, hp->norm_eps);
     if ((rc = ffn_runs_build(&e->runs, e->on_device + (size_t)layer * F, 0, mask, n, F)))
         return rc;
-    return ffn_partial(e->pool, &e->ffn, e->m, layer, e->xn, n, &e->runs, mask, y, bytes);
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    return ffn_partial(e->pool, &e->ffn, e->m, &w, e->xn, n, &e->runs, mask, y, bytes);
+}
+
+int eval_set_ncache(struct eval *e, struct ncache *nc)
+{
+    if (nc && (!e->sparse || e->on_device || e->ops != &be_cpu_ops))
+        return pi_fail(PI_E_UNSUPPORTED, "eval: the disk tier needs the sparse FFN (a PowerInfer file with predictors, "
+                                         "not --dense) on the CPU backend holding every neuron");
+    const size_t F = (size_t)e->m->hp.n_ff;
+    if (nc && !e->all) {
+        e->all = malloc(F);
+        e->mask2 = malloc((size_t)e->n_batch * F);
+        if (!e->all || !e->mask2)
+            return pi_fail(PI_E_NOMEM, "eval: out of memory");
+        memset(e->all, 1, F);
+    }
+    e->nc = nc;
+    return 0;
+}
+
+/* The FFN step through the neuron cache: this layer's masks to the host, their neurons made
+ * present (cache hits, reads a prefetch started, or reads now), the next layer's predicted neurons
+ * prefetched from this layer's FFN input, then the backend's FFN over the cached rows. The masks
+ * and the kernels are the in-RAM step's, and so are the bits. */
+static int ffn_streamed(struct eval *e, int layer, const struct pi_batch *b)
+{
+    const struct be_ops *ops = e->ops;
+    const int32_t n = b->n;
+    const int64_t F = e->m->hp.n_ff;
+    struct be_ffn_count c = { 0 };
+    struct pi_layer_weights w;
+    int rc;
+    if ((rc = ops->predict(e->be, layer, n)) || (rc = ops->get_mask(e->be, n, e->mask)) ||
+        (rc = ops->get_h(e->be, n, e->h)) || (rc = ffn_runs_build(&e->runs, e->all, 1, e->mask, n, F)) ||
+        (rc = ncache_layer(e->nc, layer, &e->runs, &w)))
+        return rc;
+    if (layer + 1 < e->m->hp.n_layer &&
+        ((rc = eval_host_predict(e, layer + 1, n, e->h, e->mask2)) ||
+         (rc = ffn_runs_build(&e->pruns, e->all, 1, e->mask2, n, F)) || (rc = ncache_prefetch(e->nc, layer + 1, &e->pruns))))
+        return rc;
+    if ((rc = ops->ffn(e->be, &w, n, true, &c)))
+        return rc;
+    eval_count(e, layer, n, &c);
+    return ops->ffn_add(e->be, layer, n, NULL);
 }
 
 int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
 {
+    if (e->nc)
+        return ffn_streamed(e, layer, b);
     const struct be_ops *ops = e->ops;
     const int32_t n = b->n;
     const bool host = e->n_host[layer] > 0;
@@ -118,7 +168,8 @@ int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
     }
     if (host && !have_h && (rc = ops->get_h(e->be, n, e->h)))
         return rc;
-    if ((rc = ops->ffn(e->be, layer, n, e->sparse, &c)))
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = ops->ffn(e->be, &w, n, e->sparse, &c)))
         return rc;
     if (host) {
         uint64_t hb = 0;
@@ -144,6 +195,8 @@ int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
     }
     if (!rc && logits && batch_n_out(b) > 0)
         rc = ops->output(e->be, b, logits);
+    if (!rc && e->nc)
+        rc = ncache_step(e->nc, b->n);
     return rc;
 }
 
@@ -208,6 +261,7 @@ void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user)
     if (c->ops == &be_cpu_ops)
         be_cpu_set_ffn_hook(c->be, fn, user);
 }
+int ctx_set_ncache(struct pi_ctx *c, struct ncache *nc) { return eval_set_ncache(&c->ev, nc); }
 struct pi_pool *ctx_pool(struct pi_ctx *c) { return c->host ? c->host : be_cpu_pool(c->be); }
 float *ctx_x(struct pi_ctx *c) { return c->ops == &be_cpu_ops ? be_cpu_x(c->be) : NULL; }
 

@@ -24,6 +24,7 @@
 #include "ops.h"
 
 struct eval;
+struct ncache;
 
 /* One layer's FFN for the n tokens of the batch: on return x has been advanced by ffn_add. */
 typedef int (*eval_ffn_fn)(void *user, struct eval *e, int layer, const struct pi_batch *b);
@@ -50,6 +51,11 @@ struct eval {
     uint8_t *mask;           /* (n_batch, n_ff) */
     int32_t n_batch;
     struct eval_ffn_stats *stats; /* (n_layer) */
+    /* the disk tier (eval_set_ncache): FFN rows through the neuron cache, layer L+1's predicted
+     * neurons prefetched while layer L computes */
+    struct ncache *nc;
+    uint8_t *all, *mask2;    /* (n_ff) ones; (n_batch, n_ff) the next layer's predicted masks */
+    struct ffn_runs pruns;
 };
 
 struct eval_params {
@@ -76,6 +82,9 @@ int eval_host_share(struct eval *e, int layer, int32_t n, const float *h, const 
                     uint64_t *bytes);
 /* Masks of layer for n tokens on the host from h (the same predictor as the backend's). */
 int eval_host_predict(struct eval *e, int layer, int32_t n, const float *h, uint8_t *mask);
+/* Read the FFN rows through a neuron cache (ncache.h; not owned). Needs a sparse evaluator whose
+ * backend holds every neuron and reads weights on the host (the CPU backend); NULL turns it off. */
+int eval_set_ncache(struct eval *e, struct ncache *nc);
 /* Count one FFN call into the layer's statistics. */
 void eval_count(struct eval *e, int layer, int32_t n, const struct be_ffn_count *c);
 
@@ -126,6 +135,8 @@ int ctx_eval_batch(struct pi_ctx *c, const struct pi_batch *b, float *logits);
 /* Tests: the backend's residual stream x (n_batch, n_embd), and one layer's FFN step over it. */
 float *ctx_x(struct pi_ctx *c);
 int ctx_ffn(struct pi_ctx *c, int layer, int32_t B);
+/* The disk tier for this context (eval_set_ncache). */
+int ctx_set_ncache(struct pi_ctx *c, struct ncache *nc);
 /* The context's thread pool, for a caller's own kernels between steps. */
 struct pi_pool *ctx_pool(struct pi_ctx *c);
 

@@ -114,6 +114,7 @@ void ffn_scratch_fini(struct ffn_scratch *s)
 struct ffn_job {
     const struct pi_model *m;
     const struct pi_layer *l;
+    const struct pi_layer_weights *w; /* where each neuron's rows are */
     const struct ffn_runs *runs;
     const uint8_t *mask; /* (B, n_ff) each token's own mask, or NULL: every neuron of runs */
     const char *xq;     /* (B) rows of n in gate's vec_dot_type */
@@ -158,17 +159,14 @@ static void prefetch_bytes(const char *p, size_t n)
         __builtin_prefetch(p + o, 0, 3);
 }
 
-static void prefetch_row(const struct pi_tensor *W, int64_t r)
+/* y[r] = W[r] · x for r in [r0, r1), W the rows of kind `kind` in the view: the multi-row GEMV
+ * for long ranges (unmasked, and every row in the model's mapping), single dots otherwise
+ * (prefetching row r+1, or row `next` after the last; next < 0: none) */
+static void rows_dot(const struct pi_layer_weights *w, enum pi_ffn_row kind, int64_t n, const char *x, float *y,
+                     int64_t r0, int64_t r1, int64_t next, bool masked)
 {
-    prefetch_bytes((const char *)W->data + (size_t)r * W->row_bytes, W->row_bytes);
-}
-
-/* y[r] = W[r] · x for r in [r0, r1): the multi-row GEMV for long ranges (unmasked only), single
- * dots otherwise (prefetching row r+1, or row `next` after the last; next < 0: none) */
-static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float *y, int64_t r0, int64_t r1,
-                     int64_t next, bool masked)
-{
-    if (!masked && r1 - r0 >= GEMV_MIN_ROWS) {
+    const struct pi_tensor *W = lw_tensor(w, kind);
+    if (!masked && !w->slot && r1 - r0 >= GEMV_MIN_ROWS) {
         quant_gemv_rows(W->type, W->data, W->row_bytes, n, x, y, r0, r1);
         return;
     }
@@ -176,8 +174,8 @@ static void rows_dot(const struct pi_tensor *W, int64_t n, const char *x, float 
     for (int64_t r = r0; r < r1; r++) {
         const int64_t nx = r + 1 < r1 ? r + 1 : next;
         if (nx >= 0)
-            prefetch_row(W, nx);
-        dot(n, &y[r], (const char *)W->data + (size_t)r * W->row_bytes, x);
+            prefetch_bytes(lw_row(w, kind, nx), W->row_bytes);
+        dot(n, &y[r], lw_row(w, kind, r), x);
     }
 }
 
@@ -188,8 +186,8 @@ static void act_segment(const struct ffn_job *j, int64_t r0, int64_t r1, int64_t
     for (int32_t t = j->t0; t < j->t1; t++) {
         const char *x = j->xq + (size_t)t * j->xq_stride;
         float *a = j->act + (size_t)t * F, *u = j->up + (size_t)t * F;
-        rows_dot(&j->l->ffn_gate, E, x, a, r0, r1, next, j->mask != NULL);
-        rows_dot(&j->l->ffn_up, E, x, u, r0, r1, next, j->mask != NULL);
+        rows_dot(j->w, PI_ROW_GATE, E, x, a, r0, r1, next, j->mask != NULL);
+        rows_dot(j->w, PI_ROW_UP, E, x, u, r0, r1, next, j->mask != NULL);
         const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
         for (int64_t i = r0; i < r1; i++)
             a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, a[i], u[i]);
@@ -244,7 +242,7 @@ static void group_worker(void *arg, int ith, int nth)
             const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
             act_segment(j, s, e, -1);
             for (int64_t i = s; i < e; i++) {
-                const char *row = (const char *)j->dt->data + (size_t)i * j->dt->row_bytes;
+                const char *row = lw_row(j->w, PI_ROW_DOWN_T, i);
                 bool read = false;
                 for (int32_t t = 0; t < nt; t++) {
                     const float a = j->act[(size_t)(j->t0 + t) * F + i];
@@ -331,10 +329,12 @@ static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, i
     return n;
 }
 
-int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
-                int32_t B, const struct ffn_runs *runs, const uint8_t *mask, float *y, uint64_t *bytes)
+int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
+                const struct pi_layer_weights *w, const float *xn, int32_t B, const struct ffn_runs *runs,
+                const uint8_t *mask, float *y, uint64_t *bytes)
 {
-    const struct pi_layer *l = &m->layers[layer];
+    const struct pi_layer *l = w->l;
+    const int layer = w->layer;
     const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
     if (bytes)
         *bytes = 0;
@@ -350,7 +350,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         s->act = p;
         s->act_cap = need;
     }
-    struct ffn_job j = { .t0 = 0, .t1 = B, .m = m, .l = l, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
+    struct ffn_job j = { .t0 = 0, .t1 = B, .m = m, .l = l, .w = w, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
     memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
@@ -358,6 +358,9 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     if (l->ffn_up.type != l->ffn_gate.type)
         return pi_fail(PI_E_UNSUPPORTED, "ffn: layer %d has gate %s and up %s: mixed types are not supported", layer,
                        gt->name, quant_traits(l->ffn_up.type)->name);
+    if (w->slot && !l->ffn_down_t.data)
+        return pi_fail(PI_E_UNSUPPORTED, "ffn: layer %d: a neuron cache holds ffn_down_t rows, and the layer has none",
+                       layer);
     int rc;
     if (gt->vec_dot_type == PI_TYPE_F32) {
         j.xq = (const char *)xn;

@@ -62,12 +62,16 @@ struct ffn_scratch {
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 
-/* y = the FFN of layer `layer` over the neurons in runs, for B tokens (y is overwritten); mask
+/* y = the FFN of the layer w views (its rows from the model or a neuron cache) over the neurons in runs, for B tokens (y is overwritten); mask
  * (B, n_ff) or NULL: token b takes only the neurons of runs with mask[b, i] != 0.
  * *bytes (if not NULL) receives the weight bytes read: gate and up rows of the neurons in runs, plus
  * the down rows read (down_t: only those of live neurons; ffn_down: the widened runs).
- * After the call s->act (B, n_ff) holds the activations of the neurons in runs (0 elsewhere). */
-int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m, int layer, const float *xn,
-                int32_t B, const struct ffn_runs *runs, const uint8_t *mask, float *y, uint64_t *bytes);
+ * After the call s->act (B, n_ff) holds the activations of the neurons in runs (0 elsewhere).
+ * With a neuron cache in the view (w->slot), every neuron of runs must have its rows present (a
+ * slot, or resident in the mapping), the layer must have ffn_down_t, and unmasked runs are dotted
+ * row by row (the multi-row GEMV needs rows at a fixed stride). */
+int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
+                const struct pi_layer_weights *w, const float *xn, int32_t B, const struct ffn_runs *runs,
+                const uint8_t *mask, float *y, uint64_t *bytes);
 
 #endif

@@ -70,6 +70,24 @@ struct pi_layer {
     const float *act_freq;       /* pinfer calibration: per-neuron activation frequency (n_ff), or NULL */
 };
 
+/* One layer's weights as the FFN reads them (what the evaluator hands to the backend's ffn() and
+ * to ffn_partial): the layer's tensors, and where each neuron's three FFN rows are. By default they
+ * are rows of the model's tensors (the mapping). With a neuron cache (the disk tier, engine/ncache.h),
+ * a neuron whose slot[i] >= 0 has its gate, up and down_t rows back to back in one cache slot:
+ *
+ *   gate_i = cache + slot[i]·stride,  up_i = gate_i + up_off,  down_t_i = gate_i + down_off
+ *
+ * byte for byte the model's rows, so the same kernels over the same rows give the same bits. */
+struct pi_layer_weights {
+    const struct pi_layer *l;
+    int layer;
+    const int32_t *slot;     /* (n_ff) cache slot of neuron i, < 0: the model's row; NULL: every row from the model */
+    const char *cache;       /* slot 0 */
+    size_t stride, up_off, down_off;
+};
+
+enum pi_ffn_row { PI_ROW_GATE = 0, PI_ROW_UP = 1, PI_ROW_DOWN_T = 2 };
+
 struct pi_model {
     struct gguf_file *gguf;
     struct pi_hparams hp;
@@ -92,5 +110,29 @@ const char *model_arch_name(enum pi_arch a);
 const char *model_act_name(enum pi_act a);
 /* Weight bytes of the whole model (the memory a decode step streams once). */
 uint64_t model_weight_bytes(const struct pi_model *m);
+
+/* The view of layer's weights in the model's mapping (no cache). */
+static inline struct pi_layer_weights model_layer_weights(const struct pi_model *m, int layer)
+{
+    const struct pi_layer_weights w = { .l = &m->layers[layer], .layer = layer };
+    return w;
+}
+
+/* The tensor that row kind r of the FFN belongs to. */
+static inline const struct pi_tensor *lw_tensor(const struct pi_layer_weights *w, enum pi_ffn_row r)
+{
+    return r == PI_ROW_GATE ? &w->l->ffn_gate : r == PI_ROW_UP ? &w->l->ffn_up : &w->l->ffn_down_t;
+}
+
+/* Neuron i's row of kind r: from its cache slot when it has one, else from the model's tensor. */
+static inline const char *lw_row(const struct pi_layer_weights *w, enum pi_ffn_row r, int64_t i)
+{
+    if (w->slot && w->slot[i] >= 0) {
+        const char *base = w->cache + (size_t)w->slot[i] * w->stride;
+        return r == PI_ROW_GATE ? base : r == PI_ROW_UP ? base + w->up_off : base + w->down_off;
+    }
+    const struct pi_tensor *t = lw_tensor(w, r);
+    return (const char *)t->data + (size_t)i * t->row_bytes;
+}
 
 #endif

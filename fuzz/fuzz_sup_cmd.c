@@ -6,6 +6,7 @@
  * {"ok": false, "error": "..."}; an accepted one has every field inside the range the command
  * documents (supervisor.h). */
 #include <jansson.h>
+#include <math.h>
 
 #include "fuzz_util.h"
 #include "gguf.h"
@@ -52,7 +53,7 @@ static void check_error_reply(json_t *reply)
 
 static void check_generate(const struct sup_gen_args *g)
 {
-    FUZZ_CHECK(g->prompt != NULL);
+    FUZZ_CHECK((g->prompt != NULL) != (g->prompt_tokens != NULL));
     FUZZ_CHECK(g->n_predict >= -1 && g->n_predict <= 1LL << 30);
     FUZZ_CHECK(g->sp.temp >= 0 && g->sp.temp <= 100);
     FUZZ_CHECK(g->top_k >= 0 && g->top_k <= 1LL << 30);
@@ -60,6 +61,9 @@ static void check_generate(const struct sup_gen_args *g)
     FUZZ_CHECK(g->sp.repeat_penalty >= 0.01f && g->sp.repeat_penalty <= 100);
     FUZZ_CHECK(g->last_n >= 0 && g->last_n <= 1LL << 24);
     FUZZ_CHECK(g->client >= 0 && g->client <= INT32_MAX);
+    FUZZ_CHECK(fabsf(g->sp.frequency_penalty) <= 2 && fabsf(g->sp.presence_penalty) <= 2);
+    FUZZ_CHECK(g->n_probs >= -1 && g->n_probs <= PI_LP_MAX_TOP);
+    FUZZ_CHECK(g->n_probs < 0 || (g->n_predict >= 0 && g->n_predict <= PI_LP_MAX_TOKENS));
     FUZZ_CHECK(g->dump && (!g->dump[0] || (g->dump[0] == '/' && strlen(g->dump) < PI_PATH_MAX)));
 
     int32_t *ids;

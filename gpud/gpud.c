@@ -47,6 +47,9 @@ int gpud_init(struct gpud *g, int argc, char **argv)
         return rc;
     g->use_predictor = pred_available(g->m);
     g->pred_on_device = g->use_predictor && g->be_ops != &be_cpu_ops && g->be_ops->predict;
+    /* a per-layer hop to predictord and back costs two cross-process wake-ups (pi_ctl.predict_in);
+     * the audit runs there */
+    g->pred_local = g->pred_on_device || (ctl->predict_in == PI_PREDICT_IN_GPUD && !(ctl->audit_rate > 0.0f));
     const struct eval_params ep = { .n_batch = ah->n_batch, .sparse = g->use_predictor, .on_device = g->act.gpu_idx,
                                     .pool = g->host_pool };
     if ((rc = eval_init(&g->ev, g->m, g->be_ops, g->be, &ep)) || (rc = batch_buf_init(&g->bb, ah->n_batch)))

@@ -29,6 +29,8 @@ struct gpud {
     bool req_dense;      /* the request asked for every neuron (--dense) */
     bool use_predictor;  /* the model has predictors: route steps through predictord */
     bool pred_on_device; /* the backend runs the predictor itself (a GPU: masks stay there) */
+    bool pred_local;     /* masks computed here, not by predictord: on the device, or (--predict-in gpud,
+                          * no audit) on gpud's host threads */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
     struct eval ev;      /* the evaluator, its FFN step routed through the other stages */
     struct pi_batch_buf bb;

@@ -99,9 +99,11 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     bool cpu_sent = false;
     if (sparse) {
         bool have = false;
-        if (!g->pred_on_device && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
+        if (!g->pred_local && dataplane_stage_alive(ctl, PI_STAGE_PREDICTORD) &&
             push_item(&a->rings[ACT_RING_PRED_IN], &it) == 0) {
             struct act_item got;
+            if (be->idle)
+                be->idle(e->be); /* predictord's threads need the cores now */
             uint64_t w0 = now_ns();
             const bool came = wait_step(g, ACT_RING_PRED_GPU, PI_STAGE_PREDICTORD, &got);
             wait_ns += now_ns() - w0;
@@ -116,7 +118,7 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
         if (!have) {
             if ((rc = masks_here(g, e, layer, B)))
                 return rc;
-            if (!g->pred_on_device)
+            if (!g->pred_local)
                 atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
         }
     }
@@ -127,7 +129,8 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
         if (cpu_sent)
             act_ring_cpud_bell(a->hdr);
     }
-    if ((rc = be->ffn(e->be, layer, B, sparse, &cnt)))
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
         return rc;
 
     const float *ycold = NULL;

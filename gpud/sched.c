@@ -273,10 +273,23 @@ static void after_logits(struct gpud *g, int32_t s, const float *logits)
     const int32_t V = g->m->hp.n_vocab, n_ctx = g->ev.ops->n_ctx(g->ev.be);
     const struct samp_params sp = { .temp = r->temp, .top_k = r->top_k, .top_p = r->top_p, .min_p = r->min_p,
                                     .repeat_penalty = r->repeat_penalty, .repeat_last_n = r->repeat_last_n,
-                                    .seed = r->seed };
+                                    .frequency_penalty = r->frequency_penalty,
+                                    .presence_penalty = r->presence_penalty, .seed = r->seed };
     const int32_t pos = q->n_known;
-    const int32_t id = samp_sample(g->ss, &sp, logits, r->tokens, (size_t)q->n_known, (uint64_t)pos);
     const uint32_t n = atomic_load_explicit(&r->n_gen, memory_order_relaxed);
+    /* the penalties see the request's whole token history, which a replay has too: same tokens */
+    const bool want_lp = (r->flags & PI_REQ_LOGPROBS) && n < PI_LP_MAX_TOKENS;
+    struct samp_logprobs lp;
+    const int32_t id = samp_sample_lp(g->ss, &sp, logits, r->tokens, (size_t)q->n_known, (uint64_t)pos,
+                                      want_lp ? r->n_probs : 0, want_lp ? &lp : NULL);
+    if (want_lp) {
+        static_assert(PI_LP_MAX_TOP == SAMP_MAX_TOP_LOGPROBS, "the shared record holds what the sampler gives");
+        struct pi_logprob *rec = &g->rt.ctl->logprobs[q->slot][n];
+        rec->logprob = lp.logprob;
+        rec->n_top = lp.n_top;
+        memcpy(rec->top_id, lp.top_id, (size_t)lp.n_top * sizeof *rec->top_id);
+        memcpy(rec->top_logprob, lp.top_logprob, (size_t)lp.n_top * sizeof *rec->top_logprob);
+    }
     if (!q->first_ns)
         q->first_ns = stage_now_ns();
     if (q->logits_fd >= 0) {
@@ -286,7 +299,8 @@ static void after_logits(struct gpud *g, int32_t s, const float *logits)
             return;
         }
     }
-    /* write the token, then release-store n_gen (clients acquire n_gen before reading tokens[]),
+    /* write the token (and its log-probabilities above), then release-store n_gen (clients acquire
+     * n_gen before reading tokens[] and logprobs[]),
      * then wake clients sleeping on n_gen */
     r->tokens[r->n_prompt + (int32_t)n] = id;
     atomic_store_explicit(&r->n_gen, n + 1, memory_order_release);

@@ -8,7 +8,10 @@
  *             struct pi_stage_info per stage (pid, state, restarts, heartbeat, counters and
  *             per-layer profile), and the request table (struct pi_request[PI_MAX_REQUESTS]):
  *             prompt and generated tokens of every request in flight, so that a restarted gpud
- *             replays them and clients stream tokens from here whatever stage dies.
+ *             replays them and clients stream tokens from here whatever stage dies. Then
+ *             the log-probability records (struct pi_logprob logprobs[slot][i], i < PI_LP_MAX_TOKENS)
+ *             of requests that asked for them: gpud writes record i of a slot before it publishes
+ *             generated token i (the release store of n_gen), clients read it after their acquire.
  *   "weights" (PI_SEG_KIND_WEIGHTS)  struct pi_weights_info at offsets[0]; the model file's exact
  *             byte image (GGUF header, metadata, tensor data) at offsets[1], 4096-aligned, so every
  *             stage parses it with gguf_open_mem and gets weight views without copies; a tensor
@@ -30,6 +33,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "layout.h"
 
@@ -78,6 +82,21 @@ enum pi_req_state {
 
 #define PI_REQ_IGNORE_EOS 1u
 #define PI_REQ_DENSE 2u      /* every FFN neuron, even when the model has predictors (--dense) */
+#define PI_REQ_LOGPROBS 4u   /* record each generated token's log-probabilities (n_probs best) */
+
+/* Log-probabilities of one generated token, from the distribution it was sampled from (the
+ * penalized logits' log-softmax at temperature 1: common/sampling.h). Bounded: at most
+ * PI_LP_MAX_TOP candidates (OpenAI's top_logprobs limit), never a whole logits row; and recorded for
+ * the first PI_LP_MAX_TOKENS generated tokens of a request (the supervisor refuses a request with
+ * logprobs whose n_predict is larger), so the table costs 16 * 1024 * 168 B = 2.6 MiB. */
+#define PI_LP_MAX_TOP 20
+#define PI_LP_MAX_TOKENS 1024
+struct pi_logprob {
+    float logprob;                      /* the generated token's */
+    int32_t n_top;                      /* entries below, most likely first (ties: lower id) */
+    int32_t top_id[PI_LP_MAX_TOP];
+    float top_logprob[PI_LP_MAX_TOP];   /* may be -INFINITY (a banned token) */
+};
 
 /* Per-layer profile of one stage: relaxed atomic adds by the stage, relaxed loads by pictl. */
 struct pi_layer_prof {
@@ -116,6 +135,7 @@ struct pi_request {
     /* sampling and limits (supervisor, before QUEUED) */
     float temp, top_p, min_p, repeat_penalty;
     int32_t top_k, repeat_last_n;
+    float frequency_penalty, presence_penalty; /* 0: off (common/sampling.h) */
     uint64_t seed;
     int32_t n_predict;
     uint32_t flags;             /* PI_REQ_* */
@@ -126,7 +146,7 @@ struct pi_request {
     _Atomic uint32_t cancel;    /* supervisor: 1 = the client asked or went away; gpud stops the
                                    request at its next step and fails it as cancelled */
     _Atomic int32_t seq;        /* gpud: the KV-cache sequence running it, -1 while none */
-    uint32_t reserved;
+    int32_t n_probs;            /* supervisor, with PI_REQ_LOGPROBS: candidates per token, 0..PI_LP_MAX_TOP */
     char errmsg[PI_MSG_MAX];
     char logits_path[PI_PATH_MAX]; /* supervisor: "" or an absolute path; gpud appends one
                                       n_vocab float32 row per generated token (--dump-logits) */
@@ -183,7 +203,9 @@ struct pi_ctl {
     char backend[16];                /* supervisor (--backend): "cpu", "cuda" or "auto" for gpud; gpud
                                         writes the one it opened into backend_used */
     char backend_used[16];
-    uint64_t reserved1[3];
+    uint64_t ram_budget;             /* supervisor (--ram-budget): bytes of host weights + neuron cache; 0 =
+                                        all in RAM. cpud then reads its disk-tier neurons from the bundle */
+    uint64_t reserved1[2];
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];
@@ -194,7 +216,24 @@ struct pi_ctl {
      * the same cores: when the FFN is split they compute their shares at the same time, so -t is
      * divided between them instead of given to each (4 threads on 2 cores would fight). */
     int32_t gpud_threads, cpud_threads;
+    /* Where the masks come from when gpud's backend has no predict op of its own (the CPU backend):
+     * supervisor, --predict-in. In gpud (default) the predictor runs on gpud's threads between
+     * attention and the FFN; in predictord each layer makes a round trip to it and back (measured
+     * 0.67x of in-process at -t 16 on a 7B, docs/BENCHMARKS.md). An audit (audit_rate > 0) always
+     * routes the masks through predictord, which audits. */
+    int32_t predict_in; /* enum pi_predict_in */
+    /* gpud, for requests with PI_REQ_LOGPROBS: record i of slot s before token i's n_gen release */
+    struct pi_logprob logprobs[PI_MAX_REQUESTS][PI_LP_MAX_TOKENS];
 };
+
+enum pi_predict_in { PI_PREDICT_IN_GPUD = 0, PI_PREDICT_IN_PREDICTORD = 1 };
+
+/* "gpud" / "predictord" → enum pi_predict_in, or -1 */
+static inline int predict_in_parse(const char *s)
+{
+    return !strcmp(s, "gpud") ? PI_PREDICT_IN_GPUD : !strcmp(s, "predictord") ? PI_PREDICT_IN_PREDICTORD : -1;
+}
+static inline const char *predict_in_name(int32_t v) { return v == PI_PREDICT_IN_PREDICTORD ? "predictord" : "gpud"; }
 
 enum pi_weights_state {
     PI_WEIGHTS_EMPTY = 0,
@@ -232,6 +271,8 @@ static_assert(offsetof(struct pi_request, tokens) % 4 == 0, "request tokens alig
 static_assert(offsetof(struct pi_request, n_gen) == 4, "n_gen is the client futex word");
 static_assert(offsetof(struct pi_ctl, req_seq) % 4 == 0, "req_seq futex alignment");
 static_assert(sizeof(struct pi_tensor_dirent) == 120, "tensor directory entry");
+static_assert(sizeof(struct pi_logprob) == 8 + 8 * PI_LP_MAX_TOP, "log-probability record");
+static_assert(offsetof(struct pi_ctl, logprobs) % 4 == 0, "log-probability records alignment");
 static_assert(sizeof(struct pi_weights_info) % 8 == 0, "weights info");
 
 #endif

@@ -19,7 +19,13 @@ int predictord_init(struct predictord *p, int argc, char **argv)
     memset(p, 0, sizeof *p);
     p->act_seg.fd = -1;
     int rc = stage_init(&p->rt, PI_STAGE_PREDICTORD, argc, argv);
-    if (rc || (rc = dataplane_open(&p->rt, &p->m, &p->act_seg, &p->act)) || (rc = pool_new(&p->pool, 1)))
+    if (rc || (rc = dataplane_open(&p->rt, &p->m, &p->act_seg, &p->act)))
+        return rc;
+    /* gpud waits for the masks with its threads parked: predictord may use as many (one thread made
+     * the predictor ~27 ms of a 7B token at -t 16) */
+    const struct pi_ctl *ctl = p->rt.ctl;
+    const int32_t nt = ctl->gpud_threads > 0 ? ctl->gpud_threads : ctl->n_threads > 0 ? ctl->n_threads : 1;
+    if ((rc = pool_new(&p->pool, nt)))
         return rc;
     const struct pi_hparams *hp = &p->m->hp;
     p->have_predictors = pred_available(p->m);
@@ -105,13 +111,18 @@ static void do_step(struct predictord *p, struct act_item it)
     /* release: the mask is written before gpud or cpud can see it as this step's */
     atomic_store_explicit(&a->hdr->mask_seq, it.seq, memory_order_release);
     it.flags = 0;
-    if (dataplane_stage_alive(p->rt.ctl, PI_STAGE_CPUD) &&
+    /* cpud only for a layer with cold neurons: otherwise gpud does not wait for it, and cpud's
+     * threads would only compete with gpud's for the cores (at -t 16 on a 7B, cpud spent 100 ms per
+     * such step and pipeline decode fell to 0.67x) */
+    const bool cold = memchr(a->gpu_idx + (size_t)it.layer * (size_t)F, 0, (size_t)F) != NULL;
+    if (cold && dataplane_stage_alive(p->rt.ctl, PI_STAGE_CPUD) &&
         ring_push(&a->rings[ACT_RING_PRED_CPU], &it, sizeof it, 0) == 0) {
         act_ring_cpud_bell(a->hdr);
         it.flags |= ACT_ITEM_TO_CPUD;
     }
     if (ring_push(&a->rings[ACT_RING_PRED_GPU], &it, sizeof it, 1000))
         fprintf(stderr, "predictord: ring to gpud is full; gpud will go on without the mask\n");
+    pool_park(p->pool); /* gpud and cpud compute now: our workers would only spin against them */
     p->last_epoch = it.epoch;
     p->last_seq = it.seq;
     stage_prof(&p->rt, it.layer, stage_now_ns() - t0, 0, bytes);

@@ -175,6 +175,12 @@ int pic_wait(const struct pic_stream *s, uint32_t *n, int wait_ms)
 
 int32_t pic_token(const struct pic_stream *s, uint32_t i) { return s->r->tokens[s->n_prompt + (int32_t)i]; }
 
+/* Written by gpud before its release store of n_gen > i, which pic_wait acquired. */
+const struct pi_logprob *pic_logprob(const struct pic_stream *s, uint32_t i)
+{
+    return i < PI_LP_MAX_TOKENS ? &s->c->ctl->logprobs[s->slot][i] : NULL;
+}
+
 static int slot_command(const struct pic_stream *s, const char *cmd)
 {
     json_t *req = json_pack("{s:s, s:i, s:I}", "cmd", cmd, "slot", s->slot, "id", (json_int_t)s->id);

@@ -64,6 +64,10 @@ int pic_wait(const struct pic_stream *s, uint32_t *n, int wait_ms);
 /* Generated token i (i < the count pic_wait returned). */
 int32_t pic_token(const struct pic_stream *s, uint32_t i);
 
+/* The log-probabilities of generated token i (i < the count pic_wait returned) of a request sent
+ * with "logprobs"; NULL beyond the PI_LP_MAX_TOKENS the table holds. Read it before releasing. */
+const struct pi_logprob *pic_logprob(const struct pic_stream *s, uint32_t i);
+
 /* Free the slot of a DONE/FAILED request. */
 int pic_release(const struct pic_stream *s);
 

@@ -16,6 +16,7 @@
 
 #define DEFAULT_N_PREDICT 128
 #define ERR_MAX 512
+#define SUP_PENALTY_MAX 2.0 /* frequency and presence penalties: OpenAI's range */
 
 json_t *sup_reply_error(const char *fmt, ...)
 {
@@ -152,19 +153,29 @@ static json_t *parse_generate(json_t *req, struct sup_gen_args *g, char *err)
 {
     static const char *const known[] = { "cmd", "prompt", "n_predict", "temp", "top_k", "top_p", "min_p",
                                          "repeat_penalty", "repeat_last_n", "seed", "ignore_eos", "dense",
-                                         "dump_logits", "client_pid", NULL };
+                                         "dump_logits", "client_pid", "frequency_penalty", "presence_penalty",
+                                         "logprobs", "prompt_tokens", NULL };
     if (check_keys(req, known, err))
         return sup_reply_error("%s", err);
-    json_t *jp = json_object_get(req, "prompt");
-    if (!json_is_string(jp))
-        return sup_reply_error("field 'prompt' (a string) is required");
-    g->prompt = json_string_value(jp);
-    g->prompt_len = json_string_length(jp);
+    json_t *jp = json_object_get(req, "prompt"), *jt = json_object_get(req, "prompt_tokens");
+    g->prompt = NULL;
+    g->prompt_len = 0;
+    g->prompt_tokens = NULL;
+    if (jt && !jp) {
+        if (!json_is_array(jt))
+            return sup_reply_error("field 'prompt_tokens' must be an array of token ids");
+        g->prompt_tokens = jt;
+    } else if (!json_is_string(jp) || jt) {
+        return sup_reply_error("field 'prompt' (a string) or 'prompt_tokens' (an array of token ids) is required");
+    } else {
+        g->prompt = json_string_value(jp);
+        g->prompt_len = json_string_length(jp);
+    }
 
     struct samp_params *sp = &g->sp;
     samp_defaults(sp);
     g->n_predict = DEFAULT_N_PREDICT, g->top_k = sp->top_k, g->last_n = sp->repeat_last_n, g->client = 0;
-    g->ignore_eos = false, g->dense = false;
+    g->ignore_eos = false, g->dense = false, g->n_probs = -1;
     g->seed = (uint64_t)inst_now_ns();
     if (get_int(req, "n_predict", -1, 1LL << 30, &g->n_predict, err) < 0 ||
         get_num(req, "temp", 0, 100, &sp->temp, err) < 0 || get_int(req, "top_k", 0, 1LL << 30, &g->top_k, err) < 0 ||
@@ -172,12 +183,37 @@ static json_t *parse_generate(json_t *req, struct sup_gen_args *g, char *err)
         get_num(req, "repeat_penalty", 0.01, 100, &sp->repeat_penalty, err) < 0 ||
         get_int(req, "repeat_last_n", 0, 1LL << 24, &g->last_n, err) < 0 || get_seed(req, &g->seed, err) < 0 ||
         get_bool(req, "ignore_eos", &g->ignore_eos, err) < 0 || get_bool(req, "dense", &g->dense, err) < 0 ||
-        get_int(req, "client_pid", 0, INT32_MAX, &g->client, err) < 0)
+        get_int(req, "client_pid", 0, INT32_MAX, &g->client, err) < 0 ||
+        get_num(req, "frequency_penalty", -SUP_PENALTY_MAX, SUP_PENALTY_MAX, &sp->frequency_penalty, err) < 0 ||
+        get_num(req, "presence_penalty", -SUP_PENALTY_MAX, SUP_PENALTY_MAX, &sp->presence_penalty, err) < 0 ||
+        get_int(req, "logprobs", 0, PI_LP_MAX_TOP, &g->n_probs, err) < 0)
         return sup_reply_error("%s", err);
+    /* the log-probability table holds PI_LP_MAX_TOKENS records per request (pipeline_layout.h) */
+    if (g->n_probs >= 0 && (g->n_predict < 0 || g->n_predict > PI_LP_MAX_TOKENS))
+        return sup_reply_error("with 'logprobs', 'n_predict' must be set and at most %d", PI_LP_MAX_TOKENS);
     json_t *jd = json_object_get(req, "dump_logits");
     g->dump = jd ? json_string_value(jd) : "";
     if (!g->dump || (g->dump[0] && (g->dump[0] != '/' || strlen(g->dump) >= PI_PATH_MAX)))
         return sup_reply_error("field 'dump_logits' must be an absolute path shorter than %d bytes", PI_PATH_MAX);
+    return NULL;
+}
+
+/* prompt_tokens as given (no BOS added), each checked against the vocabulary: NULL or the error. */
+static json_t *copy_prompt_tokens(const struct pi_tokenizer *tok, json_t *arr, int32_t **ids, size_t *n_ids)
+{
+    const size_t n = json_array_size(arr);
+    if (n > PI_REQ_MAX_TOKENS)
+        return sup_reply_error("the prompt has %zu tokens but a request holds at most %d", n, PI_REQ_MAX_TOKENS);
+    if (n && !(*ids = malloc(n * sizeof **ids)))
+        return sup_reply_error("out of memory");
+    *n_ids = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        const json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= tok_n_vocab(tok))
+            return sup_reply_error("prompt_tokens[%zu] is not a token id (0..%d)", i, tok_n_vocab(tok) - 1);
+        (*ids)[i] = (int32_t)id;
+    }
     return NULL;
 }
 
@@ -186,11 +222,17 @@ json_t *sup_gen_tokenize(const struct pi_tokenizer *tok, const struct sup_gen_ar
 {
     *ids = NULL;
     *n_ids = 0;
-    int rc = tok_encode(tok, g->prompt, g->prompt_len, tok_add_bos(tok), true, ids, n_ids);
-    if (rc)
-        return sup_reply_error("cannot tokenize the prompt: %s: %s", pi_strerror(rc), pi_errmsg());
     json_t *reply = NULL;
-    if (*n_ids == 0)
+    if (g->prompt_tokens) {
+        reply = copy_prompt_tokens(tok, g->prompt_tokens, ids, n_ids);
+    } else {
+        int rc = tok_encode(tok, g->prompt, g->prompt_len, tok_add_bos(tok), true, ids, n_ids);
+        if (rc)
+            return sup_reply_error("cannot tokenize the prompt: %s: %s", pi_strerror(rc), pi_errmsg());
+    }
+    if (reply)
+        ; /* reported below */
+    else if (*n_ids == 0)
         reply = sup_reply_error("the prompt is empty (no tokens)");
     else if (*n_ids >= (size_t)n_ctx)
         reply = sup_reply_error("the prompt has %zu tokens but the context holds %d (start the instance with a larger -c)", *n_ids, n_ctx);
@@ -215,9 +257,13 @@ static uint64_t fill_slot(struct sup *s, int slot, const struct sup_gen_args *g,
     r->repeat_penalty = g->sp.repeat_penalty;
     r->top_k = (int32_t)g->top_k;
     r->repeat_last_n = (int32_t)g->last_n;
+    r->frequency_penalty = g->sp.frequency_penalty;
+    r->presence_penalty = g->sp.presence_penalty;
     r->seed = g->seed;
     r->n_predict = (int32_t)g->n_predict;
-    r->flags = (g->ignore_eos ? PI_REQ_IGNORE_EOS : 0) | (g->dense ? PI_REQ_DENSE : 0);
+    r->flags = (g->ignore_eos ? PI_REQ_IGNORE_EOS : 0) | (g->dense ? PI_REQ_DENSE : 0) |
+               (g->n_probs >= 0 ? PI_REQ_LOGPROBS : 0);
+    r->n_probs = g->n_probs >= 0 ? (int32_t)g->n_probs : 0;
     r->n_prompt = (int32_t)n_ids;
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;

@@ -73,10 +73,12 @@ enum sup_cmd_kind { SUP_CMD_STATUS, SUP_CMD_STOP, SUP_CMD_GENERATE, SUP_CMD_RELE
                     SUP_CMD_TICKET };
 
 struct sup_gen_args {
-    const char *prompt;        /* into the request's JSON */
+    const char *prompt;        /* into the request's JSON; NULL when prompt_tokens is given */
     size_t prompt_len;         /* may hold NULs */
-    struct samp_params sp;     /* temp, top_p, min_p, repeat_penalty (the rest below) */
+    json_t *prompt_tokens;     /* borrowed: an array of token ids instead of a prompt, or NULL */
+    struct samp_params sp;     /* temp, top_p, min_p, repeat/frequency/presence penalties */
     long long n_predict, top_k, last_n, client;
+    long long n_probs;         /* -1: no log-probabilities; else candidates per token (0..20) */
     bool ignore_eos, dense;
     uint64_t seed;
     const char *dump;          /* "" or an absolute path, into the request's JSON */

@@ -136,6 +136,7 @@ static int create_ctl(struct sup *s)
     ctl->cache_type = c->cache_type;
     snprintf(ctl->backend, sizeof ctl->backend, "%s", c->backend[0] ? c->backend : "auto");
     ctl->gpu_ffn_share = c->gpu_ffn_share;
+    ctl->ram_budget = c->ram_budget;
     /* Divide -t between gpud and cpud when both compute FFN shares at once (see pi_ctl); when one
      * side has all neurons the two run one after the other and each may use every thread. */
     ctl->gpud_threads = ctl->cpud_threads = c->n_threads;
@@ -147,6 +148,7 @@ static int create_ctl(struct sup *s)
         ctl->cpud_threads = c->n_threads - g;
     }
     ctl->audit_rate = c->audit_rate;
+    ctl->predict_in = c->predict_in;
     ctl->n_layer = c->model->hp.n_layer;
     ctl->n_embd = c->model->hp.n_embd;
     ctl->n_ff = c->model->hp.n_ff;

@@ -63,8 +63,11 @@ struct sup_config {
     char backend[16];               /* gpud's device (--backend): cpu, cuda, auto */
     float gpu_ffn_share;
     int64_t vram_budget;     /* bytes; < 0: no budget, the hot set is gpu_ffn_share of each layer */
+    uint64_t ram_budget;     /* bytes (--ram-budget); 0: no disk tier. cpud computes the FFN then
+                                (gpu_ffn_share 0 unless a VRAM budget places neurons on the GPU) */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
+    int32_t predict_in; /* enum pi_predict_in (--predict-in) */
     pid_t owner_pid;   /* > 0: stop when this process is gone (ephemeral instance) */
     int lock_fd;       /* supervisor.pid, opened and flock'ed by the caller; the supervisor keeps
                           the lock for its lifetime and writes its pid there */

@@ -318,7 +318,7 @@ static void run_step(const struct run_ctx *rc, const struct step *s, int si)
         for (int64_t i = 0; i < (int64_t)s->n * E; i++)
             yh[i] = frand(0.1f);
         struct be_ffn_count cnt = { 0 };
-        CHECK_OK(ops->ffn(b, l, s->n, use_mask != NULL, &cnt));
+        CHECK_OK(ops->ffn(b, (struct pi_layer_weights[]){ model_layer_weights(rc->m, l) }, s->n, use_mask != NULL, &cnt));
         CHECK_OK(ops->ffn_add(b, l, s->n, half ? yh : NULL));
         CHECK_OK(ops->get_h(b, s->n, y));
         ref_ffn(r, l, s->n, x, on, use_mask, half ? yh : NULL, want);

@@ -117,6 +117,11 @@ check(p.returncode == 0 and b"--name" in p.stdout and b"--ctx-size" not in p.std
 expect_error(["tokenize", "-m", model, "-p", "x", "-n", "4"], "pictl tokenize: -n/--n-predict does not apply", code=2,
              what="tokenize -n")
 
+expect_error(["run", "-m", model, "-p", "x", "--predict-in", "cpud"], "--predict-in expects gpud or predictord",
+             code=2, what="run --predict-in cpud")
+expect_error(["start", "-m", model, "--predict-in", ""], "--predict-in expects gpud or predictord", code=2,
+             what="start --predict-in ''")
+
 # --seed (issue 7, item 11): -1 means random as in llama.cpp; the drawn seed is printed and repeats the
 # run; any other negative number is refused (it used to wrap to 2^64-1)
 expect_error(["run", "--inproc", "-m", model, "-p", "x", "--seed", "-5"], "--seed expects an integer in [0, 2^64-1]",

@@ -166,7 +166,7 @@ static void test_type(uint32_t type)
     memcpy(x0, be_cpu_x(c), (size_t)NP * E * sizeof(float));
     CHECK_OK(ffn_runs_build(&runs, sel, 1, mc, 1, F));
     ops_rmsnorm(xn, x0, m->layers[0].ffn_norm.data, E, hp->norm_eps);
-    CHECK_OK(ffn_partial(pool, &fs, m, 0, xn, 1, &runs, NULL, y, NULL));
+    CHECK_OK(ffn_partial(pool, &fs, m, (struct pi_layer_weights[]){ model_layer_weights(m, 0) }, xn, 1, &runs, NULL, y, NULL));
     for (int64_t i = 0; i < E; i++)
         want[i] = x0[i] + y[i];
     CHECK_OK(cudev_set_mask(d, 1, mc));

@@ -70,8 +70,8 @@ static void check_file(const char *path, bool exact_any_split)
             CHECK(r0.n_neurons + r1.n_neurons == F, "runs cover %lld + %lld of %lld neurons",
                   (long long)r0.n_neurons, (long long)r1.n_neurons, (long long)F);
             uint64_t b0, b1;
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, NULL, y1, &b0));
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, NULL, y2, &b1));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r0, NULL, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r1, NULL, y2, &b1));
             for (int64_t i = 0; i < B * E; i++)
                 y1[i] += y2[i];
             double d = rel(y1, yd, B * E);
@@ -83,7 +83,7 @@ static void check_file(const char *path, bool exact_any_split)
         memset(mask, 0, (size_t)B * F);
         CHECK_OK(ffn_runs_build(&r0, sel, 1, mask, B, F));
         CHECK(r0.n == 0, "an empty mask must give no runs");
-        CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, NULL, y1, NULL));
+        CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r0, NULL, y1, NULL));
         CHECK(y1[0] == 0.0f && y1[B * E - 1] == 0.0f, "no neurons → zero output");
         /* mask rows are OR-ed across the batch */
         mask[5] = 1;

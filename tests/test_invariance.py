@@ -140,19 +140,26 @@ try:
                 check(got[1] == base[1], f"{kind} prompt {i}: logits at -t {t} differ from -t 1 (not bitwise)")
         print(f"{kind}: -t 1, 2, 3 compared (FAIL lines above, if any)")
 
-    # 2. pipeline, every neuron in gpud (the in-process placement) = in-process
-    if start(cal):
+    # 2. pipeline, every neuron in gpud (the in-process placement) = in-process, with the masks
+    # computed in gpud (the default) and in predictord
+    want = {i: inproc(cal, i, 1, f"sparse-ref-{i}") for i in range(len(PROMPTS))}
+    for where in ("gpud", "predictord"):
+        if not start(cal, "--predict-in", where):
+            continue
+        check(status()["predict_in"] in (where, "device"), f"status predict_in {status()['predict_in']!r}")
         for i in range(len(PROMPTS)):
-            p = subprocess.run(gen_cmd(i, f"pipe-{i}"), capture_output=True, timeout=600)
+            p = subprocess.run(gen_cmd(i, f"pipe-{where}-{i}"), capture_output=True, timeout=600)
             if check(p.returncode == 0, f"pipeline request {i} failed: {p.stderr[-300:]!r}"):
-                got, want = result(f"pipe-{i}"), inproc(cal, i, 1, f"sparse-ref-{i}")
-                check(got[0] == want[0], f"pipeline prompt {i}: tokens differ from in-process")
-                check(got[1] == want[1], f"pipeline prompt {i}: logits differ from in-process (not bitwise)")
+                got = result(f"pipe-{where}-{i}")
+                check(got[0] == want[i][0], f"pipeline (masks in {where}) prompt {i}: tokens differ from in-process")
+                check(got[1] == want[i][1],
+                      f"pipeline (masks in {where}) prompt {i}: logits differ from in-process (not bitwise)")
         stop()
-        print("pipeline vs in-process on the calibrated model: see FAIL lines above, if any")
+        print(f"pipeline (masks in {where}) vs in-process on the calibrated model: see FAIL lines above, if any")
 
-    # 3. FFN split between gpud and cpud; kill -9 each stage under 4 concurrent requests
-    if start(cal, "--gpu-ffn-share", "0.5"):
+    # 3. FFN split between gpud and cpud; kill -9 each stage under 4 concurrent requests (masks from
+    # predictord, so that its outage is tested: gpud then evaluates the same predictor itself)
+    if start(cal, "--gpu-ffn-share", "0.5", "--predict-in", "predictord"):
         base = concurrent("base")
         check(len(base) == len(PROMPTS), "undisturbed concurrent requests failed")
         seeded = [base[i][0] for i in (2, 3) if i in base]

@@ -105,7 +105,7 @@ static void check_file(const char *path)
             CHECK_OK(ffn_runs_build(&r0, sel, 1, NULL, 0, F));
             CHECK_OK(ffn_runs_build(&r1, sel, 0, NULL, 0, F));
             uint64_t b0 = 0, b1 = 0;
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, NULL, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r0, NULL, y1, &b0));
             ref_part(m, layer, act, sel, 1, yr);
             float *yrf = malloc((size_t)B * E * sizeof *yrf);
             for (int64_t i = 0; i < B * E; i++)
@@ -113,7 +113,7 @@ static void check_file(const char *path)
             CHECK(rel(y1, yrf, B * E) < 1e-4, "%s layer %d variant %d: part vs f64 reference %.3g", path, layer,
                   variant, rel(y1, yrf, B * E));
             free(yrf);
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, NULL, y2, &b1));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r1, NULL, y2, &b1));
             const uint64_t gu = (uint64_t)(F / 2) * (m->layers[layer].ffn_gate.row_bytes + m->layers[layer].ffn_up.row_bytes);
             const uint64_t down_half = (uint64_t)E * d->row_bytes / 2;
             CHECK(b0 == gu + down_half && b1 == gu + down_half, "%s layer %d variant %d: bytes %llu / %llu, want %llu",

@@ -1,4 +1,5 @@
-/* test_sampling — samplers: greedy, determinism in (seed, position), filters, repeat penalty. */
+/* test_sampling — samplers: greedy, determinism in (seed, position), filters, the penalties (repeat,
+ * frequency, presence: hand-computed values), log-probabilities. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -135,6 +136,121 @@ int main(void)
     CHECK(two[3] == 2.0f, "the caller's logits must not be modified");
     p.repeat_last_n = 1; /* window sees only token 9 */
     CHECK(samp_sample(s, &p, two, hist, 3, 3) == 3, "the penalty window must be respected");
+
+    /* frequency and presence penalties, llama.cpp's formula over the window: logit -= count * freq +
+     * presence, after the repeat penalty. Row: 3 → 2.0, 4 → 1.5, 5 → 0.9, the rest -1.0; history
+     * {3, 3, 5, 3, 9}: token 3 seen 3 times, 5 and 9 once. */
+    float pen[V];
+    for (int i = 0; i < V; i++)
+        pen[i] = -1.0f;
+    pen[3] = 2.0f;
+    pen[4] = 1.5f;
+    pen[5] = 0.9f;
+    const int32_t ph[] = { 3, 3, 5, 3, 9 };
+    samp_defaults(&p);
+    p.temp = 0.0f;
+    p.frequency_penalty = 0.1f; /* 3: 2.0 - (3 * 0.1 + 0.05) = 1.65 > 1.5: still 3 */
+    p.presence_penalty = 0.05f;
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 3, "freq 0.1 + presence 0.05: 1.65 beats 1.5");
+    p.frequency_penalty = 0.2f; /* 3: 2.0 - (0.6 + 0.05) = 1.35 < 1.5 */
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 4, "freq 0.2 + presence 0.05: 1.35 loses to 1.5");
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.6f; /* 3: 2.0 - 0.6 = 1.4 < 1.5: presence counts once, not per occurrence */
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 4, "presence 0.6: 1.4 loses to 1.5");
+    p.presence_penalty = 0.4f; /* 1.6 > 1.5; were it per occurrence, 2.0 - 1.2 = 0.8 */
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 3, "presence is applied once per token");
+    p.presence_penalty = -0.5f; /* negative: encourages the seen token 5 (0.9 + 0.5 = 1.4), not 4 */
+    p.frequency_penalty = 0.0f;
+    pen[5] = 1.2f; /* 1.7 > 1.5 */
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 3, "negative presence: 3 at 2.5");
+    pen[5] = 0.9f;
+    p.repeat_last_n = 2; /* window {3, 9}: 3 seen once → 2.0 - (0.2 + 0.6) = 1.2 */
+    p.presence_penalty = 0.6f;
+    p.frequency_penalty = 0.2f;
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 4, "window of 2: 3 at 1.2");
+    p.repeat_last_n = 2;
+    p.presence_penalty = 0.2f; /* window {3, 9}: 2.0 - 0.4 = 1.6 > 1.5 (all 5: 2.0 - 0.8 = 1.2) */
+    CHECK(samp_sample(s, &p, pen, ph, 5, 5) == 3, "the window bounds the count");
+
+    /* all three with log-probabilities: repeat 2, freq 0.1, presence 0.05 →
+     * 3: 2.0 / 2 - (0.3 + 0.05) = 0.65 (0.825 if subtracted before dividing), 4: 1.5,
+     * 5: 0.9 / 2 - 0.15 = 0.3, 9: -1.0 * 2 - 0.15 = -2.15 (-2.3 the other way), others -1.0 */
+    samp_defaults(&p);
+    p.temp = 0.0f;
+    p.repeat_penalty = 2.0f;
+    p.frequency_penalty = 0.1f;
+    p.presence_penalty = 0.05f;
+    float want[V];
+    for (int i = 0; i < V; i++)
+        want[i] = -1.0f;
+    want[3] = 0.65f, want[4] = 1.5f, want[5] = 0.3f, want[9] = -2.15f;
+    double wsum = 0.0;
+    for (int i = 0; i < V; i++)
+        wsum += exp((double)want[i]);
+    const double lse = log(wsum);
+    struct samp_logprobs lp;
+    memset(&lp, 0, sizeof lp);
+    CHECK(samp_sample_lp(s, &p, pen, ph, 5, 5, 4, &lp) == 4, "all penalties: 4 wins at 1.5");
+    CHECK(fabs(lp.logprob - (1.5 - lse)) < 1e-5, "logprob of the sampled token %f, want %f", lp.logprob, 1.5 - lse);
+    CHECK(lp.n_top == 4, "n_top %d", lp.n_top);
+    /* 1.5, 0.65, 0.3, then the -1.0 ties: the lowest id, 0 */
+    CHECK(lp.top_id[0] == 4 && lp.top_id[1] == 3 && lp.top_id[2] == 5 && lp.top_id[3] == 0,
+          "top ids %d %d %d %d", lp.top_id[0], lp.top_id[1], lp.top_id[2], lp.top_id[3]);
+    CHECK(fabs(lp.top_logprob[1] - (0.65 - lse)) < 1e-5, "token 3 logprob %f, want %f (repeat before freq)",
+          lp.top_logprob[1], 0.65 - lse);
+    CHECK(fabs(lp.top_logprob[2] - (0.3 - lse)) < 1e-5, "token 5 logprob %f", lp.top_logprob[2]);
+    CHECK(fabs(lp.top_logprob[3] - (-1.0 - lse)) < 1e-5, "token 0 logprob %f", lp.top_logprob[3]);
+    CHECK(pen[3] == 2.0f && pen[9] == -1.0f, "the caller's logits must not be modified");
+    /* token 9's penalized value through a row where it is the best of the rest */
+    float neg[V];
+    for (int i = 0; i < V; i++)
+        neg[i] = -30.0f;
+    neg[9] = -1.0f;
+    neg[3] = 2.0f;
+    samp_sample_lp(s, &p, neg, ph, 5, 5, 2, &lp);
+    double nsum = exp(0.65) + exp(-2.15) + (V - 3) * exp(-30.0) + exp(-30.0 * 2 - 0.15); /* 5: -60.15 */
+    CHECK(lp.top_id[1] == 9 && fabs(lp.top_logprob[1] - (-2.15 - log(nsum))) < 1e-5,
+          "a negative logit: multiplied, then lowered: %d %f want %f", lp.top_id[1], lp.top_logprob[1],
+          -2.15 - log(nsum));
+
+    /* log-probabilities never change the choice; they are the raw log-softmax (temperature, top-k
+     * and friends do not change them); n_top is clamped to 20 */
+    samp_defaults(&p);
+    p.temp = 0.7f;
+    p.top_k = 5;
+    p.seed = 9;
+    double rsum = 0.0;
+    for (int i = 0; i < V; i++)
+        rsum += exp((double)l[i]);
+    for (int pos = 0; pos < DRAWS; pos++) {
+        const int32_t t0 = samp_sample(s, &p, l, NULL, 0, (uint64_t)pos);
+        const int32_t t1 = samp_sample_lp(s, &p, l, NULL, 0, (uint64_t)pos, 99, &lp);
+        CHECK(t0 == t1, "with log-probabilities the draw changed: %d != %d", t0, t1);
+        CHECK(fabs(lp.logprob - ((double)l[t1] - log(rsum))) < 1e-5, "raw log-softmax at temperature 1");
+        CHECK(lp.n_top == SAMP_MAX_TOP_LOGPROBS && lp.top_id[0] == best, "n_top clamped to 20, best first");
+        for (int k = 1; k < lp.n_top; k++)
+            CHECK(lp.top_logprob[k] <= lp.top_logprob[k - 1], "top log-probabilities in order");
+    }
+    /* ties: a flat row gives ids 0, 1, 2 at -log(V) */
+    samp_sample_lp(s, &p, flat, NULL, 0, 0, 3, &lp);
+    CHECK(lp.top_id[0] == 0 && lp.top_id[1] == 1 && lp.top_id[2] == 2 && fabs(lp.top_logprob[2] + log((double)V)) < 1e-5,
+          "flat row: ids 0 1 2 at -log V");
+
+    /* a replay: the penalties depend only on the history, so continuing from a rebuilt history gives
+     * the same tokens as the uninterrupted run */
+    samp_defaults(&p);
+    p.temp = 1.0f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.3f;
+    p.repeat_penalty = 1.1f;
+    p.seed = 77;
+    int32_t run1[DRAWS], run2[DRAWS];
+    for (int i = 0; i < DRAWS; i++)
+        run1[i] = samp_sample(s, &p, l, run1, (size_t)i, (uint64_t)i);
+    memcpy(run2, run1, (DRAWS / 2) * sizeof *run2);
+    for (int i = DRAWS / 2; i < DRAWS; i++)
+        run2[i] = samp_sample(s, &p, l, run2, (size_t)i, (uint64_t)i);
+    CHECK(!memcmp(run1, run2, sizeof run1), "a replay from the token history gives the same tokens");
 
     /* uniform draws are in [0, 1) and look uniform */
     double sum = 0.0;

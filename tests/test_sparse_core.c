@@ -291,7 +291,7 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
             pwri_ref_ffn(&c, &w, layer, h + b * E, eps, yr + b * E, act + b * F);
         }
         uint64_t bytes_all = 0, b0 = 0, b1 = 0;
-        CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &all, NULL, yall, &bytes_all));
+        CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &all, NULL, yall, &bytes_all));
         double d = rel(yall, yr, B * E);
         CHECK(d < tol, "%s layer %d: all neurons via down_t differ from f64 by %.3g", quant_traits(type)->name, layer,
               d);
@@ -309,14 +309,47 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
                               (uint64_t)live * l->ffn_down_t.row_bytes;
         CHECK(bytes_all == want, "%s: bytes %llu, expected %llu", quant_traits(type)->name,
               (unsigned long long)bytes_all, (unsigned long long)want);
+        /* the same layer through a cache view: the odd neurons' three rows copied into slots (in
+         * reverse order, so no slot is at its neuron's index): the same bits, masked or not */
+        {
+            const size_t gb = l->ffn_gate.row_bytes, ub = l->ffn_up.row_bytes, db = l->ffn_down_t.row_bytes;
+            const size_t stride = gb + ub + db;
+            char *cache = malloc((size_t)F * stride);
+            int32_t *slot = malloc((size_t)F * sizeof *slot);
+            uint8_t *mask = malloc((size_t)(B * F));
+            for (int64_t i = 0; i < F; i++) {
+                slot[i] = i % 2 ? (int32_t)(F - 1 - i) : -1;
+                if (slot[i] >= 0) {
+                    char *dst = cache + (size_t)slot[i] * stride;
+                    memcpy(dst, (const char *)l->ffn_gate.data + (size_t)i * gb, gb);
+                    memcpy(dst + gb, (const char *)l->ffn_up.data + (size_t)i * ub, ub);
+                    memcpy(dst + gb + ub, (const char *)l->ffn_down_t.data + (size_t)i * db, db);
+                }
+            }
+            for (int64_t i = 0; i < B * F; i++)
+                mask[i] = urand() > 0.3f;
+            const struct pi_layer_weights lw = { .l = l, .layer = layer, .slot = slot, .cache = cache,
+                                                 .stride = stride, .up_off = gb, .down_off = gb + ub };
+            CHECK_OK(ffn_runs_build(&r0, sel, 1, mask, B, F));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r0,
+                                 mask, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, &lw, xn, B, &r0, mask, y2, &b1));
+            CHECK(!memcmp(y1, y2, (size_t)(B * E) * sizeof *y1) && b0 == b1,
+                  "%s layer %d: the FFN through a cache view differs from the mapping's", quant_traits(type)->name, layer);
+            CHECK_OK(ffn_partial(pool, &s, m, &lw, xn, B, &all, NULL, y2, NULL));
+            d = relf(y2, yall, B * E);
+            CHECK(d < F32_TOL, "%s layer %d: unmasked through a cache view differs by %.3g", quant_traits(type)->name,
+                  layer, d);
+            free(cache), free(slot), free(mask);
+        }
         for (int variant = 0; variant < 2; variant++) {
             /* 0: random neurons (no block alignment needed on the down_t path); 1: first third */
             for (int64_t i = 0; i < F; i++)
                 sel[i] = variant == 0 ? (urand() > 0.0f) : i < F / 3;
             CHECK_OK(ffn_runs_build(&r0, sel, 1, NULL, 0, F));
             CHECK_OK(ffn_runs_build(&r1, sel, 0, NULL, 0, F));
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r0, NULL, y1, &b0));
-            CHECK_OK(ffn_partial(pool, &s, m, layer, xn, B, &r1, NULL, y2, &b1));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r0, NULL, y1, &b0));
+            CHECK_OK(ffn_partial(pool, &s, m, (struct pi_layer_weights[]){ model_layer_weights(m, layer) }, xn, B, &r1, NULL, y2, &b1));
             for (int64_t i = 0; i < B * E; i++)
                 y1[i] += y2[i];
             d = relf(y1, yall, B * E);

@@ -122,8 +122,9 @@ static int cu_set_mask(struct be *b, int32_t n, const uint8_t *mask)
 static int cu_get_mask(struct be *b, int32_t n, uint8_t *mask) { return cudev_get_mask(b->d, n, mask); }
 static int cu_get_h(struct be *b, int32_t n, float *h) { return cudev_get_x(b->d, n, h); }
 
-static int cu_ffn(struct be *b, int layer, int32_t n, bool sparse, struct be_ffn_count *cnt)
+static int cu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t n, bool sparse, struct be_ffn_count *cnt)
 {
+    const int layer = w->layer; /* the weights were uploaded at open: where the host has them does not matter */
     const int64_t F = b->m->hp.n_ff;
     if (sparse && !b->dev_mask)
         return pi_fail(PI_E_INVAL, "cuda backend: sparse FFN of layer %d without masks", layer);

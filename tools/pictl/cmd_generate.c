@@ -14,6 +14,7 @@
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
+#include "predictor.h"
 #include "pictl.h"
 #include "supervisor.h"
 #include "quant.h"
@@ -150,9 +151,12 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     if (rc)
         goto out;
     fprintf(stderr,
-            "[perf] model %s (%s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
+            "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
             "%.1f ms, %.2f tok/s%s\n",
-            m->name, quant_traits(m->layers[0].wq.type)->name, ctl->n_threads, g.n_prompt, g.prefill_ms,
+            m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) ? ", sparse" : "",
+            ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? ", " : "",
+            ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? (int)sizeof ctl->backend_used : 0,
+            ctl->backend_used, ctl->n_threads, g.n_prompt, g.prefill_ms,
             g.prefill_ms > 0 ? g.n_prompt * 1e3 / g.prefill_ms : 0.0, g.n_gen, g.decode_ms,
             g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, g.hit_context_end ? " (stopped: context full)" : "");
     if (o->json_stats)
@@ -227,8 +231,8 @@ int run_pipeline(const struct run_opts *o)
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
                              .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
-                             .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
-                             .audit_rate = o->audit_rate, .quiet = true, .owner_pid = getpid() };
+                             .ram_budget_gib = o->ram_budget_gib, .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
+                             .audit_rate = o->audit_rate, .predict_in = o->predict_in, .quiet = true, .owner_pid = getpid() };
     int exit_code = 1;
     int rc = inst_start(&so);
     if (rc) {

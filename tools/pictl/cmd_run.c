@@ -15,6 +15,7 @@
 #include "pi_err.h"
 #include "pictl.h"
 #include "quant.h"
+#include "run_disk.h"
 #include "run_opts.h"
 #include "tokenizer.h"
 
@@ -57,7 +58,7 @@ static json_t *ffn_stats(const struct pi_ctx *c, const struct pi_model *m)
 }
 
 static int write_stats(const char *path, const struct run_opts *o, const struct pi_model *m,
-                       const struct pi_ctx *c, const struct gen_stats *st, json_t *ids)
+                       const struct pi_ctx *c, const struct gen_stats *st, json_t *ids, const struct run_disk *disk)
 {
     json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b, s:b, s:o}", "model", m->name, "n_prompt",
                           st->n_prompt, "n_gen", st->n_gen, "prefill_ms", st->prefill_ms, "decode_ms",
@@ -66,6 +67,8 @@ static int write_stats(const char *path, const struct run_opts *o, const struct 
                           ctx_is_sparse(c), "ffn", ffn_stats(c, m));
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
+    if (disk && disk->nc)
+        json_object_set_new(j, "disk", run_disk_json(disk));
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
     json_decref(j);
     return rc;
@@ -90,6 +93,7 @@ int cmd_run(int argc, char **argv)
     FILE *lf = NULL;
     json_t *gen_ids = json_array();
     int exit_code = 1;
+    struct run_disk disk = { 0 };
 
     if ((rc = model_load(&m, o.model))) {
         pictl_error("run", o.model, rc);
@@ -103,6 +107,11 @@ int cmd_run(int argc, char **argv)
                                 .cache_type = o.cache_type, .backend = o.backend };
     if ((rc = ctx_new(&c, m, &cp))) {
         pictl_error("run", "create context", rc);
+        goto out;
+    }
+    if (o.ram_budget_gib >= 0 && (rc = run_disk_open(&disk, m, o.model, o.bundle, o.ram_budget_gib,
+                                                     (unsigned)o.stream_qd, c))) {
+        pictl_error("run", "--ram-budget", rc);
         goto out;
     }
     if (o.dump_logits && !(lf = fopen(o.dump_logits, "wb"))) {
@@ -133,7 +142,13 @@ int cmd_run(int argc, char **argv)
             st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0.0, st.n_gen, st.decode_ms,
             st.decode_ms > 0 ? st.n_gen * 1e3 / st.decode_ms : 0.0,
             st.hit_context_end ? " (stopped: context full)" : "");
-    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, c, &st, gen_ids))) {
+    if (disk.nc && o.disk_floor && (rc = run_disk_floor(&disk, 4096))) {
+        pictl_error("run", "--disk-floor", rc);
+        goto out;
+    }
+    if (disk.nc)
+        run_disk_print(&disk, stderr);
+    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, c, &st, gen_ids, &disk))) {
         pictl_error("run", o.json_stats, rc);
         goto out;
     }
@@ -144,6 +159,7 @@ out:
     json_decref(gen_ids);
     free(ids);
     ctx_free(c);
+    run_disk_close(&disk);
     model_free(m);
     run_opts_fini(&o);
     return exit_code;

@@ -220,10 +220,11 @@ int inst_start(const struct start_opts *o)
         return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
     struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
                               .cache_type = o->cache_type,
-                              .gpu_ffn_share = o->gpu_ffn_share,
+                              .gpu_ffn_share = o->ram_budget_gib > 0 && o->vram_budget_gib < 0 ? 0.0f : o->gpu_ffn_share,
+                              .ram_budget = o->ram_budget_gib > 0 ? (uint64_t)(o->ram_budget_gib * (1ull << 30)) : 0,
                               .vram_budget = o->vram_budget_gib < 0 ? -1 : (int64_t)(o->vram_budget_gib * (1ull << 30)),
                               .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
-                              .audit_rate = o->audit_rate, .owner_pid = o->owner_pid, .ready_fd = -1,
+                              .audit_rate = o->audit_rate, .predict_in = o->predict_in, .owner_pid = o->owner_pid, .ready_fd = -1,
                               .http = o->http != NULL };
     snprintf(cfg.name, sizeof cfg.name, "%s", o->name);
     snprintf(cfg.backend, sizeof cfg.backend, "%s", o->backend ? o->backend : "auto");
@@ -297,8 +298,8 @@ out:
     return rc;
 }
 
-enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_HTTP,
-       OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
+enum { OPT_NAME = 1000, OPT_PARALLEL, OPT_CACHE_TYPE, OPT_BACKEND, OPT_GPU_SHARE, OPT_FOREGROUND, OPT_VRAM, OPT_RESET_IDX, OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_HTTP,
+       OPT_RAM, OPT_API_KEY, OPT_API_KEY_FILE, OPT_CHAT_TEMPLATE };
 
 static const struct option start_long[] = {
     { "model", required_argument, NULL, 'm' },
@@ -314,7 +315,9 @@ static const struct option start_long[] = {
     { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX },
     { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX },
     { "audit-rate", required_argument, NULL, OPT_AUDIT },
+    { "predict-in", required_argument, NULL, OPT_PREDICT_IN },
     { "http", required_argument, NULL, OPT_HTTP },
+    { "ram-budget", required_argument, NULL, OPT_RAM },
     { "api-key", required_argument, NULL, OPT_API_KEY },
     { "api-key-file", required_argument, NULL, OPT_API_KEY_FILE },
     { "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
@@ -339,8 +342,12 @@ static void start_usage(void)
            "  --vram-budget GIB        choose gpud's hot neurons with the split solver for this budget\n"
            "                           (PowerInfer's MODEL.generated.gpuidx, regenerated when it does not match)\n"
            "  --reset-gpu-index        regenerate the gpuidx even if it matches\n"
+           "  --ram-budget GIB         host memory for weights + neuron cache: cpud reads the FFN neurons\n"
+           "                           that do not fit from MODEL.ffnbundle (pictl bundle)\n"
            "  --disable-gpu-index      no FFN split: cpud computes every neuron\n"
            "  --audit-rate P           fraction of tokens whose predictions are checked densely (default 0)\n"
+           "  --predict-in gpud|predictord  where the CPU backend's masks are computed (default gpud: a\n"
+           "                           round trip to predictord per layer costs more than the predictor)\n"
            "  --foreground             run the supervisor in this process (logs to stderr)\n"
            "  --http HOST:PORT         serve the OpenAI-compatible HTTP API (apid) there, e.g. 127.0.0.1:8080\n"
            "  --api-key KEY            with --http: require 'Authorization: Bearer KEY' (not on /health)\n"
@@ -428,12 +435,25 @@ int cmd_start(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_RAM:
+            o.ram_budget_gib = strtod(optarg, &end);
+            if (*end || end == optarg || !(o.ram_budget_gib > 0.0 && o.ram_budget_gib < 1e6)) {
+                fprintf(stderr, "pictl start: --ram-budget expects GiB > 0, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case OPT_RESET_IDX: o.reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o.disable_gpu_index = true; break;
         case OPT_AUDIT:
             o.audit_rate = strtof(optarg, &end);
             if (*end || end == optarg || !(o.audit_rate >= 0.0f && o.audit_rate <= 1.0f)) {
                 fprintf(stderr, "pictl start: --audit-rate expects a number in [0, 1], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_PREDICT_IN:
+            if ((o.predict_in = predict_in_parse(optarg)) < 0) {
+                fprintf(stderr, "pictl start: --predict-in expects gpud or predictord, got '%s'\n", optarg);
                 return 2;
             }
             break;

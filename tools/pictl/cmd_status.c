@@ -123,6 +123,11 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "threads", json_integer(ctl->n_threads));
     json_object_set_new(j, "gpud_threads", json_integer(ctl->gpud_threads));
     json_object_set_new(j, "cpud_threads", json_integer(ctl->cpud_threads));
+    /* where the masks really come from: a device backend predicts itself; an audit needs predictord */
+    json_object_set_new(j, "predict_in", json_string(strcmp(ctl->backend_used, "cpu") && ctl->backend_used[0]
+                                                         ? "device"
+                                                         : ctl->audit_rate > 0.0f ? "predictord"
+                                                                                  : predict_in_name(ctl->predict_in)));
     json_object_set_new(j, "ctx", json_integer(ctl->n_ctx));
     json_object_set_new(j, "backend", str_field(ctl->backend_used[0] ? ctl->backend_used : ctl->backend,
                                                 sizeof ctl->backend_used));

@@ -30,6 +30,7 @@ static const struct subcommand commands[] = {
     { "profile", cmd_profile, "profile [--name N] [--json] [--trace FILE]    per-stage, per-layer timings" },
     { "synth", cmd_synth, "synth --shape S -o OUT.gguf [--type T] [--pwri]  synthetic sparse model" },
     { "calibrate", cmd_calibrate, "calibrate MODEL.gguf --data TEXT -o OUT.powerinfer.gguf   train sparsity predictors" },
+    { "bundle", cmd_bundle, "bundle MODEL.gguf [-o OUT] [--verify]       FFN rows bundled per neuron (the disk tier)" },
     { "quantize", cmd_quantize, "quantize IN.gguf OUT.gguf TYPE [--pure ...]   re-quantize (llama-quantize types)" },
     { "convert", convert_main, "convert HF_DIR -o OUT.gguf [--type T]         Hugging Face model -> GGUF" },
 };

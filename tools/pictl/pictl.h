@@ -12,6 +12,7 @@ struct run_opts;
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_bundle(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv); /* tools/calibrate: profile, train predictors, write PWRI */
 int cmd_synth(int argc, char **argv);
@@ -38,9 +39,11 @@ struct start_opts {
     const char *backend;    /* gpud's device: "cpu", "cuda", "auto" (NULL = auto) */
     float gpu_ffn_share;
     double vram_budget_gib; /* < 0: none; else the hot set is chosen by the split solver (gpuidx) */
+    double ram_budget_gib;  /* < 0: none; else the disk tier: cpud reads cold neurons from the bundle */
     bool reset_gpu_index;   /* regenerate the gpuidx even if one matches */
     bool disable_gpu_index; /* no FFN split: every neuron on the CPU side */
     float audit_rate;       /* fraction of tokens predictord audits densely */
+    int32_t predict_in;     /* enum pi_predict_in: where the CPU backend's masks are computed */
     bool foreground;
     bool quiet;      /* no summary line (pictl run) */
     pid_t owner_pid; /* > 0: the instance stops when this process is gone */

@@ -32,7 +32,7 @@
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
-    OPT_DISABLE_IDX, OPT_AUDIT, OPT_CACHE_TYPE, OPT_BACKEND,
+    OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_CACHE_TYPE, OPT_BACKEND, OPT_RAM, OPT_BUNDLE, OPT_STREAM_QD, OPT_DISK_FLOOR,
 };
 
 /* Which commands a flag applies to (bit per enum run_opts_cmd). */
@@ -83,6 +83,13 @@ static const struct run_flag flags[] = {
     { { "reset-gpu-index", no_argument, NULL, OPT_RESET_IDX }, F_RUN, NULL, "(pipeline) regenerate the FFN split" },
     { { "disable-gpu-index", no_argument, NULL, OPT_DISABLE_IDX }, F_RUN, NULL, "(pipeline) no FFN split" },
     { { "audit-rate", required_argument, NULL, OPT_AUDIT }, F_RUN, "P", "(pipeline) fraction of tokens whose predictions are checked" },
+    { { "predict-in", required_argument, NULL, OPT_PREDICT_IN }, F_RUN, "gpud|predictord",
+      "(pipeline) where the CPU backend's masks are computed (default gpud)" },
+    { { "ram-budget", required_argument, NULL, OPT_RAM }, F_RUN, "GIB",
+      "(--inproc) host memory for weights + neuron cache: the hottest FFN neurons stay in RAM, the rest is read from the bundle" },
+    { { "bundle", required_argument, NULL, OPT_BUNDLE }, F_RUN, "FILE", "(--ram-budget) the FFN bundle (default MODEL.ffnbundle; pictl bundle)" },
+    { { "stream-qd", required_argument, NULL, OPT_STREAM_QD }, F_RUN, "N", "(--ram-budget) disk reads in flight (default 64)" },
+    { { "disk-floor", no_argument, NULL, OPT_DISK_FLOOR }, F_RUN, NULL, "(--ram-budget) measure the random-read floor after the run" },
     { { "help", no_argument, NULL, 'h' }, F_ALL, NULL, "this text" },
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
@@ -249,6 +256,7 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     o->n_threads = ncpu > 0 ? (int32_t)ncpu : 1;
     o->gen.n_predict = DEFAULT_N_PREDICT;
     o->vram_budget_gib = -1.0;
+    o->ram_budget_gib = -1.0;
     o->cache_type = -1;
     o->backend = "auto";
     samp_defaults(&o->gen.samp);
@@ -332,9 +340,29 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
                 o->vram_budget_gib = gib;
             break;
         }
+        case OPT_RAM: {
+            float gib;
+            if (!(rc = parse_float(name, "--ram-budget", optarg, 0, 1e6, &gib)))
+                o->ram_budget_gib = gib;
+            break;
+        }
+        case OPT_BUNDLE: o->bundle = optarg; break;
+        case OPT_STREAM_QD: {
+            float qd;
+            if (!(rc = parse_float(name, "--stream-qd", optarg, 1, 4096, &qd)))
+                o->stream_qd = (int32_t)qd;
+            break;
+        }
+        case OPT_DISK_FLOOR: o->disk_floor = true; break;
         case OPT_RESET_IDX: o->reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o->disable_gpu_index = true; break;
         case OPT_AUDIT: rc = parse_float(name, "--audit-rate", optarg, 0, 1, &o->audit_rate); break;
+        case OPT_PREDICT_IN:
+            if ((o->predict_in = predict_in_parse(optarg)) < 0) {
+                fprintf(stderr, "pictl %s: --predict-in expects gpud or predictord, got '%s'\n", name, optarg);
+                rc = -PI_E_INVAL;
+            }
+            break;
         case 'h': usage(cmd); return 1;
         case ':':
             fprintf(stderr, "pictl %s: %s needs a value; see 'pictl %s --help'\n", name, argv[optind - 1], name);

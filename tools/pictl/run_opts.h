@@ -21,9 +21,14 @@ struct run_opts {
     double vram_budget_gib; /* --vram-budget (pipeline path), < 0: none */
     bool reset_gpu_index, disable_gpu_index;
     float audit_rate;
+    int32_t predict_in;    /* --predict-in (pipeline): enum pi_predict_in */
     bool seed_given;
     int32_t cache_type;    /* --cache-type: enum be_cache_type; -1: the backend's default */
     const char *backend;   /* --backend cpu|cuda|auto (default auto: cuda when a device opens) */
+    double ram_budget_gib; /* --ram-budget: the disk tier (in process), < 0: none */
+    const char *bundle;    /* --bundle: the FFN bundle (default MODEL.ffnbundle) */
+    int32_t stream_qd;     /* --stream-qd: reads in flight (0: STREAM_QD) */
+    bool disk_floor;       /* --disk-floor: measure the random-read floor after the run */
 };
 
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */

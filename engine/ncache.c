@@ -1,0 +1,368 @@
+/* ncache.c — the neuron cache (ncache.h). */
+#include "ncache.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pi_err.h"
+#include "tiers.h"
+
+enum { SLOT_EMPTY = 0, SLOT_PENDING = 1, SLOT_READY = 2 };
+
+#define PIN_READ_MAX (1u << 20) /* pinned neurons are read in runs of up to 1 MiB at open */
+
+struct ncache {
+    const struct pi_model *m;
+    struct bundle_hdr h;
+    int fd;
+    bool direct;
+    char path[4096];
+    struct stat st0;            /* the bundle's identity at open */
+    char *mem;                  /* n_slots records, h.align-aligned */
+    int64_t n_slots, n_pinned;  /* slots [0, n_pinned) pinned, the rest the window */
+    int32_t *slot_of;           /* (n_layer · n_ff) slot of a neuron, -1 */
+    int64_t *owner;             /* (n_slots) neuron key (layer · n_ff + i), -1 */
+    uint64_t *stamp;            /* (n_slots) layer step of the last use */
+    uint8_t *state, *ref;       /* (n_slots) SLOT_*, the clock's reference bit */
+    int64_t hand;
+    uint64_t clock;             /* layer steps so far */
+    uint64_t window_steps;      /* window in layer steps */
+    const struct ncache_io *io;
+    int io_err;                 /* first failed completion, reported by the next call */
+    char io_msg[4096 + 256];
+    uint64_t fail_at, completed;
+    struct ncache_stats st;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static char *slot_mem(struct ncache *c, int64_t s) { return c->mem + (size_t)s * c->h.stride; }
+
+static void describe(struct ncache *c, int64_t key, uint64_t off, int res)
+{
+    snprintf(c->io_msg, sizeof c->io_msg, "bundle %s: read of layer %lld neuron %lld at offset %llu failed: %s",
+             c->path, (long long)(key / c->h.n_ff), (long long)(key % c->h.n_ff), (unsigned long long)off,
+             res < 0 ? strerror(-res) : "short read");
+}
+
+/* a completion of slot s (res bytes, or -errno) */
+static void complete(void *arg, uint64_t tag, int res)
+{
+    struct ncache *c = arg;
+    const int64_t s = (int64_t)tag;
+    c->st.in_flight--;
+    c->st.reads++;
+    if (c->fail_at && ++c->completed == c->fail_at)
+        res = -EIO;
+    const int64_t key = c->owner[s];
+    if (res == (int)c->h.stride) {
+        c->state[s] = SLOT_READY;
+        c->st.bytes_read += (uint64_t)res;
+        return;
+    }
+    if (!c->io_err) {
+        c->io_err = res < 0 ? -res : EIO;
+        describe(c, key, bundle_offset(&c->h, (int)(key / c->h.n_ff), key % c->h.n_ff), res);
+    }
+    c->state[s] = SLOT_EMPTY;
+    if (key >= 0)
+        c->slot_of[key] = -1;
+    c->owner[s] = -1;
+}
+
+static int pread_full(int fd, void *dst, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (int)got;
+}
+
+/* start reading neuron key into slot s */
+static int start_read(struct ncache *c, int64_t s, int64_t key)
+{
+    const uint64_t off = bundle_offset(&c->h, (int)(key / c->h.n_ff), key % c->h.n_ff);
+    c->state[s] = SLOT_PENDING;
+    c->st.in_flight++;
+    if (c->io) {
+        int rc = c->io->submit(c->io->ctx, c->fd, slot_mem(c, s), off, (uint32_t)c->h.stride, (uint64_t)s);
+        if (!rc)
+            return 0;
+        c->st.in_flight--;
+        c->state[s] = SLOT_EMPTY;
+        return pi_fail(rc < 0 ? -rc : rc, "bundle %s: cannot submit the read at offset %llu: %s", c->path,
+                       (unsigned long long)off, pi_strerror(rc));
+    }
+    complete(c, (uint64_t)s, pread_full(c->fd, slot_mem(c, s), c->h.stride, off));
+    return 0;
+}
+
+static int take_error(struct ncache *c)
+{
+    if (!c->io_err)
+        return 0;
+    const int e = c->io_err;
+    c->io_err = 0;
+    return pi_fail(e, "%s", c->io_msg);
+}
+
+/* wait until slot s is no longer pending */
+static int wait_slot(struct ncache *c, int64_t s)
+{
+    while (c->state[s] == SLOT_PENDING) {
+        int rc = c->io->reap(c->io->ctx, 1, complete, c);
+        if (rc)
+            return pi_fail(rc < 0 ? -rc : rc, "bundle %s: waiting for reads: %s", c->path, pi_strerror(rc));
+    }
+    return 0;
+}
+
+/* A window slot for a new neuron: the clock hand's first slot not in use at step >= protect and not
+ * pending, whose reference bit is clear or whose last use is outside the window. -1: none. */
+static int64_t victim(struct ncache *c, uint64_t protect)
+{
+    const int64_t n = c->n_slots - c->n_pinned;
+    for (int64_t k = 0; k < 2 * n; k++) {
+        const int64_t s = c->n_pinned + c->hand;
+        c->hand = c->hand + 1 == n ? 0 : c->hand + 1;
+        if (c->state[s] == SLOT_PENDING || (c->owner[s] >= 0 && c->stamp[s] >= protect))
+            continue;
+        const bool old = c->stamp[s] + c->window_steps < c->clock;
+        if (c->owner[s] >= 0 && c->ref[s] && !old) {
+            c->ref[s] = 0; /* second chance */
+            continue;
+        }
+        if (c->owner[s] >= 0) {
+            c->slot_of[c->owner[s]] = -1;
+            c->st.evictions++;
+        }
+        c->owner[s] = -1;
+        c->state[s] = SLOT_EMPTY;
+        return s;
+    }
+    return -1;
+}
+
+static int assign(struct ncache *c, int64_t key, uint64_t stamp, uint64_t protect, int64_t *out)
+{
+    const int64_t s = victim(c, protect);
+    *out = s;
+    if (s < 0)
+        return 0;
+    c->owner[s] = key;
+    c->slot_of[key] = (int32_t)s;
+    c->stamp[s] = stamp;
+    c->ref[s] = 1;
+    return start_read(c, s, key);
+}
+
+int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
+{
+    const int64_t F = c->h.n_ff;
+    const uint64_t next = c->clock + 1; /* the step that will use them */
+    if (!c->io)
+        return 0;
+    int rc = take_error(c);
+    for (int32_t k = 0; !rc && k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
+            const int64_t key = (int64_t)layer * F + i, s = c->slot_of[key];
+            if (s >= 0) {
+                if (s >= c->n_pinned && c->stamp[s] < next)
+                    c->stamp[s] = next;
+                continue;
+            }
+            int64_t got;
+            if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
+                return rc; /* the window is full of what is in use: the rest will be misses */
+        }
+    return rc;
+}
+
+int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struct pi_layer_weights *w)
+{
+    const int64_t F = c->h.n_ff;
+    const uint64_t now = ++c->clock;
+    int rc = take_error(c);
+    for (int32_t k = 0; !rc && k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
+            const int64_t key = (int64_t)layer * F + i;
+            int64_t s = c->slot_of[key];
+            c->st.needed++;
+            if (s >= 0) {
+                if (c->state[s] == SLOT_PENDING)
+                    c->st.prefetched++;
+                else
+                    c->st.hits++;
+                if (s >= c->n_pinned) {
+                    c->stamp[s] = now;
+                    c->ref[s] = 1;
+                }
+                continue;
+            }
+            c->st.misses++;
+            if (!(rc = assign(c, key, now, now, &s)) && s < 0)
+                rc = pi_fail(PI_E_RANGE, "ncache: no free slot for layer %d (%lld window slots)", layer,
+                             (long long)(c->n_slots - c->n_pinned));
+        }
+    const uint64_t w0 = now_ns();
+    for (int32_t k = 0; !rc && k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
+            const int64_t s = c->slot_of[(int64_t)layer * F + i];
+            if (s >= 0 && c->state[s] == SLOT_PENDING)
+                rc = wait_slot(c, s);
+            if (!rc && (c->io_err || c->slot_of[(int64_t)layer * F + i] < 0))
+                rc = take_error(c);
+            if (!rc && c->slot_of[(int64_t)layer * F + i] < 0)
+                rc = pi_fail(PI_E_IO, "ncache: layer %d neuron %lld has no slot after its read", layer, (long long)i);
+        }
+    c->st.wait_ns += now_ns() - w0;
+    if (rc)
+        return rc;
+    *w = (struct pi_layer_weights){ .l = &c->m->layers[layer], .layer = layer, .slot = c->slot_of + (size_t)layer * F,
+                                     .cache = c->mem, .stride = c->h.stride, .up_off = c->h.gate_bytes,
+                                     .down_off = c->h.gate_bytes + c->h.up_bytes };
+    return 0;
+}
+
+int ncache_step(struct ncache *c, int32_t n)
+{
+    c->st.steps++;
+    c->st.tokens += (uint64_t)n;
+    struct stat st;
+    if (stat(c->path, &st))
+        return pi_fail(errno, "bundle %s: it went away while in use: %s", c->path, strerror(errno));
+    if (st.st_ino != c->st0.st_ino || st.st_dev != c->st0.st_dev || st.st_size != c->st0.st_size ||
+        st.st_mtim.tv_sec != c->st0.st_mtim.tv_sec || st.st_mtim.tv_nsec != c->st0.st_mtim.tv_nsec)
+        return pi_fail(PI_E_IO, "bundle %s changed on disk while in use (inode, size or mtime): restart to read it",
+                       c->path);
+    return take_error(c);
+}
+
+void ncache_get_stats(const struct ncache *c, struct ncache_stats *s) { *s = c->st; }
+
+/* read the pinned neurons: consecutive neurons of a layer have consecutive slots and records */
+static int load_pinned(struct ncache *c)
+{
+    const int64_t F = c->h.n_ff, L = c->h.n_layer;
+    int64_t s = 0;
+    for (int64_t key = 0; key < L * F;) {
+        if (c->slot_of[key] != -2) {
+            key++;
+            continue;
+        }
+        int64_t n = 1;
+        while (key + n < L * F && (key + n) % F && c->slot_of[key + n] == -2 && (uint64_t)(n + 1) * c->h.stride <= PIN_READ_MAX)
+            n++;
+        const uint64_t off = bundle_offset(&c->h, (int)(key / F), key % F);
+        const size_t len = (size_t)n * c->h.stride;
+        int got = pread_full(c->fd, slot_mem(c, s), len, off);
+        if (got != (int)len)
+            return pi_fail(got < 0 ? -got : PI_E_TRUNCATED, "bundle %s: read of layer %lld neurons %lld.. at offset %llu: %s",
+                           c->path, (long long)(key / F), (long long)(key % F), (unsigned long long)off,
+                           got < 0 ? strerror(-got) : "short read");
+        c->st.bytes_read += len;
+        for (int64_t k = 0; k < n; k++, s++) {
+            c->slot_of[key + k] = (int32_t)s;
+            c->owner[s] = key + k;
+            c->state[s] = SLOT_READY;
+        }
+        key += n;
+    }
+    return 0;
+}
+
+int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncache_params *p)
+{
+    const int64_t L = m->hp.n_layer, F = m->hp.n_ff;
+    if (p->window_slots < 2 * F)
+        return pi_fail(PI_E_INVAL, "ncache: %lld window slots (at least two layers, %lld)", (long long)p->window_slots,
+                       (long long)(2 * F));
+    struct ncache *c = calloc(1, sizeof *c);
+    if (!c)
+        return pi_fail(PI_E_NOMEM, "ncache: out of memory");
+    c->m = m;
+    c->fd = -1;
+    c->io = p->io;
+    snprintf(c->path, sizeof c->path, "%s", p->path);
+    int rc = bundle_open(p->path, m, p->direct, &c->fd, &c->direct, &c->h);
+    if (!rc && fstat(c->fd, &c->st0))
+        rc = pi_fail(errno, "bundle %s: fstat: %s", p->path, strerror(errno));
+    if (rc)
+        goto fail;
+    for (int64_t k = 0; k < L * F; k++)
+        c->n_pinned += p->tier[k] == PI_TIER_RAM;
+    c->n_slots = c->n_pinned + p->window_slots;
+    c->slot_of = malloc((size_t)(L * F) * sizeof *c->slot_of);
+    c->owner = malloc((size_t)c->n_slots * sizeof *c->owner);
+    c->stamp = calloc((size_t)c->n_slots, sizeof *c->stamp);
+    c->state = calloc((size_t)c->n_slots, 1);
+    c->ref = calloc((size_t)c->n_slots, 1);
+    void *mem = NULL;
+    if (!c->slot_of || !c->owner || !c->stamp || !c->state || !c->ref ||
+        posix_memalign(&mem, c->h.align, (size_t)c->n_slots * c->h.stride)) {
+        rc = pi_fail(PI_E_NOMEM, "ncache: cannot allocate %lld slots of %llu bytes", (long long)c->n_slots,
+                     (unsigned long long)c->h.stride);
+        goto fail;
+    }
+    for (int64_t k = 0; k < L * F; k++)
+        c->slot_of[k] = p->tier[k] == PI_TIER_RAM ? -2 : -1; /* -2: to pin */
+    for (int64_t s = 0; s < c->n_slots; s++)
+        c->owner[s] = -1;
+    c->window_steps = (uint64_t)(p->window > 0 ? p->window : 1) * (uint64_t)L;
+    const char *fail = getenv(NCACHE_ENV_FAIL_READ);
+    c->fail_at = fail ? strtoull(fail, NULL, 10) : 0;
+    c->mem = mem;
+    if ((rc = load_pinned(c)))
+        goto fail;
+    /* only the window takes reads after open (a registered buffer is at most 1 GiB: the pinned
+     * region would often not fit) */
+    if (c->io && c->io->register_mem &&
+        (rc = c->io->register_mem(c->io->ctx, slot_mem(c, c->n_pinned), (size_t)p->window_slots * c->h.stride)))
+        goto fail;
+    c->st.pinned = (uint64_t)c->n_pinned;
+    c->st.slots = (uint64_t)p->window_slots;
+    c->st.pinned_bytes = (uint64_t)c->n_pinned * c->h.stride;
+    c->st.cache_bytes = (uint64_t)p->window_slots * c->h.stride;
+    *out = c;
+    return 0;
+fail:
+    ncache_free(c);
+    return rc;
+}
+
+void ncache_free(struct ncache *c)
+{
+    if (!c)
+        return;
+    while (c->io && c->st.in_flight > 0 && c->io->reap(c->io->ctx, 1, complete, c) == 0)
+        ; /* no read may land in freed memory */
+    if (c->io && c->io->register_mem && c->mem)
+        c->io->register_mem(c->io->ctx, NULL, 0);
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->mem);
+    free(c->slot_of);
+    free(c->owner);
+    free(c->stamp);
+    free(c->state);
+    free(c->ref);
+    free(c);
+}

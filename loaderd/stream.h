@@ -1,0 +1,40 @@
+/* stream.h — the disk tier's reader: neuron records from the FFN bundle (engine/bundle.h) into the
+ * neuron cache (engine/ncache.h) with io_uring — O_DIRECT (the bundle is opened so), reads queued
+ * and submitted together at the next wait (one io_uring_enter for a layer's misses), up to qd in
+ * flight, into registered buffers (READ_FIXED) when the kernel lets this process pin the cache
+ * (RLIMIT_MEMLOCK), plain READ otherwise; name says which and why. */
+#ifndef PI_LOADERD_STREAM_H
+#define PI_LOADERD_STREAM_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ncache.h"
+
+#define STREAM_QD 64u /* reads in flight: 8 KiB random reads on the virtio disk gain little past 32-64 */
+
+struct stream_done {
+    uint64_t tag;
+    int res;
+};
+
+struct stream_io {
+    struct io_uring ring;
+    bool ready, fixed;
+    unsigned qd;
+    unsigned queued;    /* SQEs prepared, not submitted */
+    unsigned inflight;  /* submitted, not reaped */
+    char *base;         /* the registered region (fixed): reads into it are READ_FIXED, others READ */
+    size_t len;
+    struct stream_done *stash; /* completions taken while making room in submit, delivered by reap */
+    unsigned n_stash, cap_stash;
+    char name[160];
+    struct ncache_io io;
+};
+
+/* 0, or a negative code when io_uring is unavailable (then use pread: ncache_params.io = NULL). */
+int stream_io_init(struct stream_io *s, unsigned qd);
+void stream_io_fini(struct stream_io *s);
+
+#endif
