@@ -24,6 +24,7 @@ const char *pi_strerror(int code)
     case PI_E_INVAL: return "invalid argument";
     case PI_E_NOMEM: return "out of memory";
     case PI_E_IO: return "I/O error";
+    case PI_E_DEVICE: return "device error";
     default: return strerror(c);
     }
 }

@@ -21,6 +21,7 @@ enum pi_err {
     PI_E_INVAL = 10006,    /* invalid argument from the caller or the user */
     PI_E_NOMEM = 10007,
     PI_E_IO = 10008,
+    PI_E_DEVICE = 10009,   /* the accelerator failed (a CUDA error): its context is lost, restart the stage */
 };
 
 /* Text for a negative code (-errno or -PI_E_*). Never NULL. */

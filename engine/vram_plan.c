@@ -208,7 +208,8 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al(B * Q * 4) + al(B * KV * 4) * 2;         /* q, k, v */
     s += al(B * Q * 4);                              /* att */
     s += al(B * E * 4) * 2;                          /* pending, ycold */
-    s += al(B * F * 4) * 3;                          /* g, u, act */
+    const bool blas = B > VRAM_GEMV_MAX && p.blas_prefill; /* cudev.c: only then g, u, xh, wdeq, workspace */
+    s += al(B * F * 4) * (blas ? 3 : 1);             /* (g, u), act */
     s += al(B * R * 4);                              /* p1 */
     s += al(B * F);                                  /* mask */
     s += al(B * F * 4) + al(B * 4);                  /* idx, cnt */
@@ -219,7 +220,7 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al(nt * (uint64_t)hp->n_head * nch * ((uint64_t)hp->head_dim + 2) * sizeof(float)); /* apart */
     s += al(((uint64_t)hp->rope_dim / 2 + 1) * sizeof(float)); /* rope_inv */
     s += al(B * F);                                  /* mask_c: masks of the compacted hot rows */
-    if (B > VRAM_GEMV_MAX) {
+    if (blas) {
         s += al(B * n_in * 2);                       /* xh */
         const uint64_t big = max_deq(m, &p);
         s += big ? al(big * 2) : 0;                  /* wdeq */

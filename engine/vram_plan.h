@@ -53,6 +53,7 @@ struct vram_params {
     bool no_sparse;       /* predictors not uploaded (or the model has none) */
     bool whole_layers;    /* whole-layer placement: the first n_gpu_layers layers (else every layer, by neurons) */
     int32_t n_gpu_layers;
+    bool blas_prefill;    /* cudev's cuBLAS prefill scratch (benchmarks only; gpud never asks for it) */
     uint64_t reserve;     /* driver allocations beside the arenas: VRAM_RESERVE when a GPU runs the
                              plan, 0 when the budget is only simulated (gpud on the CPU backend) */
 };

@@ -345,6 +345,9 @@ int gpud_run(struct gpud *g)
         int rc = eval_batch(&g->ev, &b, g->logits);
         if (stage_should_stop(&g->rt))
             break; /* stopping: requests stay RUNNING, a next gpud replays them */
+        if (rc == -PI_E_DEVICE)
+            return rc; /* the device's context is lost: the stage exits and is restarted, and the
+                        * requests, still RUNNING, are replayed by the next gpud */
         if (rc) {
             /* the step failed: every request in it fails with the reason (their sequences' cells
              * are in an unknown state) */

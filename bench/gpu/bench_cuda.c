@@ -8,7 +8,10 @@
  * Decode: the prompt (default "Once upon a time", with BOS) evaluated, then n - 1 greedy steps of one
  * token each as a CUDA graph, never stopping at EOS; rate = (n − 1) / decode time. --eager N also
  * times N steps without the graph (the launch-overhead figure). Prefill: pp tokens of the prompt
- * repeated, as one batch (cuBLAS GEMMs), tokens per second. Bytes per token: the weights a dense
+ * repeated, as one batch, tokens per second: through the own (batch-invariant) kernels, and
+ * through cuBLAS GEMMs (the pre-invariance path, kept for this comparison; path "cublas"); the
+ * first ids of the own path's decode after it are also those of a one-token-at-a-time prefill
+ * ("pp_invariant": the prefill's last logits bitwise equal). Bytes per token: the weights a dense
  * token streams (all but the embedding table), or for sparse the same with the FFN rows actually
  * computed (counted on the device over 16 steps). --batch: aggregate decode rate with B sequences
  * stepping together (one batch of B tokens per step, own GEMV path, no graph). */
@@ -123,13 +126,18 @@ static int run_decode(struct cudev *d, const struct pi_model *m, const int32_t *
     return 0;
 }
 
-static int run_pp(struct cudev *d, const int32_t *prompt, int32_t np, int pp, bool sparse, const char *path)
+static int32_t g_vocab;
+
+static int run_pp(struct cudev *d, const int32_t *prompt, int32_t np, int pp, bool sparse, bool blas,
+                  const char *path)
 {
     int32_t *t = malloc((size_t)pp * sizeof *t);
     for (int i = 0; i < pp; i++)
         t[i] = prompt[i % np];
     int32_t id;
-    int rc = cudev_eval(d, t, pp, 0, 0, sparse, NULL, &id); /* warm-up: cuBLAS heuristics, caches */
+    int rc = cudev_blas_prefill(d, blas);
+    if (!rc)
+        rc = cudev_eval(d, t, pp, 0, 0, sparse, NULL, &id); /* warm-up: cuBLAS heuristics, caches */
     double best = 1e30, all[3];
     for (int r = 0; !rc && r < 3; r++) {
         const double t0 = now_s();
@@ -137,15 +145,30 @@ static int run_pp(struct cudev *d, const int32_t *prompt, int32_t np, int pp, bo
         all[r] = now_s() - t0;
         best = all[r] < best ? all[r] : best;
     }
+    /* invariance on the real shape: the last logits of the whole prompt in one batch = of the same
+     * prompt in chunks of 7 and 1 (the own kernels only; cuBLAS is not invariant) */
+    int inv = -1;
+    const int32_t V = g_vocab;
+    float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+    if (!rc && !blas && la && lb) {
+        rc = cudev_eval(d, t, pp, 0, 0, sparse, la, NULL);
+        for (int p0 = 0; !rc && p0 < pp; p0 += 7)
+            rc = cudev_eval(d, t + p0, pp - p0 < 7 ? pp - p0 : 7, p0, 0, sparse, lb, NULL);
+        inv = !rc && !memcmp(la, lb, (size_t)V * sizeof *la);
+    }
+    free(la), free(lb);
+    if (!rc)
+        rc = cudev_blas_prefill(d, false);
     free(t);
     if (rc) {
         fprintf(stderr, "bench_cuda: prefill: %s\n", pi_errmsg());
         return rc;
     }
     qsort(all, 3, sizeof all[0], cmp_d);
-    printf("{\"case\":\"prefill\",\"model\":\"%s\",\"mode\":\"%s\",\"tokens\":%d,\"best_s\":%.6f,\"median_s\":%.6f,"
-           "\"tok_s\":%.1f}\n",
-           path, sparse ? "sparse" : "dense", pp, best, all[1], pp / all[1]);
+    printf("{\"case\":\"prefill\",\"model\":\"%s\",\"mode\":\"%s\",\"path\":\"%s\",\"tokens\":%d,\"best_s\":%.6f,"
+           "\"median_s\":%.6f,\"tok_s\":%.1f,\"pp_invariant\":%s}\n",
+           path, sparse ? "sparse" : "dense", blas ? "cublas" : "own", pp, best, all[1], pp / all[1],
+           inv < 0 ? "null" : inv ? "true" : "false");
     fflush(stdout);
     return 0;
 }
@@ -245,6 +268,7 @@ int main(int argc, char **argv)
     }
     const double t_load = now_s() - t0;
     g_layers = m->hp.n_layer;
+    g_vocab = m->hp.n_vocab;
     int32_t *prompt = NULL;
     size_t np = 0;
     if (tok_encode(m->tok, prompt_text, strlen(prompt_text), true, false, &prompt, &np) || np == 0) {
@@ -252,7 +276,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct cudev *d = NULL;
-    struct cudev_params dp = { .n_ctx = n_ctx, .n_seq = 8, .n_batch = pp > 64 ? pp : 64 };
+    struct cudev_params dp = { .n_ctx = n_ctx, .n_seq = 8, .n_batch = pp > 64 ? pp : 64, .blas_prefill = true };
     if (cudev_open(&d, m, &dp)) {
         fprintf(stderr, "bench_cuda: %s\n", pi_errmsg());
         return 1;
@@ -276,7 +300,9 @@ int main(int argc, char **argv)
             continue;
         rc = run_decode(d, m, prompt, (int32_t)np, n, sparse, eager, path);
         if (!rc && pp > 0)
-            rc = run_pp(d, prompt, (int32_t)np, pp, sparse, path);
+            rc = run_pp(d, prompt, (int32_t)np, pp, sparse, false, path);
+        if (!rc && pp > 0)
+            rc = run_pp(d, prompt, (int32_t)np, pp, sparse, true, path);
         for (const char *b = batches; !rc && *b;) {
             const int B = atoi(b);
             if (B >= 1 && B <= 8)

@@ -7,6 +7,7 @@
  * compacted: cudev.h), and ffn() computes only those (dense: all of them; sparse: those ∧ each
  * token's own mask). A layer of a file without ffn_down_t is uploaded whole when any of its
  * neurons is placed, and its placement is applied here, on the host mask. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,16 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
         cu_close(b);
         return rc;
     }
+    /* the upload is the start-up (and restart) cost of a GPU stage: one line in its log */
+    struct cudev_mem mm;
+    cudev_mem(b->d, &mm);
+    fprintf(stderr,
+            "cuda: %s: %.2f GB of weights uploaded in %.2f s (%.2f GB/s) from the model's mapping; VRAM: weights "
+            "%.2f, KV %.2f, scratch %.2f, context %.2f GB (device: %.2f of %.2f GB in use)\n",
+            cudev_device_name(b->d), (double)mm.weights / 1e9, mm.upload_s,
+            mm.upload_s > 0 ? (double)mm.weights / mm.upload_s / 1e9 : 0.0, (double)mm.weights / 1e9,
+            (double)mm.kv / 1e9, (double)mm.scratch / 1e9, (double)mm.context / 1e9, (double)mm.device_used / 1e9,
+            (double)mm.device_total / 1e9);
     *out = b;
     return 0;
 }

@@ -4,12 +4,14 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuk.h"
 #include "cuk_place.h"
@@ -20,7 +22,12 @@
 #define ALIGN 256
 #define STAGE_BYTES ((size_t)64 << 20) /* pinned staging for the weight upload, two of them */
 
-/* ---- errors: every CUDA call checked; PINFER_CUDA_FAIL_CALL=N fails the Nth checked call ---- */
+/* ---- errors: every CUDA call checked, failures are -PI_E_DEVICE naming the call ----
+ *
+ * Fault injection (tests): PINFER_CUDA_FAIL_CALL=N fails the Nth checked call of the process as if
+ * the device had failed; with PINFER_CUDA_FAIL_ONCE=PATH only the first process to reach it fails
+ * (it creates PATH; a restarted stage that finds PATH runs clean). PINFER_CUDA_COUNT_CALLS=1 prints
+ * the number of checked calls at close (and at the end of open), to aim N at a phase. */
 
 static atomic_long cu_calls;
 static long cu_fail_at = -2; /* -2: not read yet, -1: off */
@@ -31,17 +38,40 @@ static bool cu_inject(void)
         const char *e = getenv("PINFER_CUDA_FAIL_CALL");
         cu_fail_at = e && *e ? atol(e) : -1;
     }
-    return cu_fail_at > 0 && atomic_fetch_add(&cu_calls, 1) + 1 == cu_fail_at;
+    /* every checked call counts (one relaxed add), so that PINFER_CUDA_COUNT_CALLS sees them */
+    const long k = atomic_fetch_add_explicit(&cu_calls, 1, memory_order_relaxed) + 1;
+    if (cu_fail_at <= 0 || k != cu_fail_at)
+        return false;
+    const char *once = getenv("PINFER_CUDA_FAIL_ONCE");
+    if (once && *once) {
+        const int fd = open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return false; /* an earlier process failed already */
+        close(fd);
+    }
+    return true;
+}
+
+static long cu_count(void)
+{
+    return atomic_load_explicit(&cu_calls, memory_order_relaxed);
+}
+
+static void cu_report_count(const char *when)
+{
+    const char *e = getenv("PINFER_CUDA_COUNT_CALLS");
+    if (e && *e && *e != '0')
+        fprintf(stderr, "cuda: %ld checked CUDA calls %s\n", cu_count(), when);
 }
 
 static int cu_check(int err, const char *what, int line)
 {
     if (cu_inject())
-        return pi_fail(PI_E_IO, "cuda: %s failed: injected fault (PINFER_CUDA_FAIL_CALL=%ld, cudev.c:%d)", what,
+        return pi_fail(PI_E_DEVICE, "cuda: %s failed: injected fault (PINFER_CUDA_FAIL_CALL=%ld, cudev.c:%d)", what,
                        cu_fail_at, line);
     if (err == 0)
         return 0;
-    return pi_fail(PI_E_IO, "cuda: %s failed: %s (cudev.c:%d)", what, cudaGetErrorString((cudaError_t)err), line);
+    return pi_fail(PI_E_DEVICE, "cuda: %s failed: %s (cudev.c:%d)", what, cudaGetErrorString((cudaError_t)err), line);
 }
 #define CU(call) cu_check((int)(call), #call, __LINE__)
 /* kernel launchers return 0 or -cudaError_t */
@@ -56,10 +86,11 @@ static int cu_check(int err, const char *what, int line)
 static int cb_check(cublasStatus_t s, const char *what, int line)
 {
     if (cu_inject())
-        return pi_fail(PI_E_IO, "cublas: %s failed: injected fault (cudev.c:%d)", what, line);
+        return pi_fail(PI_E_DEVICE, "cublas: %s failed: injected fault (PINFER_CUDA_FAIL_CALL=%ld, cudev.c:%d)", what,
+                       cu_fail_at, line);
     if (s == CUBLAS_STATUS_SUCCESS)
         return 0;
-    return pi_fail(PI_E_IO, "cublas: %s failed: status %d (cudev.c:%d)", what, (int)s, line);
+    return pi_fail(PI_E_DEVICE, "cublas: %s failed: status %d (cudev.c:%d)", what, (int)s, line);
 }
 #define CB(call) cb_check((call), #call, __LINE__)
 
@@ -105,17 +136,19 @@ struct cudev {
     uint8_t *mask;           /* (n_batch, n_ff) */
     uint8_t *mask_c;         /* (n_batch, n_hot) the masks of a compact layer's hot rows */
     int32_t *idx, *cnt;      /* (n_batch, n_ff), (n_batch) */
-    float *part;             /* AXPY chunk sums, CUDEV_GEMV_MAX tokens */
+    float *part;             /* AXPY chunk sums, CUK_AXPY_MAX_B tokens */
     float *logits;           /* (n_batch, n_vocab) */
     int32_t *ids, *h_ids;    /* (n_batch) device, pinned host */
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
-    void *xq;                /* 8 rows of quantized activations for the Q-type GEMV */
+    void *xq;                /* (n_batch) rows of quantized activations for the Q-type GEMV */
     float *apart;            /* attention chunk partials */
     float *rope_inv;         /* (rope_dim / 2) RoPE inverse frequencies */
-    void *wdeq;              /* largest Q weight as f16 (Q models with n_batch > CUDEV_GEMV_MAX) */
+    void *wdeq;              /* largest Q weight as f16 (blas_prefill, Q models) */
     void *blas_ws;
     size_t blas_ws_bytes;
     bool mask_valid;         /* idx/cnt hold the compacted mask */
+    bool blas_on;            /* benchmarks: batches > CUDEV_GEMV_MAX through cuBLAS (not invariant) */
+    int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
     int32_t max_pos;         /* largest position of the batch on the device */
     /* decode graphs: [sparse] */
@@ -426,7 +459,7 @@ static void place_scratch(struct cudev *d)
     const struct pi_hparams *hp = &d->m->hp;
     const size_t B = (size_t)d->p.n_batch, E = (size_t)hp->n_embd, F = (size_t)hp->n_ff,
                  Q = (size_t)hp->n_head * hp->head_dim, KV = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t Bg = B < CUDEV_GEMV_MAX ? B : CUDEV_GEMV_MAX, R = d->max_rank > 0 ? (size_t)d->max_rank : 1;
+    const size_t Bg = B < CUK_AXPY_MAX_B ? B : CUK_AXPY_MAX_B, R = d->max_rank > 0 ? (size_t)d->max_rank : 1;
     void *s = d->s_arena;
     size_t *u = &d->s_used;
     *u = 0;
@@ -439,8 +472,9 @@ static void place_scratch(struct cudev *d)
     d->att = take(s, u, B * Q * 4);
     d->pending = take(s, u, B * E * 4);
     d->ycold = take(s, u, B * E * 4);
-    d->g = take(s, u, B * F * 4);
-    d->u = take(s, u, B * F * 4);
+    const bool blas = B > CUDEV_GEMV_MAX && d->p.blas_prefill;
+    d->g = blas ? take(s, u, B * F * 4) : NULL; /* cuBLAS prefill only */
+    d->u = blas ? take(s, u, B * F * 4) : NULL;
     d->act = take(s, u, B * F * 4);
     d->p1 = take(s, u, B * R * 4);
     d->mask = take(s, u, B * F);
@@ -449,11 +483,11 @@ static void place_scratch(struct cudev *d)
     d->part = take(s, u, cuk_axpy_part_floats((int64_t)F, (int64_t)E, (int)Bg) * 4);
     d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
     d->ids = take(s, u, B * 4);
-    d->xq = take(s, u, CUDEV_GEMV_MAX * cuk_xq_row_bytes(max_n_in(d)));
+    d->xq = take(s, u, B * cuk_xq_row_bytes(max_n_in(d)));
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
     d->mask_c = take(s, u, B * F);
-    if (B > CUDEV_GEMV_MAX) {
+    if (blas) {
         d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
         /* the largest Q weight any layer could hold, dequantized for cuBLAS (the model's tensors, not
          * the placed ones: the scratch does not depend on the placement; vram_plan.c max_deq) */
@@ -492,6 +526,7 @@ void cudev_close(struct cudev *d)
 {
     if (!d)
         return;
+    cu_report_count("at close");
     if (d->st)
         cudaStreamSynchronize(d->st);
     for (int i = 0; i < 2; i++)
@@ -508,6 +543,7 @@ void cudev_close(struct cudev *d)
     cudaFree(d->s_arena);
     cudaFreeHost(d->h_batch);
     cudaFreeHost(d->h_ids);
+    cudaFreeHost(d->h_cnt);
     if (d->st)
         cudaStreamDestroy(d->st);
     free(d->k_cache);
@@ -558,9 +594,9 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CU(cudaGetDeviceProperties(&d->prop, 0));
     if (!rc)
         rc = CU(cudaStreamCreateWithFlags(&d->st, cudaStreamNonBlocking));
-    if (!rc)
+    if (!rc && d->p.blas_prefill)
         rc = CB(cublasCreate(&d->blas));
-    if (!rc)
+    if (!rc && d->p.blas_prefill)
         rc = CB(cublasSetStream(d->blas, d->st));
     if (!rc)
         rc = CU(cudaEventCreateWithFlags(&d->ev_out, cudaEventDisableTiming));
@@ -622,11 +658,14 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
+        rc = CU(cudaMallocHost((void **)&d->h_cnt, (size_t)d->p.n_batch * sizeof(int32_t)));
+    if (!rc)
         rc = CU(cudaStreamSynchronize(d->st));
     if (rc) {
         cudev_close(d);
         return rc;
     }
+    cu_report_count("at the end of open");
     *out = d;
     return 0;
 }
@@ -647,7 +686,17 @@ int32_t cudev_n_layers(const struct cudev *d) { return d->n_dev_layers; }
 int64_t cudev_layer_hot(const struct cudev *d, int layer) { return d->L[layer].n_hot; }
 const char *cudev_device_name(const struct cudev *d) { return d->prop.name; }
 
-/* ---- matrix products: own GEMV up to CUDEV_GEMV_MAX tokens, cuBLAS above ---- */
+/* ---- matrix products: the own GEMV kernel for every batch; cuBLAS only when a benchmark asks ---- */
+
+int cudev_blas_prefill(struct cudev *d, bool on)
+{
+    if (on && !d->blas)
+        return pi_fail(PI_E_INVAL, "cuda: the context was opened without blas_prefill");
+    d->blas_on = on;
+    return 0;
+}
+
+static bool use_blas(const struct cudev *d, int32_t n) { return d->blas_on && n > CUDEV_GEMV_MAX; }
 
 static int blas_mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, float *y, bool add)
 {
@@ -697,7 +746,7 @@ static int blas_mm_t(struct cudev *d, const struct cuk_w *w, const float *act, i
 
 static int mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, float *y, enum cuk_mode mode)
 {
-    if (n <= CUDEV_GEMV_MAX)
+    if (!use_blas(d, n))
         return CK(cuk_gemv(w, x, n, y, mode, 0.0f, d->xq, d->st));
     return blas_mm(d, w, x, n, y, mode == CUK_ADD);
 }
@@ -755,7 +804,7 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
     const struct cu_layer *c = &d->L[layer];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
-    if (c->wqkv.q && n <= CUDEV_GEMV_MAX) {
+    if (c->wqkv.q && !use_blas(d, n)) {
         TRY(CK(cuk_gemv_split3(&c->wqkv, d->xn, n, d->q, Q, d->k, KV, d->v, d->xq, d->st)));
     } else {
         TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
@@ -808,7 +857,7 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     const struct cu_layer *c = &d->L[layer];
     const int64_t F = d->m->hp.n_ff;
     const float thr = d->m->hp.sparse_threshold;
-    if (n <= CUDEV_GEMV_MAX) {
+    if (!use_blas(d, n)) {
         TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
         TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
@@ -818,7 +867,7 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
         TRY(blas_mm(d, &c->fc2, d->p1, n, d->g, false));
         TRY(CK(cuk_threshold(d->g, d->mask, (int64_t)n * F, thr, d->st)));
     }
-    d->mask_valid = n <= CUDEV_GEMV_MAX;
+    d->mask_valid = !use_blas(d, n);
     return 0;
 }
 
@@ -827,9 +876,8 @@ int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
     TRY(check_n(d, n));
     const int64_t F = d->m->hp.n_ff;
     TRY(CU(cudaMemcpyAsync(d->mask, mask, (size_t)n * F, cudaMemcpyHostToDevice, d->st)));
-    if (n <= CUDEV_GEMV_MAX)
-        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
-    d->mask_valid = n <= CUDEV_GEMV_MAX;
+    TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+    d->mask_valid = true;
     /* the host buffer may be reused as soon as we return */
     return CU(cudaStreamSynchronize(d->st));
 }
@@ -896,8 +944,9 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (c->compact)
         return ffn_compact(d, c, layer, n, masked, y, add);
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
-    if (n > CUDEV_GEMV_MAX) {
-        /* prefill: dense products, the mask (each token its own) applied to the activations */
+    if (use_blas(d, n)) {
+        /* benchmarks' cuBLAS prefill: dense products, the mask (each token its own) applied to the
+         * activations — another summation order than the decode path's */
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
         TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * F, (int)hp->act, d->st)));
@@ -910,11 +959,10 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (masked && !d->mask_valid)
         return pi_fail(PI_E_INVAL, "cuda: masked FFN without a mask for this batch");
     if (masked && d->active) { /* counting (benchmarks): a sync per layer */
-        int32_t cnt[CUDEV_GEMV_MAX];
-        TRY(CU(cudaMemcpyAsync(cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+        TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
         TRY(CU(cudaStreamSynchronize(d->st)));
         for (int32_t i = 0; i < n; i++)
-            d->active[layer] += (uint64_t)cnt[i];
+            d->active[layer] += (uint64_t)d->h_cnt[i];
     }
     if (c->down_t.q) {
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */

@@ -19,11 +19,14 @@
  *   output(n, first, logits)  logits of tokens first..n-1 (to the host when logits != NULL)
  *   argmax(n, first, ids)     greedy ids of those tokens, computed on the device
  *
- * Up to CUDEV_GEMV_MAX tokens per step every matrix product is the project's own GEMV kernel and
- * the sparse FFN reads only the active rows: a token's result is then the same bits whatever else
- * is in the batch. Larger batches (prefill) use cuBLAS (F16/BF16 directly, Q types dequantized to
- * f16 first) and the sparse FFN as a masked dense product: the same function, another summation
- * order. cudev_step runs one decode step of one token as a captured CUDA graph. */
+ * Batch invariance: every matrix product of every batch is the project's own GEMV kernel (up to
+ * CUDEV_GEMV_MAX tokens a GEMV, more the same kernel tiled as a GEMM, cuk.h), each output element
+ * reduced in one order whatever the number of tokens; the sparse FFN of every batch reads each
+ * token's own active rows; attention splits a token's cells into chunks fixed by position; norms
+ * and RoPE are per token. A token's results are then the same bits whatever else is in the batch
+ * and however its prompt was chunked. Only benchmarks can switch the prefill of batches of more
+ * than CUDEV_GEMV_MAX tokens to cuBLAS (cudev_blas_prefill: faster, another summation order).
+ * cudev_step runs one decode step of one token as a captured CUDA graph. */
 #ifndef PI_CUDEV_H
 #define PI_CUDEV_H
 
@@ -51,6 +54,7 @@ struct cudev_params {
     /* Whole-layer placement (-ngl): only the first n_gpu_layers layers are on the device (<= 0: all);
      * token_embd is there when layer 0 is, output and output_norm when every layer is. */
     int32_t n_gpu_layers;
+    bool blas_prefill; /* benchmarks: create cuBLAS and its scratch, so cudev_blas_prefill can turn it on */
 };
 
 /* Device memory by kind (bytes), the kinds of vram_plan.h: weights (non-FFN and whole FFNs), hot
@@ -98,6 +102,9 @@ int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
  * stage_wait waits for that event only. */
 int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask);
 int cudev_stage_wait(struct cudev *d);
+/* Benchmarks: batches of more than CUDEV_GEMV_MAX tokens through cuBLAS GEMMs (f16 activations, the
+ * sparse FFN as a masked dense product) — not batch invariant. Needs params.blas_prefill. */
+int cudev_blas_prefill(struct cudev *d, bool on);
 /* Benchmarks: count the neurons each layer's masked FFN computes (costs a sync per layer; not in
  * graphs). per_layer (n_layer, may be NULL) receives the counts so far; on starts a new count. */
 int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer);

@@ -75,7 +75,7 @@ struct TQ8 {
         int s = 0;
         s = dp4a(q[0].x, x[0].x, s), s = dp4a(q[0].y, x[0].y, s), s = dp4a(q[0].z, x[0].z, s), s = dp4a(q[0].w, x[0].w, s);
         s = dp4a(q[1].x, x[1].x, s), s = dp4a(q[1].y, x[1].y, s), s = dp4a(q[1].z, x[1].z, s), s = dp4a(q[1].w, x[1].w, s);
-        return xd.x * (float)s;
+        return __fmul_rn(xd.x, (float)s);
     }
     __device__ static void deq(const uint4 *q, float *o)
     {
@@ -103,7 +103,9 @@ struct TQ4 {
             s = dp4a(w[i] & 0x0f0f0f0fu, lo[i], s);
             s = dp4a((w[i] >> 4) & 0x0f0f0f0fu, hi[i], s);
         }
-        return xd.x * (float)s - 8.0f * xd.y; /* Σ (q - 8) x = Σ q x - 8 Σ x */
+        /* Σ (q - 8) x = Σ q x - 8 Σ x, as explicit roundings: no contraction into an fma that
+         * could differ between the kernel's instantiations */
+        return __fsub_rn(__fmul_rn(xd.x, (float)s), __fmul_rn(8.0f, xd.y));
     }
     __device__ static void deq(const uint4 *q, float *o)
     {
@@ -257,6 +259,56 @@ __device__ static inline float dot_x(const uint4 *qq, float s, const XV<T> &xv, 
     }
 }
 
+/* The float types' chain of dot_x with the lane block already dequantized (w, E floats): the same
+ * fmaf in the same order, so that a dequantized block can serve every token of the launch. */
+template <class T>
+__device__ static inline float dot_w(const float *w, const XV<T> &xv, float acc)
+{
+#pragma unroll
+    for (int k = 0; k < T::E / 4; k++) {
+        acc = __fmaf_rn(w[4 * k], xv.f[k].x, acc);
+        acc = __fmaf_rn(w[4 * k + 1], xv.f[k].y, acc);
+        acc = __fmaf_rn(w[4 * k + 2], xv.f[k].z, acc);
+        acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
+    }
+    return acc;
+}
+
+/* acc[r][t] op= lane block u of row r · x_t for the tokens t < nt: Q types dot each token's
+ * quantized activation; float types dequantize each row's block once and reuse it for every token
+ * (the conversions are not repeated per token). The same per-(row, token) order either way. */
+template <class T, int NB, int R, int U>
+__device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const float (*s)[U], int u, int64_t b,
+                                        const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt,
+                                        float (*acc)[NB])
+{
+    if constexpr (T::QX) {
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
+            }
+    } else {
+        float w[R][T::E];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            T::deq(qq[r][u], w[r]);
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+            if (t < nt) {
+                XV<T> xv;
+                x_load<T>(x + t * xs, n_in, b, xv);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][t] = dot_w<T>(w[r], xv, acc[r][t]);
+            }
+    }
+}
+
 __device__ static inline float warp_sum(float v)
 {
 #pragma unroll
@@ -278,7 +330,9 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
 #pragma unroll
         for (int t = 0; t < NB; t++)
             acc[r][t] = 0.0f;
-    enum { U = T::E == 32 ? 2 : 4 }; /* lane blocks in flight per lane and row */
+    /* lane blocks in flight per lane and row (fewer for many rows: registers); a lane's blocks are
+     * summed in ascending order whatever U is */
+    enum { U = T::E == 32 ? (R > 4 ? 1 : 2) : (R > 4 ? 2 : 4) };
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
@@ -290,31 +344,15 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
                 load_lb<T>(qrow[r], drow[r], b + 32 * u, qq[r][u], &s[r][u]);
 #pragma unroll
         for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int t = 0; t < NB; t++)
-                if (t < nt) {
-                    XV<T> xv;
-                    x_load<T>(x + t * xs, n_in, b + 32 * u, xv);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-                        acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
-                }
+            dot_block<T, NB, R, U>(qq, s, u, b + 32 * u, x, xs, n_in, nt, acc);
     }
     for (; b < nb; b += 32) {
-        uint4 qq[R][T::NQ];
-        float s[R];
+        uint4 qq[R][1][T::NQ];
+        float s[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            load_lb<T>(qrow[r], drow[r], b, qq[r], &s[r]);
-#pragma unroll
-        for (int t = 0; t < NB; t++)
-            if (t < nt) {
-                XV<T> xv;
-                x_load<T>(x + t * xs, n_in, b, xv);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    acc[r][t] = dot_x<T>(qq[r], s[r], xv, acc[r][t]);
-            }
+            load_lb<T>(qrow[r], drow[r], b, qq[r][0], &s[r][0]);
+        dot_block<T, NB, R, 1>(qq, s, 0, b, x, xs, n_in, nt, acc);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -325,16 +363,26 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
 
 /* Rows per warp of the GEMV: two for a single token and a tall matrix (twice the bytes in flight,
  * the activation loaded once for both), else one (batches: registers; 4096-row matrices: enough
- * warps to fill the GPU only with one row each). A row's sums are the same either way. */
+ * warps to fill the GPU only with one row each). Batches of more than GEMV_MAX_NB tokens (prefill)
+ * run the same kernel as a GEMM: WideR rows per warp times 8 tokens, the token groups on the
+ * grid's x (fastest) axis so that the groups reading the same rows run together and share them in
+ * L2. A (row, token) sum is the same bits whichever of these shapes computed it. */
 #define GEMV_R2_MIN_ROWS 8192
+/* rows per warp of the prefill tiling: 8 for float types (the activation loads shared by more rows:
+ * d16 pp512 +5 % over 4), 4 for Q types (their dp4a dot needs the registers: d4 −11 % with 8);
+ * measured 2026-12-01, bench/gpu/NOTES.md run 12 */
+template <class T> struct WideR {
+    enum { R = T::QX ? 4 : 8 };
+};
 
-template <class T, int NB, int MODE, int R>
+template <class T, int NB, int MODE, int R, bool TG_X>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
-                                              void *y, float thr, int nt, float *y1, float *y2, int64_t n0, int64_t n1)
+                                              void *y, float thr, int B, float *y1, float *y2, int64_t n0, int64_t n1)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t r0 = ((int64_t)blockIdx.x * GEMV_ROWS + warp) * R;
+    const int64_t r0 = ((int64_t)(TG_X ? blockIdx.y : blockIdx.x) * GEMV_ROWS + warp) * R;
+    const int t0 = (int)(TG_X ? blockIdx.x : blockIdx.y) * NB, nt = B - t0 < NB ? B - t0 : NB;
     if (r0 >= n_out)
         return;
     const int64_t nb = n_in / T::E;
@@ -347,7 +395,7 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
         dr[i] = T::HAS_D ? d + r * nb : nullptr;
     }
     float acc[R][NB];
-    dot_rows<T, NB, R>(qr, dr, nb, x, xs, n_in, nt, lane, acc);
+    dot_rows<T, NB, R>(qr, dr, nb, x + (int64_t)t0 * xs, xs, n_in, nt, lane, acc);
     if (lane)
         return;
 #pragma unroll
@@ -356,10 +404,11 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
         if (r >= n_out)
             break;
 #pragma unroll
-        for (int t = 0; t < NB; t++) {
-            if (t >= nt)
+        for (int tl = 0; tl < NB; tl++) {
+            if (tl >= nt)
                 break;
-            const float v = acc[i][t];
+            const int64_t t = t0 + tl;
+            const float v = acc[i][tl];
             const int64_t o = t * n_out + r;
             if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
                 if (r < n0)
@@ -431,59 +480,63 @@ struct split3 {
     int64_t n0, n1;
 };
 
+/* B ≤ NB tokens: one token group, rows on x. wide: ⌈B / NB⌉ groups on x, WideR rows per warp. */
 template <class T, int NB>
-static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int nt, void *y, int mode, float thr,
-                       const struct split3 *sp, int t0, cudaStream_t st)
+static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int B, void *y, int mode, float thr,
+                       const struct split3 *sp, bool wide, cudaStream_t st)
 {
     constexpr int R2 = NB == 1 ? 2 : 1;
     const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
-    const int64_t per_block = GEMV_ROWS * (two ? 2 : 1);
-    const unsigned grid = (unsigned)((w->n_out + per_block - 1) / per_block);
+    constexpr int WR = WideR<T>::R;
+    const int64_t per_block = GEMV_ROWS * (wide ? WR : two ? 2 : 1);
+    const unsigned rows = (unsigned)((w->n_out + per_block - 1) / per_block), groups = (unsigned)((B + NB - 1) / NB);
     const uint8_t *q = (const uint8_t *)w->q;
     const __half *d = (const __half *)w->d;
-#define GEMV_L(M, Y, Y1, Y2)                                                                                           \
+    float *y1 = sp ? sp->y1 : nullptr, *y2 = sp ? sp->y2 : nullptr;
+    const int64_t n0 = sp ? sp->n0 : 0, n1 = sp ? sp->n1 : 0;
+#define GEMV_L(M)                                                                                                      \
     do {                                                                                                               \
+        if constexpr (NB == GEMV_MAX_NB) { /* only the 8-token kernel is tiled */                                   \
+            if (wide)                                                                                                  \
+                k_gemv<T, NB, M, WR, true><<<dim3(groups, rows), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, \
+                                                                                B, y1, y2, n0, n1);                    \
+        }                                                                                                              \
+        if (wide)                                                                                                      \
+            break;                                                                                                     \
         if (two)                                                                                                       \
-            k_gemv<T, NB, M, R2><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,             \
-                                                       sp ? sp->n0 : 0, sp ? sp->n1 : 0);                              \
+            k_gemv<T, NB, M, R2, false><<<dim3(rows, groups), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, B, \
+                                                                             y1, y2, n0, n1);                          \
         else                                                                                                           \
-            k_gemv<T, NB, M, 1><<<grid, 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, Y, thr, nt, Y1, Y2,              \
-                                                      sp ? sp->n0 : 0, sp ? sp->n1 : 0);                               \
+            k_gemv<T, NB, M, 1, false><<<dim3(rows, groups), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, B,  \
+                                                                            y1, y2, n0, n1);                           \
     } while (0)
     switch (mode) {
-    case CUK_SET: GEMV_L(CUK_SET, y, nullptr, nullptr); break;
-    case CUK_ADD: GEMV_L(CUK_ADD, y, nullptr, nullptr); break;
-    case CUK_RELU: GEMV_L(CUK_RELU, y, nullptr, nullptr); break;
-    case CUK_MASK: GEMV_L(CUK_MASK, y, nullptr, nullptr); break;
-    default:
-        GEMV_L(CUK_SPLIT3, (float *)y + t0 * sp->n0, sp->y1 + t0 * sp->n1, sp->y2 + t0 * (w->n_out - sp->n0 - sp->n1));
-        break;
+    case CUK_SET: GEMV_L(CUK_SET); break;
+    case CUK_ADD: GEMV_L(CUK_ADD); break;
+    case CUK_RELU: GEMV_L(CUK_RELU); break;
+    case CUK_MASK: GEMV_L(CUK_MASK); break;
+    default: GEMV_L(CUK_SPLIT3); break;
     }
 #undef GEMV_L
     return launched();
 }
 
+/* Every token's activation prepared at once (xq holds B rows), then one launch. */
 template <class T>
 static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq,
                   const struct split3 *sp, cudaStream_t st)
 {
-    const size_t ysz = mode == CUK_MASK ? 1 : sizeof(float);
-    for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
-        const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
-        const uint8_t *xr;
-        int64_t xs;
-        int rc = prep_x<T>(x + (size_t)t0 * w->n_in, w->n_in, nt, xq, &xr, &xs, st);
-        if (rc)
-            return rc;
-        void *yt = mode == CUK_SPLIT3 ? y : (uint8_t *)y + (size_t)t0 * w->n_out * ysz;
-        rc = nt == 1   ? gemv_launch<T, 1>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
-             : nt == 2 ? gemv_launch<T, 2>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
-             : nt <= 4 ? gemv_launch<T, 4>(w, xr, xs, nt, yt, mode, thr, sp, t0, st)
-                       : gemv_launch<T, 8>(w, xr, xs, nt, yt, mode, thr, sp, t0, st);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    if (B < 1)
+        return 0;
+    const uint8_t *xr;
+    int64_t xs;
+    int rc = prep_x<T>(x, w->n_in, B, xq, &xr, &xs, st);
+    if (rc)
+        return rc;
+    return B == 1   ? gemv_launch<T, 1>(w, xr, xs, B, y, mode, thr, sp, false, st)
+           : B == 2 ? gemv_launch<T, 2>(w, xr, xs, B, y, mode, thr, sp, false, st)
+           : B <= 4 ? gemv_launch<T, 4>(w, xr, xs, B, y, mode, thr, sp, false, st)
+                    : gemv_launch<T, GEMV_MAX_NB>(w, xr, xs, B, y, mode, thr, sp, B > GEMV_MAX_NB, st);
 }
 
 extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq,
@@ -514,39 +567,56 @@ __device__ static inline float glu(int kind, float g, float u)
     return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
 }
 
-/* Dense (idx NULL): warp row j for the nt tokens of the launch. Indexed: token blockIdx.y, its
- * j-th listed row (nt 1). */
-template <class T, int NB>
+/* Dense (idx NULL): warp w's J neurons j for a group of up to NB tokens (B in all). Indexed: token
+ * (group) blockIdx.y, its j-th listed row (NB 1, J 1). TG_X: the token groups on x, as the wide
+ * GEMV has them. Each (neuron, token) gate and up sum is the same bits in every shape. */
+template <class T, int NB, int J, bool TG_X>
 __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, const __half *__restrict__ gd,
                                              const uint8_t *__restrict__ uq, const __half *__restrict__ ud,
                                              int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
                                              float *act, int kind, const int32_t *__restrict__ idx,
-                                             const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int nt)
+                                             const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int B)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t j = (int64_t)blockIdx.x * GEMV_ROWS + warp;
-    const int tok = blockIdx.y;
+    const int64_t j0 = ((int64_t)(TG_X ? blockIdx.y : blockIdx.x) * GEMV_ROWS + warp) * J;
+    const int grp = (int)(TG_X ? blockIdx.x : blockIdx.y);
+    const int tok = idx ? grp : grp * NB, nt = idx ? 1 : (B - tok < NB ? B - tok : NB);
     const int64_t n = idx && cnt ? cnt[tok] : n_out;
-    if (j >= n)
+    if (j0 >= n)
         return;
-    const int64_t r = idx ? idx[tok * idx_stride + j] : j;
     const uint8_t *xt = x + (int64_t)tok * xs;
-    const int64_t nb = n_in / T::E, rq = r * nb * (16 * T::NQ);
-    const uint8_t *qr[2] = { gq + rq, uq + rq };
-    const __half *dr[2] = { T::HAS_D ? gd + r * nb : nullptr, T::HAS_D ? ud + r * nb : nullptr };
-    float acc[2][NB];
-    dot_rows<T, NB, 2>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
-    const float *ag = acc[0], *au = acc[1];
+    const int64_t nb = n_in / T::E;
+    const uint8_t *qr[2 * J];
+    const __half *dr[2 * J];
+    int64_t rr[J];
+#pragma unroll
+    for (int i = 0; i < J; i++) { /* a neuron past the end repeats the last one, and is not stored */
+        const int64_t j = j0 + i < n ? j0 + i : n - 1;
+        const int64_t r = idx ? idx[tok * idx_stride + j] : j, rq = r * nb * (16 * T::NQ);
+        rr[i] = r;
+        qr[2 * i] = gq + rq, qr[2 * i + 1] = uq + rq;
+        dr[2 * i] = T::HAS_D ? gd + r * nb : nullptr, dr[2 * i + 1] = T::HAS_D ? ud + r * nb : nullptr;
+    }
+    float acc[2 * J][NB];
+    dot_rows<T, NB, 2 * J>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
     if (lane)
         return;
 #pragma unroll
-    for (int t = 0; t < NB; t++) {
-        if (t >= nt)
+    for (int i = 0; i < J; i++) {
+        const int64_t j = j0 + i;
+        if (j >= n)
             break;
-        const int64_t row = (int64_t)(tok + t) * (idx ? idx_stride : n_out);
-        act[row + (compact ? j : r)] = glu(kind, ag[t], au[t]);
+#pragma unroll
+        for (int t = 0; t < NB; t++) {
+            if (t >= nt)
+                break;
+            const int64_t row = (int64_t)(tok + t) * (idx ? idx_stride : n_out);
+            act[row + (compact ? j : rr[i])] = glu(kind, acc[2 * i][t], acc[2 * i + 1][t]);
+        }
     }
 }
+
+#define GLU_WIDE_J 2 /* neurons per warp in the wide (prefill) launch */
 
 template <class T>
 static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, int B, float *act, int kind,
@@ -557,38 +627,34 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
     const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     const uint8_t *xr;
     int64_t xs;
+    if (B < 1)
+        return 0;
+    int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
+    if (rc)
+        return rc;
     if (idx) {
-        if (B > GEMV_MAX_NB)
-            return -(int)cudaErrorInvalidValue;
-        int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
-        if (rc)
-            return rc;
-        k_glu<T, 1><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, idx,
-                                                           cnt, idx_stride, compact, 1);
+        k_glu<T, 1, 1, false><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act,
+                                                                     kind, idx, cnt, idx_stride, compact, B);
         return launched();
     }
-    for (int t0 = 0; t0 < B; t0 += GEMV_MAX_NB) {
-        const int nt = B - t0 < GEMV_MAX_NB ? B - t0 : GEMV_MAX_NB;
-        int rc = prep_x<T>(x + (size_t)t0 * g->n_in, g->n_in, nt, xq, &xr, &xs, st);
-        if (rc)
-            return rc;
-        float *at = act + (size_t)t0 * g->n_out;
-#define GLU_L(NB) k_glu<T, NB><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, at, kind, \
-                                                             nullptr, nullptr, 0, false, nt)
-        if (nt == 1)
-            GLU_L(1);
-        else if (nt == 2)
-            GLU_L(2);
-        else if (nt <= 4)
-            GLU_L(4);
-        else
-            GLU_L(8);
-#undef GLU_L
-        rc = launched();
-        if (rc)
-            return rc;
+#define GLU_L(NB) k_glu<T, NB, 1, false><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, \
+                                                                      kind, nullptr, nullptr, 0, false, B)
+    if (B == 1)
+        GLU_L(1);
+    else if (B == 2)
+        GLU_L(2);
+    else if (B <= 4)
+        GLU_L(4);
+    else if (B <= GEMV_MAX_NB)
+        GLU_L(GEMV_MAX_NB);
+    else {
+        const unsigned rows = (unsigned)((g->n_out + GEMV_ROWS * GLU_WIDE_J - 1) / (GEMV_ROWS * GLU_WIDE_J));
+        k_glu<T, GEMV_MAX_NB, GLU_WIDE_J, true><<<dim3((unsigned)((B + GEMV_MAX_NB - 1) / GEMV_MAX_NB), rows), 128, 0,
+                                                  st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, nullptr,
+                                                        nullptr, 0, false, B);
     }
-    return 0;
+#undef GLU_L
+    return launched();
 }
 
 extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
@@ -673,15 +739,25 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
 {
     const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)B);
-    k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const __half *)w->d, n_embd, n_ff, act, idx, cnt,
-                                              idx_stride, part, n_chunk);
-    int rc = launched();
-    if (rc)
-        return rc;
-    k_chunk_sum<<<dim3((unsigned)((n_embd + 255) / 256), (unsigned)B), 256, 0, st>>>(part, cnt, n_ff, n_embd, n_chunk,
-                                                                                      y, add);
-    return launched();
+    /* the partial sums hold CUK_AXPY_MAX_B tokens: larger batches go in groups, each token alone in
+     * its blocks either way */
+    for (int t0 = 0; t0 < B; t0 += CUK_AXPY_MAX_B) {
+        const int nt = B - t0 < CUK_AXPY_MAX_B ? B - t0 : CUK_AXPY_MAX_B;
+        const float *at = act + (int64_t)t0 * idx_stride;
+        const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
+        float *yt = y + (int64_t)t0 * n_embd;
+        const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)nt);
+        k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const __half *)w->d, n_embd, n_ff, at, it, ct,
+                                                  idx_stride, part, n_chunk);
+        int rc = launched();
+        if (rc)
+            return rc;
+        k_chunk_sum<<<dim3((unsigned)((n_embd + 255) / 256), (unsigned)nt), 256, 0, st>>>(part, ct, n_ff, n_embd,
+                                                                                           n_chunk, yt, add);
+        if ((rc = launched()))
+            return rc;
+    }
+    return 0;
 }
 
 extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx,

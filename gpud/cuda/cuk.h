@@ -46,10 +46,12 @@ enum cuk_mode {
     CUK_SPLIT3 = 4, /* cuk_gemv_split3 only */
 };
 
-/* y (B, n_out) op= W · x (B, n_in), f32 accumulation. Any B (tokens go in groups of at most 8 per
- * launch). For CUK_MASK, y is a uint8_t (B, n_out) array. x and y strides are n_in and n_out.
- * Float weight types dot the f32 x; Q8_0/Q4_0 weights dot x quantized per 32-block to int8 (the
- * CPU's Q8_0 rounding) into xq, a scratch of 8 × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
+/* y (B, n_out) op= W · x (B, n_in), f32 accumulation. Any B: up to 8 tokens as a GEMV (the weight
+ * row read once for all of them), more as the same kernel tiled over groups of 8 tokens (prefill);
+ * each (row, token) is reduced in one order whatever B is. For CUK_MASK, y is a uint8_t (B, n_out)
+ * array. x and y strides are n_in and n_out. Float weight types dot the f32 x; Q8_0/Q4_0 weights
+ * dot x quantized per 32-block to int8 (the CPU's Q8_0 rounding) into xq, a scratch of
+ * B × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
 int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
 size_t cuk_xq_row_bytes(int64_t n_in);
 /* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1
@@ -58,7 +60,7 @@ int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int
                     float *y2, void *xq, void *st);
 
 /* act (B, n) = act(gate · x, up · x) over rows: dense (idx NULL: rows 0..n_out), or for each
- * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts; B ≤ 8). xq as for cuk_gemv. compact: act[b][j], else
+ * token b the rows idx[b * idx_stride + j], j < cnt[b] (device counts; any B). xq as for cuk_gemv. compact: act[b][j], else
  * act[b][idx[j]] (scatter into a zeroed n_out-wide row). act_kind: enum pi_act. */
 int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
             const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st);
@@ -69,9 +71,10 @@ int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, in
  * part (B, n_out / CUK_AXPY_CHUNK, n_embd) and then in chunk order into y: the same order for a
  * token whatever the batch. add: y += result, else y = result. */
 #define CUK_AXPY_CHUNK 16
+#define CUK_AXPY_MAX_B 8 /* tokens per launch: part holds this many (larger B goes in groups) */
 int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx, const int32_t *cnt,
                   int64_t idx_stride, float *part, float *y, bool add, void *st);
-size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B);
+size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B); /* B ≤ CUK_AXPY_MAX_B */
 
 /* For each token b: idx[b][0..cnt[b]) = the i < n with mask[b * n + i] != 0, in order. */
 int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st);
