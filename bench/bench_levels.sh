@@ -8,21 +8,29 @@
 #   bench/bench_levels.sh BIN_DIR OUT_DIR [BUDGET_S]
 #
 # BIN_DIR: pictl, bench_gemv, test_quant, test_quant_types, test_backend_ops (and lib/ with the
-# shared libraries they need). Env: T (threads, 16), N (decode tokens, 24), SHM (model folder,
-# /dev/shm/kern), TINY (the tiny F16 model, models/tiny-relu-llama-f16.gguf), SHAPE (llama-7b).
-# Every step's stdout/stderr lands in OUT_DIR/<step>.out/.err, one JSON line per step in
-# OUT_DIR/steps.jsonl; a step that no longer fits the budget is skipped (and says so).
+# shared libraries they need). Env: T (threads, 16), N (decode tokens, 16), SHM (model folder,
+# /dev/shm/kern), TINY (the tiny F16 model, models/tiny-relu-llama-f16.gguf), SHAPE (llama-7b),
+# Q4KM=0 to skip quantizing d16 to Q4_K_M (over 100 s at 16 threads on the GPU host: last, and
+# best in a call of its own).
+# Every step's stdout/stderr goes to <step>.out/.err in a work folder, one JSON line per step to
+# steps.jsonl; a step that no longer fits the budget is skipped (and says so). The device returns at
+# most 8 files from $OUT, so OUT_DIR gets only steps.jsonl, summary.md (bench_levels_summary.py,
+# also printed) and results.tgz (every log); the GEMV lines and decode [perf] lines are also printed
+# as they come, so the output alone carries the figures.
 set -u
 B=$(cd "$1" && pwd)
 OUT=$2
 BUDGET=${3:-190}
 T=${T:-16}
-N=${N:-24}
+N=${N:-16}
 SHM=${SHM:-/dev/shm/kern}
 TINY=${TINY:-models/tiny-relu-llama-f16.gguf}
 SHAPE=${SHAPE:-llama-7b}
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT" "$SHM"
+FINAL=$(cd "$OUT" && pwd)
+OUT=$(mktemp -d)
 START_MS=$(($(date +%s%N) / 1000000))
 
 left_s() { echo $((BUDGET - ($(date +%s%N) / 1000000 - START_MS) / 1000)); }
@@ -42,6 +50,8 @@ step() {
     local rc=$?
     local ms=$(($(date +%s%N) / 1000000 - t0))
     echo "{\"step\":\"$name\",\"rc\":$rc,\"ms\":$ms}" | tee -a "$OUT/steps.jsonl"
+    grep -h '"bench":"gemv"\|"op":"read' "$OUT/$name.out" 2>/dev/null | cut -c1-260
+    grep -ho '\[perf\].*' "$OUT/$name.err" 2>/dev/null
     return $rc
 }
 
@@ -90,13 +100,8 @@ for m in d4 s4 d16; do
     decode "$m" "$SHM/$m.gguf" avx512 "$N"
     decode "$m" "$SHM/$m.gguf" avx2 "$N"
 done
-step quantize_q4km 30 "$B/pictl" quantize -q "$SHM/d16.gguf" "$SHM/q4km.gguf" q4_k_m "$T"
-if [ -f "$SHM/q4km.gguf" ]; then
-    decode q4km "$SHM/q4km.gguf" avx512 "$N"
-    decode q4km "$SHM/q4km.gguf" avx2 "$N"
-fi
 # a second round of the fast levels where time allows (medians of two)
-for m in d4 s4 q4km d16; do
+for m in d4 s4 d16; do
     [ -f "$SHM/$m.gguf" ] || continue
     decode "${m}_r2" "$SHM/$m.gguf" avx512 "$N"
     decode "${m}_r2" "$SHM/$m.gguf" avx2 "$N"
@@ -114,10 +119,24 @@ if [ -f "$SHM/s4.gguf" ]; then
     fi
 fi
 
-# 5. the scalar reference level last, few tokens (it is the oracle, not a contender)
-for m in d4 q4km; do
-    [ -f "$SHM/$m.gguf" ] || continue
-    decode "$m" "$SHM/$m.gguf" scalar 4
-done
+# 5. the scalar reference level, few tokens (it is the oracle, not a contender)
+[ -f "$SHM/d4.gguf" ] && decode d4 "$SHM/d4.gguf" scalar 4
+
+# 6. Q4_K_M: d16 quantized (slow: last), then decode per level
+if [ "${Q4KM:-1}" != 0 ] && [ -f "$SHM/d16.gguf" ]; then
+    step quantize_q4km 60 "$B/pictl" quantize -q "$SHM/d16.gguf" "$SHM/q4km.gguf" q4_k_m "$T"
+    if [ -f "$SHM/q4km.gguf" ]; then
+        decode q4km "$SHM/q4km.gguf" avx512 "$N"
+        decode q4km "$SHM/q4km.gguf" avx2 "$N"
+        decode q4km_r2 "$SHM/q4km.gguf" avx512 "$N"
+        decode q4km_r2 "$SHM/q4km.gguf" avx2 "$N"
+        decode q4km "$SHM/q4km.gguf" scalar 4
+    fi
+fi
 ls -la "$SHM" >"$OUT/shm.txt" 2>&1
 echo "{\"step\":\"end\",\"left_s\":$(left_s)}" | tee -a "$OUT/steps.jsonl"
+
+# what comes back: three files
+cp "$OUT/steps.jsonl" "$FINAL/"
+python3 "$HERE/bench_levels_summary.py" "$OUT" >"$FINAL/summary.md" 2>&1 && cat "$FINAL/summary.md"
+tar czf "$FINAL/results.tgz" -C "$OUT" .
