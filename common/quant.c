@@ -23,6 +23,7 @@ static struct pi_type_traits traits_lv[PI_CPU_LEVELS][PI_TYPE_COUNT];
 #define traits_ref traits_lv[PI_CPU_SCALAR]
 static pthread_once_t quant_once = PTHREAD_ONCE_INIT;
 static enum pi_cpu_level level_max = PI_CPU_SCALAR;
+static enum pi_cpu_level level_default = PI_CPU_SCALAR; /* what quant_init picks without PINFER_CPU_LEVEL */
 /* A switch between correct kernel sets, so relaxed loads suffice: a thread that sees the old value
  * just uses another, equally valid, table. Readers load it once per call. */
 static atomic_int level_cur;
@@ -66,7 +67,11 @@ static void quant_init_once(void)
 #endif
     }
 #endif
-    enum pi_cpu_level want = level_max;
+    /* AVX-512 is opt-in (PINFER_CPU_LEVEL=avx512): measured on the GPU machine's host (Xeon, 16
+     * threads, 7B Q4_0, 2026-12-01 13:35 UTC, docs/BENCHMARKS.md) its kernels decoded at 0.5-0.75x
+     * the AVX2 ones, so the fastest level there is AVX2 */
+    level_default = level_max > PI_CPU_AVX2 ? PI_CPU_AVX2 : level_max;
+    enum pi_cpu_level want = level_default;
     const char *env = getenv("PINFER_CPU_LEVEL");
     const char *scalar = getenv("PINFER_SCALAR");
     if (scalar && strcmp(scalar, "1") == 0)
@@ -76,7 +81,7 @@ static void quant_init_once(void)
         if (l < 0 || l > (int)level_max)
             fprintf(stderr, "pinfer: PINFER_CPU_LEVEL=%s: %s; using %s\n", env,
                     l < 0 ? "unknown level (scalar, avx2, avx512)" : "not supported by this CPU or build",
-                    level_names[level_max]);
+                    level_names[level_default]);
         else
             want = (enum pi_cpu_level)l;
     }
@@ -130,7 +135,8 @@ int quant_level_from_name(const char *name)
 
 void quant_use_scalar(bool scalar)
 {
-    quant_set_level(scalar ? PI_CPU_SCALAR : quant_level_max());
+    quant_init();
+    quant_set_level(scalar ? PI_CPU_SCALAR : level_default);
 }
 
 const struct pi_type_traits *quant_traits_ref(uint32_t type)
