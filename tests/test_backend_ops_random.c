@@ -29,6 +29,7 @@
 #include "pi_err.h"
 #include "pwri_testmodel.h"
 #include "quant.h"
+#include "ref_f64.h"
 #include "testutil.h"
 
 #define N_CTX 16
@@ -59,37 +60,12 @@ static float frand(float scale)
     return ((float)(rng >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
 }
 
-static void mv(const float *W, const double *x, double *y, int n_in, int n_out)
-{
-    for (int o = 0; o < n_out; o++) {
-        double s = 0.0;
-        for (int i = 0; i < n_in; i++)
-            s += (double)W[(size_t)o * n_in + i] * x[i];
-        y[o] = s;
-    }
-}
-
+/* y = rmsnorm(x) * w of a row the backend returned (float) */
 static void rmsnorm(const float *x, const float *w, double *y, int n, double eps)
 {
-    double ss = 0.0;
     for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    const double s = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++)
-        y[i] = x[i] * s * w[i];
-}
-
-static void rope(double *v, int n_heads, int d, int pos, double theta, bool neox)
-{
-    for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < d / 2; i++) {
-            const double ang = pos * pow(theta, -2.0 * i / d);
-            const int a = neox ? i : 2 * i, b = neox ? i + d / 2 : 2 * i + 1;
-            double *x = v + (size_t)h * d;
-            const double x0 = x[a], x1 = x[b];
-            x[a] = x0 * cos(ang) - x1 * sin(ang);
-            x[b] = x0 * sin(ang) + x1 * cos(ang);
-        }
+        y[i] = x[i];
+    ref_norm(y, w, y, n, eps);
 }
 
 static double glu(const struct pwri_cfg *c, double g, double u)
@@ -132,15 +108,15 @@ static void ref_attn(struct ref *r, int l, const struct pi_batch *bt, const floa
     for (int32_t t = 0; t < bt->n; t++) {
         double *k = ref_kv(r, r->kc, l, bt->seq[t], bt->pos[t]), *v = ref_kv(r, r->vc, l, bt->seq[t], bt->pos[t]);
         rmsnorm(x + (size_t)t * E, w->attn_norm[l], xn, E, r->hp->norm_eps);
-        mv(w->wq[l], xn, q + (size_t)t * Q, E, Q);
-        mv(w->wk[l], xn, k, E, KV);
-        mv(w->wv[l], xn, v, E, KV);
+        ref_mv(w->wq[l], xn, q + (size_t)t * Q, E, Q);
+        ref_mv(w->wk[l], xn, k, E, KV);
+        ref_mv(w->wv[l], xn, v, E, KV);
         for (int i = 0; c->bias && i < Q; i++)
             q[(size_t)t * Q + i] += w->bq[l][i];
         for (int i = 0; c->bias && i < KV; i++)
             k[i] += w->bk[l][i], v[i] += w->bv[l][i];
-        rope(q + (size_t)t * Q, H, D, bt->pos[t], r->hp->rope_theta, neox);
-        rope(k, HK, D, bt->pos[t], r->hp->rope_theta, neox);
+        ref_rope(q + (size_t)t * Q, H, D, bt->pos[t], r->hp->rope_theta, neox);
+        ref_rope(k, HK, D, bt->pos[t], r->hp->rope_theta, neox);
     }
     for (int32_t t = 0; t < bt->n; t++) {
         const int p = bt->pos[t], s = bt->seq[t];
@@ -163,7 +139,7 @@ static void ref_attn(struct ref *r, int l, const struct pi_batch *bt, const floa
                 att[h * D + i] = a;
             }
         }
-        mv(w->wo[l], att, o, Q, E);
+        ref_mv(w->wo[l], att, o, Q, E);
         for (int i = 0; i < E; i++)
             out[(size_t)t * E + i] = x[(size_t)t * E + i] + o[i];
     }
@@ -178,10 +154,10 @@ static void ref_scores(struct ref *r, int l, int32_t n, const float *h, double *
     for (int32_t t = 0; t < n; t++) {
         for (int i = 0; i < E; i++)
             hd[i] = h[(size_t)t * E + i];
-        mv(r->w->fc1[l], hd, z, E, R);
+        ref_mv(r->w->fc1[l], hd, z, E, R);
         for (int i = 0; i < R; i++)
             z[i] = z[i] > 0 ? z[i] : 0;
-        mv(r->w->fc2[l], z, score + (size_t)t * F, R, F);
+        ref_mv(r->w->fc2[l], z, score + (size_t)t * F, R, F);
     }
     free(hd), free(z);
 }
@@ -220,7 +196,7 @@ static void ref_output(struct ref *r, int32_t n, const float *x, double *logits)
     double *xn = malloc((size_t)E * sizeof *xn);
     for (int32_t t = 0; t < n; t++) {
         rmsnorm(x + (size_t)t * E, r->w->out_norm, xn, E, r->hp->norm_eps);
-        mv(r->c->tied ? r->w->emb : r->w->out, xn, logits + (size_t)t * V, E, V);
+        ref_mv(r->c->tied ? r->w->emb : r->w->out, xn, logits + (size_t)t * V, E, V);
     }
     free(xn);
 }
