@@ -2,7 +2,7 @@
 # Run on the GPU machine with release binaries (-Dcuda=disabled) built here and carried in .device/me
 # (pictl, gpud, cpud, predictord, loaderd, bench_batch), .device/ab/pictl-old = 2c7605c, .device/lib.
 # (The 12:21 run of docs/BENCHMARKS.md chose the mode with an environment variable, since replaced by --predict-in.)
-# lead's call 2: pipeline vs in-process at -t 16 on s4 (predictor in predictord with 16 threads, or in gpud), d4 batching
+# (env SKIP_BATCH=1: the pipeline part only, as final_ab.sh runs it.) lead's call 2: pipeline vs in-process at -t 16 on s4 (predictor in predictord with 16 threads, or in gpud), d4 batching
 set -u
 D=.device/me
 export LD_LIBRARY_PATH="$PWD/.device/lib"
@@ -10,8 +10,8 @@ O=/tmp/o; mkdir -p $O
 SHM=/dev/shm/pb; mkdir -p $SHM
 T=$(nproc)
 log() { echo "[$(date +%T)] $*" | tee -a "$O/run.log"; }
-$D/pictl synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t $T -q -o $SHM/s4.gguf >>"$O/run.log" 2>&1
-$D/pictl synth --shape llama-7b --type q4_0 -t $T -q -o $SHM/d4.gguf >>"$O/run.log" 2>&1
+[ -f $SHM/s4.gguf ] || $D/pictl synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t $T -q -o $SHM/s4.gguf >>"$O/run.log" 2>&1
+[ -f $SHM/d4.gguf ] || $D/pictl synth --shape llama-7b --type q4_0 -t $T -q -o $SHM/d4.gguf >>"$O/run.log" 2>&1
 log synth
 for mode in predictord gpud; do
   $D/pictl start -m $SHM/s4.gguf --name p$mode -t $T -c 512 --predict-in $mode >>"$O/run.log" 2>&1 || log "start $mode failed"
@@ -29,6 +29,6 @@ for mode in predictord gpud; do
   $D/pictl stop --name p$mode >>"$O/run.log" 2>&1
 done
 log pipeline
-timeout 90 $D/bench_batch -m $SHM/d4.gguf -t $T -n 16 --seqs 1,2,4,8 --rounds 2 > "$O/batch-d4.jsonl" 2>>"$O/run.log"
+[ -n "${SKIP_BATCH:-}" ] || timeout 90 $D/bench_batch -m $SHM/d4.gguf -t $T -n 16 --seqs 1,2,4,8 --rounds 2 > "$O/batch-d4.jsonl" 2>>"$O/run.log"
 log "batch d4 rc=$?"
 tar czf $OUT/o.tgz -C /tmp o
