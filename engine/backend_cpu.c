@@ -255,9 +255,9 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)kv_row(hp);
     int rc;
     ops_rmsnorm_rows(b->xn, b->x, l->attn_norm.data, B, E, hp->norm_eps);
-    if ((rc = ops_matmul(b->pool, &b->scratch, &l->wq, b->xn, b->q, B)) ||
-        (rc = ops_matmul(b->pool, &b->scratch, &l->wk, b->xn, b->k, B)) ||
-        (rc = ops_matmul(b->pool, &b->scratch, &l->wv, b->xn, b->v, B)))
+    const struct pi_tensor *qkv[3] = { &l->wq, &l->wk, &l->wv };
+    float *const qkv_out[3] = { b->q, b->k, b->v };
+    if ((rc = ops_matmul_n(b->pool, &b->scratch, qkv, qkv_out, 3, b->xn, B)))
         return rc;
     add_bias(b->q, &l->bq, B, Q);
     add_bias(b->k, &l->bk, B, KV);
@@ -272,7 +272,7 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
         ct->from_float(b->v + i * KV, cache_cell(b, b->v_cache, layer, bt->seq[i], bt->pos[i]), KV);
     }
     struct attn_job j = { .b = b, .layer = layer, .bt = bt };
-    pool_run(b->pool, attn_worker, &j);
+    pool_run(b->pool, attn_worker, &j); /* slices = threads: each has its own row of scores */
     if ((rc = ops_matmul(b->pool, &b->scratch, &l->wo, b->att, b->proj, B)))
         return rc;
     for (int64_t i = 0; i < (int64_t)B * E; i++)
@@ -319,8 +319,9 @@ static int cpu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t B, bo
     ops_rmsnorm_rows(b->xn, b->x, l->ffn_norm.data, B, E, hp->norm_eps);
     if (!sparse && !w->slot && l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
         /* dense, every neuron here: three GEMMs */
-        if ((rc = ops_matmul(b->pool, &b->scratch, &l->ffn_gate, b->xn, b->gate, B)) ||
-            (rc = ops_matmul(b->pool, &b->scratch, &l->ffn_up, b->xn, b->up, B)))
+        const struct pi_tensor *gu[2] = { &l->ffn_gate, &l->ffn_up };
+        float *const gu_out[2] = { b->gate, b->up };
+        if ((rc = ops_matmul_n(b->pool, &b->scratch, gu, gu_out, 2, b->xn, B)))
             return rc;
         for (int64_t i = 0; i < (int64_t)B * F; i++)
             b->gate[i] = model_glu(hp->act, b->gate[i], b->up[i]);
