@@ -149,8 +149,13 @@ static void admit(struct gpud *g)
         bool any_free = false;
         for (int32_t s = 0; s < g->n_seq && !any_free; s++)
             any_free = g->seqs[s].slot < 0;
-        if (!any_free)
+        if (!any_free) {
+            const int waiting = next_request(g);
+            /* only gpud writes it, the client reads it after the request ended (state release) */
+            if (waiting >= 0 && atomic_load_explicit(&ctl->reqs[waiting].state, memory_order_acquire) == PI_REQ_QUEUED)
+                ctl->reqs[waiting].queued_steps++;
             return;
+        }
         const int slot = next_request(g);
         if (slot < 0)
             return;

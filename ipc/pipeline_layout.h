@@ -143,6 +143,8 @@ struct pi_request {
     int32_t error;              /* negative code when FAILED */
     uint64_t prefill_ns, decode_ns; /* gpud, for the client's [perf] line */
     uint32_t replays;           /* gpud: times this request was replayed after a gpud restart */
+    uint32_t queued_steps;      /* gpud: scheduler steps it waited QUEUED while every sequence was
+                                   busy (continuous batching's queue; --json-stats reports it) */
     _Atomic uint32_t cancel;    /* supervisor: 1 = the client asked or went away; gpud stops the
                                    request at its next step and fails it as cancelled */
     _Atomic int32_t seq;        /* gpud: the KV-cache sequence running it, -1 while none */

@@ -268,6 +268,7 @@ static uint64_t fill_slot(struct sup *s, int slot, const struct sup_gen_args *g,
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;
     r->replays = 0;
+    r->queued_steps = 0;
     atomic_store_explicit(&r->cancel, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq, -1, memory_order_relaxed);
     r->errmsg[0] = '\0';

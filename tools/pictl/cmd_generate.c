@@ -27,6 +27,7 @@
 struct gen_result {
     int32_t n_prompt, n_gen;
     double prefill_ms, decode_ms;
+    uint32_t queued_steps;
     bool hit_context_end;
     json_t *ids;
 };
@@ -44,6 +45,8 @@ static int write_stats(const char *path, const struct pi_model *m, const struct 
         json_object_set(j, "backend", json_object_get(st, "backend"));
         json_decref(st);
     }
+    if (j) /* steps the oldest waiting request spent queued behind busy sequences */
+        json_object_set_new(j, "queued_steps", json_integer(g->queued_steps));
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -146,6 +149,7 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     const struct pi_request *r = st.r;
     g.n_prompt = r->n_prompt;
     g.prefill_ms = r->prefill_ns / 1e6;
+    g.queued_steps = r->queued_steps;
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
