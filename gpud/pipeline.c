@@ -109,6 +109,9 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
     eval_count(e, layer, B, cnt);
     if ((rc = be->ffn_add(e->be, layer, B, ycold)))
         return rc;
+    if (ycold && be->stage_out) /* the cold share went to the device */
+        atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
+                                  memory_order_relaxed);
     const uint64_t total = now_ns() - t_start;
     stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt->bytes);
     return 0;
@@ -129,8 +132,13 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
     if (sparse && (rc = be->predict(e->be, layer, B)))
         return rc;
     /* h and the masks go out only when a host share needs them (cpud, or the host when it is down) */
-    if (host_share && (rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
-        return rc;
+    if (host_share) {
+        if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
+            return rc;
+        const uint64_t out = (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
+                             (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0);
+        atomic_fetch_add_explicit(&g->rt.me->d2h_bytes, out, memory_order_relaxed);
+    }
     const struct pi_layer_weights w = model_layer_weights(e->m, layer);
     if ((rc = be->ffn(e->be, &w, B, sparse, &cnt))) /* the hot neurons, while the host hands off */
         return rc;
@@ -222,8 +230,15 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
+/* Polls of the cold-share ring before gpud sleeps on it, beside a device: cpud takes 0.05-1 ms per
+ * layer, and a futex wake-up on the critical path of every layer costs tens of µs; the core gpud
+ * spins on is the one cpud leaves to gpud's host thread (cpud.c, device_check). */
+#define GPUD_COLD_SPIN 1000000u
+
 void gpud_route_ffn(struct gpud *g)
 {
+    if (g->be_ops->stage_out)
+        ring_set_spin(&g->act.rings[ACT_RING_CPU_GPU], GPUD_COLD_SPIN);
     g->ev.ffn_fn = ffn_step;
     g->ev.ffn_user = g;
 }
