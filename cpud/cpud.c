@@ -132,6 +132,33 @@ static bool current(struct cpud *c, const struct act_item *it)
     return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
 }
 
+/* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
+ * spins on the copy event and the result ring the whole time cpud computes, so cpud leaves it a core
+ * of the -t threads (16 threads on 16 cores made the pool's oversubscription check go solo: one
+ * thread for the cold share, ~2.4 ms per layer), and its workers stay awake between layers (the GPU
+ * computes attention; no host thread of gpud needs their cores). With the CPU backend gpud computes
+ * attention on the cores cpud's workers would spin on, so they are parked after each step. */
+static int device_check(struct cpud *c)
+{
+    const struct pi_ctl *ctl = c->rt.ctl;
+    if (c->dev_known || !ctl->backend_used[0])
+        return 0;
+    c->dev_known = true;
+    c->beside_device = strcmp(ctl->backend_used, "cpu") != 0;
+    const int nt = pool_size(c->pool);
+    if (!c->beside_device || nt < 2)
+        return 0;
+    struct pi_pool *p;
+    int rc = pool_new(&p, nt - 1);
+    if (rc)
+        return rc;
+    pool_free(c->pool);
+    c->pool = p;
+    fprintf(stderr, "cpud: gpud runs on %s: %d worker threads (one core left to gpud's host thread), not parked\n",
+            ctl->backend_used, nt - 1);
+    return 0;
+}
+
 static int do_step(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
@@ -141,6 +168,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
         return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
     const int32_t B = it->n_tok;
+    int rc;
+    if ((rc = device_check(c)))
+        return rc;
     ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
@@ -148,7 +178,6 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
         mask = a->mask;
     uint64_t bytes = 0;
-    int rc;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
@@ -176,7 +205,8 @@ static int do_step(struct cpud *c, const struct act_item *it)
                 pi_strerror(prc));
     c->last_epoch = it->epoch;
     c->last_seq = it->seq;
-    pool_park(c->pool); /* gpud runs the next attention on these cores */
+    if (!c->beside_device)
+        pool_park(c->pool); /* gpud runs the next attention on these cores */
     stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
     return 0;
 }
