@@ -12,11 +12,11 @@
  * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls.
  *
  * On a GPU (the backend runs the predictor and has stage_out) the hand-off is asynchronous: the
- * predictor, the copy of h and the masks into the act segment (pinned with cudaHostRegister) and
- * the hot FFN are enqueued in gpud's stream one after the other; gpud waits for the copies' event
- * alone — not the device — then hands the step to cpud while the GPU computes the hot neurons; the
- * cold share comes back from the pinned segment with an asynchronous copy added on the device. A
- * layer with no cold neuron never involves cpud. */
+ * predictor and the copy of h and the masks into the act segment (pinned with cudaHostRegister) are
+ * enqueued in gpud's stream; gpud waits for the copies' event alone — not the device — hands the
+ * step to cpud, then enqueues the hot FFN, which the GPU computes while cpud computes the cold
+ * neurons; the cold share comes back from the pinned segment with an asynchronous copy added on
+ * the device. A layer with no cold neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
 
@@ -117,8 +117,8 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
     return 0;
 }
 
-/* The step on a GPU backend: predictor, copies out and the hot FFN enqueued back to back; the host
- * waits for the copies' event only, hands the step to cpud, then takes the cold share back. */
+/* The step on a GPU backend: predictor and copies out enqueued; the host waits for the copies' event
+ * only, hands the step to cpud, enqueues the hot FFN, then takes the cold share back. */
 static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
                            const struct act_item *it, bool host_share, uint64_t t_start)
 {
@@ -139,9 +139,6 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
                              (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0);
         atomic_fetch_add_explicit(&g->rt.me->d2h_bytes, out, memory_order_relaxed);
     }
-    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
-    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt))) /* the hot neurons, while the host hands off */
-        return rc;
     bool cpu_sent = false;
     uint64_t wait_ns = 0;
     if (host_share) {
@@ -161,6 +158,12 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
                 act_ring_cpud_bell(a->hdr);
         }
     }
+    /* the hot neurons, enqueued only now: cpud starts as soon as the copies are done, and the GPU
+     * computes while cpud does (launching first would put these launches on every layer's critical
+     * path); the stream holds the same kernels in the same order either way */
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
+        return rc;
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
