@@ -15,7 +15,7 @@ import json, os, signal, subprocess, sys, time
 
 pictl, model, budget, tag, out, ref = sys.argv[1:7]
 name = f"hk{os.getpid()}"
-N = int(os.environ.get("HK_TOKENS", "200"))
+N = int(os.environ.get("HK_TOKENS", "480"))
 PROMPT = "Once upon a time"
 OUTAGE_S = 1.0
 fails = 0
@@ -75,15 +75,19 @@ def gen(run_tag, kill=None, repeat=False):
 
 # HK_START: other start flags instead of the budget (a CPU-only check of this script: --backend cpu ...)
 start = os.environ.get("HK_START", "").split() or ["--backend", "cuda", "--vram-budget", budget]
-p = run("start", "-m", model, "--name", name, "-t", os.environ.get("HK_THREADS", "8"), "-c", "512", *start)
+# --parallel 1 as pictl run: the KV cache, and so the fixed bytes of the plan, are those of hybrid.sh's runs
+p = run("start", "-m", model, "--name", name, "-t", os.environ.get("HK_THREADS", "8"), "-c", "512", "--parallel", "1",
+        *start)
 if p.returncode != 0:
     say(False, f"start --vram-budget {budget}: {p.stderr[-300:]!r}")
     sys.exit(1)
 try:
     st = status()
     vr = st.get("vram", {})
-    print(f"hybrid_kill {tag}: budget {budget} GiB, hot neurons {vr.get('hot_neurons')}, coverage "
-          f"{vr.get('hot_coverage')}, backend {st.get('backend')}", flush=True)
+    print(f"hybrid_kill {tag}: budget {budget} GiB, hot neurons {vr.get('hot_neurons')} of {vr.get('neurons')}, "
+          f"coverage {vr.get('hot_coverage')}, backend {st.get('backend')}", flush=True)
+    if os.environ.get("HK_WANT_BACKEND"):
+        say(st.get("backend") == os.environ["HK_WANT_BACKEND"], f"placement backend {st.get('backend')}")
     base_t, base_l, note = gen("base")
     if base_t is None:
         say(False, f"base run: {note}")
