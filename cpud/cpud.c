@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dataplane.h"
@@ -81,6 +82,86 @@ static int disk_layer(struct cpud *c, const struct act_item *it, const uint8_t *
     return ncache_prefetch(c->nc, next, &c->next);
 }
 
+/* ---- pre-faulting the cold rows ----
+ * The weights image is a shared-memory mapping: the first time cpud reads a page of it, the kernel
+ * maps it (a minor fault, and 15 threads faulting at once contend on the process's page tables).
+ * Cold neurons fire rarely, so during decode nearly every cold row cpud reads was never touched by
+ * it: measured 2026-12-01 on the H200 host, the cold share ran at 5-17 GB/s instead of DRAM speed.
+ * So cpud maps the rows it may read (the neurons not on gpud) at start, in parallel: madvise
+ * MADV_POPULATE_READ (Linux 5.14), else a read per page. Not with the disk tier (RAM budget): its
+ * cold rows come from the neuron cache, and the image is not meant to be resident. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#define PREFAULT_PAGE 4096
+
+struct prefault_job {
+    const struct pi_model *m;
+    const uint8_t *gpu_idx;
+    struct ffn_runs *runs; /* one per layer, built before the run */
+    _Atomic uint64_t bytes;
+};
+
+static uint64_t prefault_range(const void *p, size_t n)
+{
+    if (!p || !n)
+        return 0;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PREFAULT_PAGE - 1), e = (uintptr_t)p + n;
+    if (madvise((void *)a, e - a, MADV_POPULATE_READ) != 0) {
+        for (uintptr_t q = a; q < e; q += PREFAULT_PAGE)
+            (void)*(volatile const char *)q;
+    }
+    return e - a;
+}
+
+static void prefault_worker(void *arg, int ith, int nth)
+{
+    struct prefault_job *j = arg;
+    const int L = j->m->hp.n_layer;
+    uint64_t bytes = 0;
+    for (int l = ith; l < L; l += nth) {
+        const struct pi_layer *ly = &j->m->layers[l];
+        const struct ffn_runs *r = &j->runs[l];
+        for (int32_t k = 0; k < r->n; k++) {
+            const int64_t s = r->run[k][0], len = r->run[k][1];
+            bytes += prefault_range((const char *)ly->ffn_gate.data + (size_t)s * ly->ffn_gate.row_bytes,
+                                    (size_t)len * ly->ffn_gate.row_bytes);
+            bytes += prefault_range((const char *)ly->ffn_up.data + (size_t)s * ly->ffn_up.row_bytes,
+                                    (size_t)len * ly->ffn_up.row_bytes);
+            if (ly->ffn_down_t.data)
+                bytes += prefault_range((const char *)ly->ffn_down_t.data + (size_t)s * ly->ffn_down_t.row_bytes,
+                                        (size_t)len * ly->ffn_down_t.row_bytes);
+        }
+        if (!ly->ffn_down_t.data && r->n) /* ffn_down's rows are output dims: every one holds cold columns */
+            bytes += prefault_range(ly->ffn_down.data, ly->ffn_down.row_bytes * (size_t)ly->ffn_down.ne[1]);
+    }
+    atomic_fetch_add_explicit(&j->bytes, bytes, memory_order_relaxed);
+}
+
+static int prefault_cold(struct cpud *c)
+{
+    const struct pi_model *m = c->m;
+    const int L = m->hp.n_layer;
+    const int64_t F = m->hp.n_ff;
+    struct prefault_job j = { .m = m, .gpu_idx = c->act.gpu_idx, .runs = calloc((size_t)L, sizeof *j.runs) };
+    if (!j.runs)
+        return pi_fail(PI_E_NOMEM, "cpud: out of memory");
+    int rc = 0;
+    const uint64_t t0 = stage_now_ns();
+    for (int l = 0; !rc && l < L; l++)
+        rc = ffn_runs_build(&j.runs[l], c->act.gpu_idx + (size_t)l * F, 0, NULL, 1, F);
+    if (!rc)
+        pool_run(c->pool, prefault_worker, &j);
+    for (int l = 0; l < L; l++)
+        ffn_runs_fini(&j.runs[l]);
+    free(j.runs);
+    if (!rc)
+        fprintf(stderr, "cpud: mapped the cold rows (%.1f MiB) in %.3f s\n",
+                (double)atomic_load_explicit(&j.bytes, memory_order_relaxed) / (1 << 20),
+                (double)(stage_now_ns() - t0) / 1e9);
+    return rc;
+}
+
 int cpud_init(struct cpud *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
@@ -96,6 +177,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
     if (!c->xn)
         return pi_fail(PI_E_NOMEM, "cpud: out of memory");
     if (ctl->ram_budget && (rc = disk_open(c)))
+        return rc;
+    if (!ctl->ram_budget && (rc = prefault_cold(c)))
         return rc;
     stage_set_ready(&c->rt);
     fprintf(stderr, "cpud: %d worker threads\n", nt);
@@ -132,6 +215,33 @@ static bool current(struct cpud *c, const struct act_item *it)
     return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
 }
 
+/* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
+ * spins on the copy event and the result ring the whole time cpud computes, so cpud leaves it a core
+ * of the -t threads (16 threads on 16 cores made the pool's oversubscription check go solo: one
+ * thread for the cold share, ~2.4 ms per layer), and its workers stay awake between layers (the GPU
+ * computes attention; no host thread of gpud needs their cores). With the CPU backend gpud computes
+ * attention on the cores cpud's workers would spin on, so they are parked after each step. */
+static int device_check(struct cpud *c)
+{
+    const struct pi_ctl *ctl = c->rt.ctl;
+    if (c->dev_known || !ctl->backend_used[0])
+        return 0;
+    c->dev_known = true;
+    c->beside_device = strcmp(ctl->backend_used, "cpu") != 0;
+    const int nt = pool_size(c->pool);
+    if (!c->beside_device || nt < 2)
+        return 0;
+    struct pi_pool *p;
+    int rc = pool_new(&p, nt - 1);
+    if (rc)
+        return rc;
+    pool_free(c->pool);
+    c->pool = p;
+    fprintf(stderr, "cpud: gpud runs on %s: %d worker threads (one core left to gpud's host thread), not parked\n",
+            ctl->backend_used, nt - 1);
+    return 0;
+}
+
 static int do_step(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
@@ -141,6 +251,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
         return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
     const int32_t B = it->n_tok;
+    int rc;
+    if ((rc = device_check(c)))
+        return rc;
     ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
@@ -148,7 +261,6 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
         mask = a->mask;
     uint64_t bytes = 0;
-    int rc;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
@@ -176,7 +288,8 @@ static int do_step(struct cpud *c, const struct act_item *it)
                 pi_strerror(prc));
     c->last_epoch = it->epoch;
     c->last_seq = it->seq;
-    pool_park(c->pool); /* gpud runs the next attention on these cores */
+    if (!c->beside_device)
+        pool_park(c->pool); /* gpud runs the next attention on these cores */
     stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
     return 0;
 }

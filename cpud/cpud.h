@@ -29,6 +29,8 @@ struct cpud {
     uint8_t *mask2;         /* (n_batch, n_ff) the next layer's predicted masks */
     struct ops_scratch pred;
     struct ffn_runs next;
+    bool dev_known;         /* gpud's backend_used was read (device_check) */
+    bool beside_device;     /* gpud computes on a device, not on these cores */
 };
 
 int cpud_init(struct cpud *c, int argc, char **argv);

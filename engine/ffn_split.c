@@ -250,9 +250,17 @@ static void group_worker(void *arg, int ith, int nth)
         for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
             const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
             const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
-            act_segment(j, s, e, -1);
+            /* the next run's rows are fetched while this one computes: a sparse mask leaves
+             * runs of one or two neurons, too short for the hardware prefetcher to catch on */
+            const int64_t next = q + 1 < j->runs->n && j->runs->run[q + 1][0] < hi ? j->runs->run[q + 1][0] : -1;
+            prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, s), j->dt->row_bytes);
+            act_segment(j, s, e, next);
             for (int64_t i = s; i < e; i++) {
                 const char *row = lw_row(j->w, PI_ROW_DOWN_T, i);
+                if (i + 1 < e)
+                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, i + 1), j->dt->row_bytes);
+                else if (next >= 0)
+                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, next), j->dt->row_bytes);
                 bool read = false;
                 for (int32_t t = 0; t < nt; t++) {
                     const float a = j->act[(size_t)(j->t0 + t) * F + i];

@@ -12,11 +12,11 @@
  * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls.
  *
  * On a GPU (the backend runs the predictor and has stage_out) the hand-off is asynchronous: the
- * predictor, the copy of h and the masks into the act segment (pinned with cudaHostRegister) and
- * the hot FFN are enqueued in gpud's stream one after the other; gpud waits for the copies' event
- * alone — not the device — then hands the step to cpud while the GPU computes the hot neurons; the
- * cold share comes back from the pinned segment with an asynchronous copy added on the device. A
- * layer with no cold neuron never involves cpud. */
+ * predictor and the copy of h and the masks into the act segment (pinned with cudaHostRegister) are
+ * enqueued in gpud's stream; gpud waits for the copies' event alone — not the device — hands the
+ * step to cpud, then enqueues the hot FFN, which the GPU computes while cpud computes the cold
+ * neurons; the cold share comes back from the pinned segment with an asynchronous copy added on
+ * the device. A layer with no cold neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
 
@@ -109,13 +109,16 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
     eval_count(e, layer, B, cnt);
     if ((rc = be->ffn_add(e->be, layer, B, ycold)))
         return rc;
+    if (ycold && be->stage_out) /* the cold share went to the device */
+        atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
+                                  memory_order_relaxed);
     const uint64_t total = now_ns() - t_start;
     stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt->bytes);
     return 0;
 }
 
-/* The step on a GPU backend: predictor, copies out and the hot FFN enqueued back to back; the host
- * waits for the copies' event only, hands the step to cpud, then takes the cold share back. */
+/* The step on a GPU backend: predictor and copies out enqueued; the host waits for the copies' event
+ * only, hands the step to cpud, enqueues the hot FFN, then takes the cold share back. */
 static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
                            const struct act_item *it, bool host_share, uint64_t t_start)
 {
@@ -129,11 +132,13 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
     if (sparse && (rc = be->predict(e->be, layer, B)))
         return rc;
     /* h and the masks go out only when a host share needs them (cpud, or the host when it is down) */
-    if (host_share && (rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
-        return rc;
-    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
-    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt))) /* the hot neurons, while the host hands off */
-        return rc;
+    if (host_share) {
+        if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
+            return rc;
+        const uint64_t out = (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
+                             (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0);
+        atomic_fetch_add_explicit(&g->rt.me->d2h_bytes, out, memory_order_relaxed);
+    }
     bool cpu_sent = false;
     uint64_t wait_ns = 0;
     if (host_share) {
@@ -153,6 +158,12 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
                 act_ring_cpud_bell(a->hdr);
         }
     }
+    /* the hot neurons, enqueued only now: cpud starts as soon as the copies are done, and the GPU
+     * computes while cpud does (launching first would put these launches on every layer's critical
+     * path); the stream holds the same kernels in the same order either way */
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
+        return rc;
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
@@ -222,8 +233,15 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
+/* Polls of the cold-share ring before gpud sleeps on it, beside a device: cpud takes 0.05-1 ms per
+ * layer, and a futex wake-up on the critical path of every layer costs tens of µs; the core gpud
+ * spins on is the one cpud leaves to gpud's host thread (cpud.c, device_check). */
+#define GPUD_COLD_SPIN 1000000u
+
 void gpud_route_ffn(struct gpud *g)
 {
+    if (g->be_ops->stage_out)
+        ring_set_spin(&g->act.rings[ACT_RING_CPU_GPU], GPUD_COLD_SPIN);
     g->ev.ffn_fn = ffn_step;
     g->ev.ffn_user = g;
 }

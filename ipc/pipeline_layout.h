@@ -121,7 +121,10 @@ struct pi_stage_info {
     _Atomic uint64_t bytes;
     _Atomic uint64_t fallbacks;     /* gpud: layers where it computed a dead stage's share */
     _Atomic uint64_t stale_dropped; /* results discarded because their key was stale */
-    uint64_t reserved[4];
+    /* gpud beside a device: bytes of the per-layer hand-off over PCIe (h and masks to the host,
+     * the cold share back), for the PCIe readouts of pictl profile and --json-stats */
+    _Atomic uint64_t d2h_bytes, h2d_bytes;
+    uint64_t reserved[2];
     char last_error[PI_MSG_MAX];    /* the stage's last fatal error, for pictl status */
     struct pi_layer_prof layers[PI_MAX_LAYERS];
 };

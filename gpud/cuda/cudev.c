@@ -916,7 +916,7 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (masked)
         TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
-    if (n > CUDEV_GEMV_MAX) {
+    if (use_blas(d, n)) { /* benchmarks' cuBLAS prefill only: without it g/u/xh do not exist */
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
         TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * H, (int)hp->act, d->st)));
@@ -930,11 +930,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
         idx = d->idx, cnt = d->cnt;
         d->mask_valid = false; /* idx/cnt now list hot rows, not the layer's neurons */
         if (d->active) { /* counting (benchmarks): a sync per layer */
-            int32_t k[CUDEV_GEMV_MAX];
-            TRY(CU(cudaMemcpyAsync(k, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+            TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
             TRY(CU(cudaStreamSynchronize(d->st)));
             for (int32_t i = 0; i < n; i++)
-                d->active[layer] += (uint64_t)k[i];
+                d->active[layer] += (uint64_t)d->h_cnt[i];
         }
     }
     TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));

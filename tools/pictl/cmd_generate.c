@@ -18,7 +18,9 @@
 #include "pictl.h"
 #include "supervisor.h"
 #include "quant.h"
+#include "prof_snap.h"
 #include "run_opts.h"
+#include "stage.h"
 #include "tokenizer.h"
 
 #define STREAM_WAIT_MS 200  /* futex wait slice: check the supervisor between slices */
@@ -30,6 +32,12 @@ struct gen_result {
     uint32_t queued_steps;
     bool hit_context_end;
     json_t *ids;
+    /* the stages' profile counters when the first token came (the end of the prefill), and then */
+    const struct pi_ctl *ctl;
+    struct prof_snap *first;
+    uint64_t first_ns;
+    uint32_t first_n;
+    uint64_t end_ns;
 };
 
 static int write_stats(const char *path, const struct pi_model *m, const struct pi_ctl *ctl,
@@ -47,6 +55,14 @@ static int write_stats(const char *path, const struct pi_model *m, const struct 
     }
     if (j) /* steps the oldest waiting request spent queued behind busy sequences */
         json_object_set_new(j, "queued_steps", json_integer(g->queued_steps));
+    struct prof_snap *end = g->first ? malloc(sizeof *end) : NULL;
+    if (j && end) { /* decode only: from the first token to the last */
+        prof_snap_take(ctl, end);
+        json_object_set_new(j, "decode_profile",
+                            prof_snap_span(g->first, end, ctl->n_layer, g->n_gen - (int32_t)g->first_n,
+                                           g->end_ns - g->first_ns));
+    }
+    free(end);
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -100,6 +116,11 @@ static int stream(const struct pic_stream *st, const struct pi_model *m, const v
         int rc = pic_wait(st, &n, STREAM_WAIT_MS);
         if (rc < 0)
             return rc;
+        if (n > 0 && g->first && !g->first_ns) {
+            prof_snap_take(g->ctl, g->first);
+            g->first_ns = stage_now_ns();
+            g->first_n = n;
+        }
         for (; printed < n; printed++) {
             const int32_t tok = pic_token(st, printed);
             char buf[PIECE_MAX];
@@ -111,6 +132,7 @@ static int stream(const struct pic_stream *st, const struct pi_model *m, const v
         fflush(stdout);
         if (rc == PIC_DONE) {
             g->n_gen = (int32_t)n;
+            g->end_ns = stage_now_ns();
             return 0;
         }
         if (interrupted && *interrupted)
@@ -141,6 +163,11 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
         goto out;
     }
     json_object_del(req, "cmd");
+    g.ctl = ctl;
+    if (o->json_stats && !(g.first = malloc(sizeof *g.first))) {
+        rc = pi_fail(PI_E_NOMEM, "out of memory");
+        goto out;
+    }
     if ((rc = pic_generate(&conn, req, &st)))
         goto out;
     rc = stream(&st, m, interrupted, &g);
@@ -190,6 +217,7 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
 out:
     json_decref(req);
     json_decref(g.ids);
+    free(g.first);
     model_free(m);
     pic_close(&conn);
     return rc;
