@@ -94,6 +94,8 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;
+        if (ok && (got.flags & ACT_ITEM_FAILED)) /* the step fails, with cpud's reason (its disk read) */
+            return pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
         /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
         if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
             ycold = a->ycold;
