@@ -53,10 +53,12 @@ static char *slot_mem(struct ncache *c, int64_t s) { return c->mem + (size_t)s *
 
 static void describe(struct ncache *c, int64_t key, uint32_t n, uint64_t off, int res)
 {
+    /* the offset first: the message may reach a client through a 256-byte field */
     snprintf(c->io_msg, sizeof c->io_msg,
-             "bundle %s: read of layer %lld neurons %lld..%lld (%llu bytes) at offset %llu failed: %s", c->path,
-             (long long)(key / c->h.n_ff), (long long)(key % c->h.n_ff), (long long)(key % c->h.n_ff + n - 1),
-             (unsigned long long)n * c->h.stride, (unsigned long long)off, res < 0 ? strerror(-res) : "short read");
+             "read at offset %llu (%llu bytes: layer %lld neurons %lld..%lld) failed: %s; bundle %s",
+             (unsigned long long)off, (unsigned long long)n * c->h.stride, (long long)(key / c->h.n_ff),
+             (long long)(key % c->h.n_ff), (long long)(key % c->h.n_ff + n - 1), res < 0 ? strerror(-res) : "short read",
+             c->path);
 }
 
 /* a completion of the read tagged tag: NCACHE_TAG_COUNT slots from NCACHE_TAG_SLOT (res bytes, or -errno) */

@@ -69,9 +69,9 @@ struct ncshm_counters {
     _Atomic uint64_t c_fallback_reads, c_fallback_bytes; /* read by cpud itself (no live loaderd) */
     _Atomic uint64_t c_evictions;
     _Atomic uint64_t c_pinned, c_slots, c_pinned_bytes, c_cache_bytes;
-    _Atomic uint64_t c_prefill_tokens, c_prefill_bytes, c_prefill_ns; /* steps of more than one token */
+    _Atomic uint64_t c_prefill_tokens, c_prefill_bytes, c_prefill_reads, c_prefill_ns; /* steps of more than one token */
     _Atomic uint64_t l_reads, l_bytes, l_in_flight, l_errors, l_submits;
-    uint64_t reserved[8];
+    uint64_t reserved[7];
 };
 
 struct ncshm_hdr {
