@@ -168,8 +168,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
-    /* the disk tier serves masked steps (an unmasked one reads every cold row: the image has them) */
-    if (c->nc && mask && (rc = disk_layer(c, it, mask, &w)))
+    /* the disk tier serves every step: with --ram-budget the weights segment may have no FFN rows
+     * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
+    if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
     if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
         return rc;

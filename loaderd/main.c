@@ -39,7 +39,11 @@ int main(int argc, char **argv)
         .cancel_arg = &rt,
     };
     what = "load model";
+    serve_trim_decide(&rt);
     if ((rc = loader_load(&w, rt.ctl->model_path, &prog, &outcome)) != 0)
+        goto fail;
+    what = "trim weights";
+    if ((rc = serve_trim_punch(&rt, &w)) != 0)
         goto fail;
     rt.image = w.image;
     rt.image_size = w.info->file_size;

@@ -2,11 +2,13 @@
 #include "serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "act.h"
 #include "bundle.h"
 #include "pi_err.h"
 
@@ -170,3 +172,65 @@ void serve_poll(struct serve *s, int idle_ms)
 }
 
 void serve_fini(struct serve *s) { detach(s); }
+
+void serve_trim_decide(struct stage_rt *rt)
+{
+    struct pi_ctl *ctl = rt->ctl;
+    if (!ctl->ram_budget || atomic_load_explicit(&ctl->weights_trimmed, memory_order_relaxed))
+        return; /* no disk tier, or a restarted loaderd: decided already */
+    struct shm_seg seg;
+    struct act_view a;
+    if (shm_attach(&seg, rt->instance, "act", PI_SEG_KIND_ACT, SHM_ATTACH_RDONLY)) {
+        fprintf(stderr, "loaderd: no act segment (%s): the weights segment keeps the FFN rows\n", pi_errmsg());
+        return;
+    }
+    bool any = act_view_attach(&a, &seg) != 0;
+    const size_t n = any ? 0 : (size_t)a.hdr->n_layer * (size_t)a.hdr->n_ff;
+    for (size_t i = 0; i < n && !any; i++)
+        any = a.gpu_idx[i] != 0;
+    shm_detach(&seg);
+    if (any) {
+        fprintf(stderr, "loaderd: gpud holds FFN neurons: the weights segment keeps the FFN rows\n");
+        return;
+    }
+    atomic_store_explicit(&ctl->weights_trimmed, UINT64_MAX, memory_order_release);
+}
+
+/* blk.N.ffn_{gate,up,down,down_t}.weight */
+static bool ffn_tensor(const char *name)
+{
+    const char *p = strstr(name, ".ffn_");
+    if (strncmp(name, "blk.", 4) || !p)
+        return false;
+    p += 5;
+    return !strcmp(p, "gate.weight") || !strcmp(p, "up.weight") || !strcmp(p, "down.weight") ||
+           !strcmp(p, "down_t.weight");
+}
+
+int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w)
+{
+    struct pi_ctl *ctl = rt->ctl;
+    if (!atomic_load_explicit(&ctl->weights_trimmed, memory_order_acquire))
+        return 0;
+    const uint64_t base = (uint64_t)((const char *)w->image - (const char *)rt->weights_seg.base);
+    uint64_t punched = 0;
+    for (uint32_t k = 0; k < w->info->n_tensors && k < w->dir_cap; k++) {
+        const struct pi_tensor_dirent *d = &w->dir[k];
+        char name[sizeof d->name + 1];
+        memcpy(name, d->name, sizeof d->name);
+        name[sizeof d->name] = 0;
+        if (!ffn_tensor(name))
+            continue;
+        /* whole pages inside the tensor only: a neighbour's bytes stay */
+        const uint64_t a = (base + d->offset + 4095) / 4096 * 4096, b = (base + d->offset + d->nbytes) / 4096 * 4096;
+        if (b <= a)
+            continue;
+        if (fallocate(rt->weights_seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a)))
+            return pi_fail(errno, "loaderd: cannot punch %s out of the weights segment: %s", name, strerror(errno));
+        punched += b - a;
+    }
+    atomic_store_explicit(&ctl->weights_trimmed, punched ? punched : 1, memory_order_release);
+    fprintf(stderr, "loaderd: --ram-budget: %.3f GiB of FFN rows punched out of the weights segment (cpud reads them "
+            "from the bundle)\n", (double)punched / (1 << 30));
+    return 0;
+}

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "load.h"
 #include "ncache_shm.h"
 #include "stage.h"
 #include "stream.h"
@@ -30,6 +31,13 @@ struct serve {
     uint64_t fail_at, n_done;
     char note[256];         /* the last attach problem, logged once */
 };
+
+/* --ram-budget with no FFN neuron on gpud (every gpu_idx 0 in the act segment): before the load,
+ * record in pi_ctl.weights_trimmed that no stage may read an FFN row from the image (cpud reads
+ * them through its cache, gpud waits for cpud); after it, punch the FFN tensors' pages out of the
+ * weights segment (FALLOC_FL_PUNCH_HOLE), so the segment holds only what is read densely. */
+void serve_trim_decide(struct stage_rt *rt);
+int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w);
 
 void serve_init(struct serve *s, struct stage_rt *rt);
 /* One round: (re-)attach, take requests, submit, reap; sleeps at most idle_ms when there is

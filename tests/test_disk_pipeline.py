@@ -124,6 +124,10 @@ try:
               f"the disk counters did not move: {d}")
         check(d["in_flight"] == 0 and d["loaderd_in_flight"] == 0, f"reads still in flight when idle: {d}")
         check(d["prefill_tokens"] > 0 and d["prefill_bytes"] > 0, f"no prefill streaming counted: {d}")
+        # the weights segment holds the dense parts only: the FFN rows were punched out
+        check(d["weights_trimmed_bytes"] > 0 and
+              d["weights_resident_bytes"] <= d["weights_segment_bytes"] - d["weights_trimmed_bytes"] + 65536,
+              f"the weights segment still holds the FFN rows: {d}")
     with open(os.path.join(tmp, "plain.json")) as f:
         js = json.load(f)
     check("disk" in js and js["disk"]["bytes_per_token"] > 0, "generate --json-stats has no disk counters")

@@ -1,7 +1,10 @@
 /* run_disk_status.c — the disk tier's counters for pictl (run_disk_status.h). */
 #include "run_disk_status.h"
 
+#include <fcntl.h>
 #include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ncache_shm.h"
 
@@ -56,6 +59,18 @@ json_t *run_disk_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "loaderd_in_flight", json_integer(LD(l_in_flight)));
     json_object_set_new(j, "loaderd_errors", json_integer(LD(l_errors)));
     ncshm_detach(&v);
+    /* the weights segment's memory: its size, and what tmpfs holds (the FFN rows punched out) */
+    char name[SHM_NAME_CAP], path[SHM_NAME_CAP + sizeof SHM_DIR];
+    struct stat st;
+    if (!shm_name(name, sizeof name, geteuid(), inst, "weights")) {
+        snprintf(path, sizeof path, "%s%s", SHM_DIR, name);
+        if (!stat(path, &st)) {
+            json_object_set_new(j, "weights_segment_bytes", json_integer((json_int_t)st.st_size));
+            json_object_set_new(j, "weights_resident_bytes", json_integer((json_int_t)st.st_blocks * 512));
+        }
+    }
+    const uint64_t tr = atomic_load_explicit(&ctl->weights_trimmed, memory_order_relaxed);
+    json_object_set_new(j, "weights_trimmed_bytes", json_integer(tr == UINT64_MAX ? -1 : (json_int_t)tr));
     return j;
 }
 
