@@ -30,7 +30,8 @@
 #define DISK_LOG_STEPS 32      /* a disk-tier line in cpud's log every this many steps */
 
 /* The disk tier: the same placement as pictl run --inproc --ram-budget (tiers.c) over the act
- * segment's split, the bundle next to the model, the neuron cache with io_uring (else pread). */
+ * segment's split, the bundle next to the model, the neuron cache in the "ncache" segment, its
+ * reads done by loaderd (io_uring), or by cpud itself (pread) while loaderd is down (disk_io.h). */
 static int disk_open(struct cpud *c)
 {
     const struct pi_ctl *ctl = c->rt.ctl;
@@ -52,17 +53,22 @@ static int disk_open(struct cpud *c)
     const int64_t slots = tier_default_cache_slots(m);
     if ((rc = tier_place(m, ctl->ram_budget, h.stride, slots, c->act.gpu_idx, c->tier, &r)))
         return rc;
-    c->have_sio = stream_io_init(&c->sio, 0) == 0;
+    disk_io_init(&c->dio, c->rt.ctl, c->rt.instance, path);
+    c->have_dio = true;
     const struct ncache_params np = { .path = path, .tier = c->tier, .window_slots = slots, .window = 1,
-                                      .direct = true, .io = c->have_sio ? &c->sio.io : NULL };
+                                      .direct = true, .io = &c->dio.io, .alloc = disk_io_alloc,
+                                      .alloc_arg = &c->dio };
     if ((rc = ncache_new(&c->nc, m, &np)))
         return rc;
+    struct ncache_stats st;
+    ncache_get_stats(c->nc, &st);
+    disk_io_publish(&c->dio, &st);
     fprintf(stderr,
             "cpud: disk tier: budget %.2f GiB = dense %.2f + cache %.2f + RAM tier %.2f GiB (%lld neurons); disk tier "
             "%.2f GiB (%lld neurons) read from %s with %s\n",
             (double)r.budget / (1 << 30), (double)r.dense_bytes / (1 << 30), (double)r.cache_bytes / (1 << 30),
             (double)r.ram_bytes / (1 << 30), (long long)r.ram_neurons, (double)r.disk_bytes / (1 << 30),
-            (long long)r.disk_neurons, path, c->have_sio ? c->sio.name : "pread");
+            (long long)r.disk_neurons, path, c->dio.io.name);
     return 0;
 }
 
@@ -71,15 +77,25 @@ static int disk_layer(struct cpud *c, const struct act_item *it, const uint8_t *
 {
     const struct pi_model *m = c->m;
     const int64_t F = m->hp.n_ff;
+    struct ncache_stats a, b;
+    ncache_get_stats(c->nc, &a);
+    const uint64_t t0 = stage_now_ns();
     int rc = ncache_layer(c->nc, it->layer, &c->cold, w);
     const int next = it->layer + 1;
-    if (rc || next >= m->hp.n_layer)
-        return rc;
-    if ((rc = pred_eval(c->pool, &c->pred, &m->layers[next], c->act.h, it->n_tok, m->hp.sparse_threshold, c->mask2,
-                        NULL)) ||
-        (rc = ffn_runs_build(&c->next, c->act.gpu_idx + (size_t)next * F, 0, c->mask2, it->n_tok, F)))
-        return rc;
-    return ncache_prefetch(c->nc, next, &c->next);
+    if (!rc && next < m->hp.n_layer &&
+        !(rc = pred_eval(c->pool, &c->pred, &m->layers[next], c->act.h, it->n_tok, m->hp.sparse_threshold, c->mask2,
+                         NULL)) &&
+        !(rc = ffn_runs_build(&c->next, c->act.gpu_idx + (size_t)next * F, 0, c->mask2, it->n_tok, F)))
+        rc = ncache_prefetch(c->nc, next, &c->next);
+    ncache_get_stats(c->nc, &b);
+    if (it->n_tok > 1) { /* a prefill chunk: its reads are counted apart (they stream whole runs) */
+        c->dio.pf_tokens += it->layer == 0 ? (uint64_t)it->n_tok : 0;
+        c->dio.pf_bytes += b.bytes_read - a.bytes_read;
+        c->dio.pf_reads += b.reads - a.reads;
+        c->dio.pf_ns += stage_now_ns() - t0;
+    }
+    disk_io_publish(&c->dio, &b);
+    return rc;
 }
 
 /* ---- pre-faulting the cold rows ----
@@ -188,8 +204,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 void cpud_fini(struct cpud *c)
 {
     ncache_free(c->nc);
-    if (c->have_sio)
-        stream_io_fini(&c->sio);
+    if (c->have_dio)
+        disk_io_fini(&c->dio);
     free(c->tier);
     free(c->mask2);
     ops_scratch_fini(&c->pred);
@@ -264,8 +280,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
-    /* the disk tier serves masked steps (an unmasked one reads every cold row: the image has them) */
-    if (c->nc && mask && (rc = disk_layer(c, it, mask, &w)))
+    /* the disk tier serves every step: with --ram-budget the weights segment may have no FFN rows
+     * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
+    if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
     if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
         return rc;
@@ -294,6 +311,21 @@ static int do_step(struct cpud *c, const struct act_item *it)
     return 0;
 }
 
+/* The step failed (a read of the disk tier, most likely): tell gpud, which fails the requests of the
+ * step with the reason (stage_fail wrote it to our last_error before this release) instead of
+ * waiting for a result that never comes. The cache stays usable for the next steps. */
+static void step_failed(struct cpud *c, const struct act_item *it, int rc)
+{
+    stage_fail(&c->rt, rc, "step");
+    struct act_item f = *it;
+    f.flags |= ACT_ITEM_FAILED;
+    if (ring_push(&c->act.rings[ACT_RING_CPU_GPU], &f, sizeof f, 1000))
+        fprintf(stderr, "cpud: result ring to gpud is full; gpud will compute the step itself\n");
+    c->last_epoch = it->epoch;
+    c->last_seq = it->seq;
+    pool_park(c->pool);
+}
+
 /* Take one message from ring r if there is one: 1 handled, 0 empty. The input slot is released only
  * after the result is published, so a cpud killed mid-step redoes it after its restart. */
 static int poll_ring(struct cpud *c, struct ring *r)
@@ -308,7 +340,7 @@ static int poll_ring(struct cpud *c, struct ring *r)
         memcpy(&it, msg, sizeof it);
         if (current(c, &it)) {
             if ((rc = do_step(c, &it)))
-                stage_fail(&c->rt, rc, "step");
+                step_failed(c, &it, rc);
         } else {
             atomic_fetch_add_explicit(&c->rt.me->stale_dropped, 1, memory_order_relaxed);
         }

@@ -19,6 +19,7 @@
  * the device. A layer with no cold neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "dataplane.h"
 #include "eval.h"
@@ -78,6 +79,38 @@ static int masks_here(struct gpud *g, struct eval *e, int layer, int32_t n)
     return 0;
 }
 
+/* The weights segment has no FFN rows (--ram-budget: pi_ctl.weights_trimmed): only cpud, through its
+ * neuron cache, can compute the cold share. Wait for it (restarted by the supervisor), handing it the
+ * step again (a duplicate is dropped by its key). *ycold: its share, or stays NULL when stopping. */
+static int cold_from_cpud(struct gpud *g, int layer, int32_t B, bool sparse, const float **ycold, uint64_t *wait_ns)
+{
+    struct act_view *a = &g->act;
+    const uint64_t w0 = now_ns();
+    struct act_item ci = { .epoch = g->epoch, .seq = g->seq, .req_id = g->req_id, .n_tok = B, .layer = layer,
+                           .flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE };
+    int rc = 0;
+    while (!*ycold && !rc && !stage_should_stop(&g->rt)) {
+        if (!dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD)) {
+            const struct timespec ts = { .tv_sec = 0, .tv_nsec = GPUD_WAIT_SLICE_MS * 1000000L };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (push_item(&a->rings[ACT_RING_GPU_CPU], &ci))
+            continue;
+        act_ring_cpud_bell(a->hdr);
+        struct act_item got;
+        if (!wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got))
+            continue;
+        if (got.flags & ACT_ITEM_FAILED)
+            rc = pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
+        /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
+        else if (atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
+            *ycold = a->ycold;
+    }
+    *wait_ns += now_ns() - w0;
+    return rc ? rc : *ycold ? 0 : pi_fail(ECANCELED, "gpud: stopping while waiting for cpud");
+}
+
 /* The cold share of step it: cpud's (it was handed the step when cpu_sent), or computed here when
  * cpud is down or did not answer, with the same masks and order; then x += yhot + ycold. */
 static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, bool host_share, bool cpu_sent,
@@ -94,10 +127,15 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;
+        if (ok && (got.flags & ACT_ITEM_FAILED)) /* the step fails, with cpud's reason (its disk read) */
+            return pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
         /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
         if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
             ycold = a->ycold;
     }
+    if (host_share && !ycold && atomic_load_explicit(&g->rt.ctl->weights_trimmed, memory_order_acquire) &&
+        (rc = cold_from_cpud(g, layer, B, e->sparse, &ycold, &wait_ns)))
+        return rc;
     if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
         uint64_t hb = 0;
         if ((rc = eval_host_share(e, layer, B, a->h, e->sparse ? a->mask : NULL, e->y, &hb)))

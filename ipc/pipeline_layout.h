@@ -210,7 +210,14 @@ struct pi_ctl {
     char backend_used[16];
     uint64_t ram_budget;             /* supervisor (--ram-budget): bytes of host weights + neuron cache; 0 =
                                         all in RAM. cpud then reads its disk-tier neurons from the bundle */
-    uint64_t reserved1[2];
+    /* cpud: the generation of the "ncache" segment it created (ipc/ncache_shm.h), 0 = none; loaderd
+     * (re-)attaches when it changes */
+    _Atomic uint64_t ncache_gen;
+    /* loaderd, with --ram-budget and no FFN row on gpud: the FFN rows are punched out of the weights
+     * segment (bytes; UINT64_MAX while it is being done). Non-zero: no stage reads an FFN row from
+     * the image — cpud reads them through its neuron cache, gpud waits for cpud instead of computing
+     * its share itself */
+    _Atomic uint64_t weights_trimmed;
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];

@@ -51,6 +51,8 @@ static int write_stats(const char *path, const struct pi_model *m, const struct 
     if (st) { /* the instance's device memory by kind and its hot set */
         json_object_set(j, "vram", json_object_get(st, "vram"));
         json_object_set(j, "backend", json_object_get(st, "backend"));
+        if (json_object_get(st, "disk")) /* the pipeline's disk tier: bytes/token, hit rate, waits, fallbacks */
+            json_object_set(j, "disk", json_object_get(st, "disk"));
         json_decref(st);
     }
     if (j) /* steps the oldest waiting request spent queued behind busy sequences */

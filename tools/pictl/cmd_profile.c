@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "instance.h"
+#include "run_disk_status.h"
 #include "pi_err.h"
 #include "pictl.h"
 #include "prof_snap.h"
@@ -56,6 +57,9 @@ static json_t *profile_json(const struct pi_ctl *ctl)
         free(now);
     }
     json_object_set_new(j, "audit", inst_audit_json(ctl));
+    json_t *disk = run_disk_status_json(ctl);
+    if (disk)
+        json_object_set_new(j, "disk", disk);
     return j;
 }
 
@@ -64,7 +68,7 @@ static void print_table(json_t *prof)
     const char *stage;
     json_t *st;
     json_object_foreach(prof, stage, st) {
-        if (!strcmp(stage, "audit") || !strcmp(stage, "split"))
+        if (!strcmp(stage, "audit") || !strcmp(stage, "split") || !strcmp(stage, "disk"))
             continue;
         printf("# %s: %lld items, compute %.1f ms, wait %.1f ms, %.1f MB read\n", stage,
                (long long)json_integer_value(json_object_get(st, "items")),
@@ -193,6 +197,7 @@ int cmd_profile(int argc, char **argv)
                    json_real_value(json_object_get(pt, "cpud_wait_ms")), json_real_value(json_object_get(pt, "pcie_d2h_mb")),
                    json_real_value(json_object_get(pt, "pcie_h2d_mb")));
         print_audit(json_object_get(prof, "audit"));
+        run_disk_status_print(stdout, json_object_get(prof, "disk"));
     }
     json_decref(prof);
     if (rc)
