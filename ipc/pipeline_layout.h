@@ -194,6 +194,8 @@ struct pi_ctl {
     _Atomic uint32_t state;          /* enum pi_instance_state (supervisor) */
     _Atomic uint32_t req_seq;        /* bumped (release) by the supervisor when it queues a request;
                                         futex word gpud sleeps on when idle */
+    _Atomic uint64_t slot_waits;     /* supervisor: requests that found every request slot taken and
+                                        waited in its queue, since the instance started (status) */
     _Atomic uint64_t epoch;          /* gpud session: bumped by each new gpud before it works */
     int32_t n_threads;               /* cpud workers */
     int32_t n_ctx;                   /* KV cells per sequence (the context of one request) */

@@ -205,6 +205,8 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "parallel", json_integer(ctl->n_parallel));
     json_object_set_new(j, "slots", slots);
     json_object_set_new(j, "queued", json_integer(queued));
+    json_object_set_new(j, "slot_waits",
+                        json_integer((json_int_t)atomic_load_explicit(&ctl->slot_waits, memory_order_relaxed)));
     json_object_set_new(j, "audit", inst_audit_json(ctl));
     json_t *disk = run_disk_status_json(ctl);
     if (disk)
