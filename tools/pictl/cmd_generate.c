@@ -38,7 +38,41 @@ struct gen_result {
     uint64_t first_ns;
     uint32_t first_n;
     uint64_t end_ns;
+    json_t *dprof; /* prof_snap_span of the decode, or NULL */
 };
+
+/* The decode's profile span (prof_snap.h), once the request is done; NULL without a first copy. */
+static json_t *decode_profile(const struct pi_ctl *ctl, const struct gen_result *g)
+{
+    struct prof_snap *end = g->first && g->first_ns ? malloc(sizeof *end) : NULL;
+    json_t *j = NULL;
+    if (end) {
+        prof_snap_take(ctl, end);
+        j = prof_snap_span(g->first, end, ctl->n_layer, g->n_gen - (int32_t)g->first_n, g->end_ns - g->first_ns);
+    }
+    free(end);
+    return j;
+}
+
+/* "[perf]"'s split of a layer between gpud and cpud and the hand-off's PCIe traffic, when the FFN
+ * was split (cpud computed) or went over PCIe; "" otherwise. */
+static void split_text(const struct pi_ctl *ctl, json_t *dprof, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    json_t *pt = json_object_get(dprof, "per_token");
+    const double cc = json_real_value(json_object_get(pt, "cpud_compute_ms"));
+    const double pcie = json_real_value(json_object_get(pt, "pcie_d2h_mb")) + json_real_value(json_object_get(pt, "pcie_h2d_mb"));
+    if (!pt || ctl->n_layer < 1 || (cc <= 0 && pcie <= 0))
+        return;
+    const double us = 1e3 / ctl->n_layer;
+    char link[64] = ""; /* no PCIe on the CPU backend */
+    if (pcie > 0)
+        snprintf(link, sizeof link, " | PCIe %.1f KiB/token (%.2f GB/s)", pcie * 1e6 / 1024,
+                 json_real_value(json_object_get(dprof, "pcie_gb_s")));
+    snprintf(buf, cap, " | per layer: gpud %.0f us + wait %.0f us, cpud %.0f us%s",
+             json_real_value(json_object_get(pt, "gpud_compute_ms")) * us,
+             json_real_value(json_object_get(pt, "gpud_wait_ms")) * us, cc * us, link);
+}
 
 static int write_stats(const char *path, const struct pi_model *m, const struct pi_ctl *ctl,
                        const struct gen_result *g)
@@ -57,14 +91,8 @@ static int write_stats(const char *path, const struct pi_model *m, const struct 
     }
     if (j) /* steps the oldest waiting request spent queued behind busy sequences */
         json_object_set_new(j, "queued_steps", json_integer(g->queued_steps));
-    struct prof_snap *end = g->first ? malloc(sizeof *end) : NULL;
-    if (j && end) { /* decode only: from the first token to the last */
-        prof_snap_take(ctl, end);
-        json_object_set_new(j, "decode_profile",
-                            prof_snap_span(g->first, end, ctl->n_layer, g->n_gen - (int32_t)g->first_n,
-                                           g->end_ns - g->first_ns));
-    }
-    free(end);
+    if (j && g->dprof) /* decode only: from the first token to the last */
+        json_object_set(j, "decode_profile", g->dprof);
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -166,7 +194,7 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     json_object_del(req, "cmd");
     g.ctl = ctl;
-    if (o->json_stats && !(g.first = malloc(sizeof *g.first))) {
+    if (!(g.first = malloc(sizeof *g.first))) {
         rc = pi_fail(PI_E_NOMEM, "out of memory");
         goto out;
     }
@@ -190,6 +218,10 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     if (rc)
         goto out;
+    /* the decode's split between the stages (with other clients on the instance, theirs too) */
+    g.dprof = decode_profile(ctl, &g);
+    char split[192];
+    split_text(ctl, g.dprof, split, sizeof split);
     /* the GPU's share: VRAM allocated (+ the CUDA context) against the budget, hot neurons */
     char vram[256] = "";
     const uint64_t ours = ctl->vram_weights + ctl->vram_hot + ctl->vram_pred + ctl->vram_kv + ctl->vram_scratch;
@@ -206,13 +238,13 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     fprintf(stderr,
             "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
-            "%.1f ms, %.2f tok/s%s%s\n",
+            "%.1f ms, %.2f tok/s%s%s%s\n",
             m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) ? ", sparse" : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? ", " : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? (int)sizeof ctl->backend_used : 0,
             ctl->backend_used, ctl->n_threads, g.n_prompt, g.prefill_ms,
             g.prefill_ms > 0 ? g.n_prompt * 1e3 / g.prefill_ms : 0.0, g.n_gen, g.decode_ms,
-            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, vram,
+            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, vram, split,
             g.hit_context_end ? " (stopped: context full)" : "");
     if (o->json_stats)
         rc = write_stats(o->json_stats, m, ctl, &g);
@@ -220,6 +252,7 @@ out:
     json_decref(req);
     json_decref(g.ids);
     free(g.first);
+    json_decref(g.dprof);
     model_free(m);
     pic_close(&conn);
     return rc;

@@ -1,8 +1,6 @@
 /* prof_snap.c — profile counter copies and their per-layer, per-token readouts (prof_snap.h). */
 #include "prof_snap.h"
 
-#include <string.h>
-
 #define NS_PER_US 1e3
 #define NS_PER_MS 1e6
 #define MB 1e6

@@ -24,7 +24,9 @@ struct prof_snap {
 };
 
 void prof_snap_take(const struct pi_ctl *ctl, struct prof_snap *s);
-/* The span from `before` (NULL: from zero) to `after`, over n_tokens tokens taking span_ns:
+/* The span from `before` (NULL: from zero) to `after`, over n_tokens tokens taking span_ns (the
+ * client's wall time of decode; pictl profile, which has no wall time, passes gpud's FFN-step time,
+ * so its wall_ms and pcie_gb_s are over that):
  * {"tokens", "per_layer": [{layer, gpud_compute_us, gpud_wait_us, cpud_compute_us, cpud_wait_us,
  *  gpud_mb, cpud_mb} per item], "per_token": {gpud_compute_ms, gpud_wait_ms, cpud_compute_ms,
  *  cpud_wait_ms, pcie_d2h_mb, pcie_h2d_mb}, "pcie_gb_s" (hand-off bytes over the span's time)}.
