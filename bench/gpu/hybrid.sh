@@ -13,7 +13,7 @@
 #
 #   bench/gpu/hybrid.sh [DIR [TINY]]   DIR: pictl + stages + test_hybrid + ipc_exit + hybrid_kill.py +
 #   lib/ (.device/hybrid2); TINY: the calibrated tiny model (.device/cal.gguf)
-#   env: OUT (results), DEADLINE (seconds of the whole script, default 225)
+#   env: OUT (results), DEADLINE (seconds of the whole script, default 225), SKIP_7B=1: parts 1-2 only
 #   Results: $OUT/run.log, $OUT/poll.log and everything else packed in $OUT/results.tgz (the device
 #   tool returns only a few files: the first call of 2026-12-01 lost the per-run JSON to that limit).
 set -u
@@ -42,11 +42,12 @@ done) >"$OUT/poll.log" 2>&1 &
 POLL=$!
 
 # the 7B files, written while the tiny tests run
-(
+[ -n "${SKIP_7B:-}" ] || (
     "$P" synth --shape llama-7b --type f16 --pwri -t "$(nproc)" -q -o "$SHM/s16.gguf" && echo s16 ok
     "$P" synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t "$(nproc)" -q -o "$SHM/s4.gguf" && echo s4 ok
 ) >"$OUT/synth.log" 2>&1 &
 SYNTH=$!
+[ -n "${SKIP_7B:-}" ] && SYNTH=
 
 # 1. in-process placements
 log "test_hybrid"
@@ -101,7 +102,7 @@ if [ -n "$FIXED" ]; then
 fi
 
 # 3. 7B speed
-wait $SYNTH
+[ -n "$SYNTH" ] && wait $SYNTH
 log "synth: $(tr '\n' ' ' <"$OUT/synth.log")"
 ls -l "$SHM" >>"$OUT/run.log"
 big_run() { # tag file args...
