@@ -8,23 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ncache.h"
 #include "pi_err.h"
-
-static int pread_full(int fd, void *dst, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (char *)dst + got, n - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (int)got;
-}
 
 /* cheap test, at every submit: the loaderd of the segment is the READY one of the ctl segment */
 static bool loader_ready(const struct disk_io *d)
@@ -44,7 +29,7 @@ bool disk_io_loader_alive(const struct disk_io *d)
 static void read_self(struct disk_io *d, uint64_t tag)
 {
     const struct ncshm_rec *r = &d->v.rec[NCACHE_TAG_SLOT(tag)];
-    const int res = pread_full(d->fd, d->v.seg.base + r->dst, r->len, r->off);
+    const int res = ncache_pread_full(d->fd, d->v.seg.base + r->dst, r->len, r->off);
     d->local[d->n_local++] = (struct ncshm_done){ .tag = tag, .res = res };
     d->fallback_reads++;
     if (res > 0)

@@ -91,7 +91,7 @@ static void complete(void *arg, uint64_t tag, int res)
     }
 }
 
-static int pread_full(int fd, void *dst, size_t n, uint64_t off)
+int ncache_pread_full(int fd, void *dst, size_t n, uint64_t off)
 {
     size_t got = 0;
     while (got < n) {
@@ -127,7 +127,7 @@ static int start_read(struct ncache *c, int64_t s, int64_t key, uint32_t n)
         return pi_fail(rc < 0 ? -rc : rc, "bundle %s: cannot submit the read at offset %llu: %s", c->path,
                        (unsigned long long)off, pi_strerror(rc));
     }
-    complete(c, tag, pread_full(c->fd, slot_mem(c, s), len, off));
+    complete(c, tag, ncache_pread_full(c->fd, slot_mem(c, s), len, off));
     return 0;
 }
 
@@ -321,7 +321,7 @@ static int load_pinned(struct ncache *c)
             n++;
         const uint64_t off = bundle_offset(&c->h, (int)(key / F), key % F);
         const size_t len = (size_t)n * c->h.stride;
-        int got = pread_full(c->fd, slot_mem(c, s), len, off);
+        int got = ncache_pread_full(c->fd, slot_mem(c, s), len, off);
         if (got != (int)len)
             return pi_fail(got < 0 ? -got : PI_E_TRUNCATED, "bundle %s: read of layer %lld neurons %lld.. at offset %llu: %s",
                            c->path, (long long)(key / F), (long long)(key % F), (unsigned long long)off,

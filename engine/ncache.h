@@ -87,6 +87,9 @@ int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struc
  * bundle file was not changed on disk. */
 int ncache_step(struct ncache *c, int32_t n);
 void ncache_get_stats(const struct ncache *c, struct ncache_stats *s);
+/* n bytes at off into dst with pread, retried over short reads and EINTR: the bytes read (fewer at
+ * the end of the file) or -errno. The cache's synchronous path, and cpud's while loaderd is down. */
+int ncache_pread_full(int fd, void *dst, size_t n, uint64_t off);
 #define NCACHE_READ_MAX (1u << 20)
 #define NCACHE_TAG_SLOT(t) ((int64_t)((t) & 0xffffffffu))
 #define NCACHE_TAG_COUNT(t) ((uint32_t)((t) >> 32))
