@@ -4,8 +4,10 @@
  * scale) and an all-zero token:
  *   - batch invariance: every token of a batch of B (1, 3, 8: the decode kernel; 9, 70, 130: the
  *     prefill kernel) is bitwise the token computed alone;
- *   - accuracy against an f64 reference: NMSE ≤ 1e-10 for F16 (the hi/lo split keeps ~22 bits of the
- *     activation), ≤ 1e-8 for BF16 (~16 bits), i.e. within test_cuda_ops's f32 bound of 1e-8;
+ *   - accuracy against an f64 reference, token by token: NMSE ≤ 1e-8 (test_cuda_ops's bound for
+ *     float weights against the CPU). The hi/lo split keeps ~22 bits of an F16 activation of
+ *     magnitude ≥ 2^-2 (~16 bits for BF16); below, f16's subnormal lo leaves an absolute 2^-25, so
+ *     the tokens of magnitude 1e-3 are the worst (~1e-9); 3e4 is near f16's largest value;
  *   - the epilogues: ADD = SET + y bitwise, RELU, MASK and SPLIT3 from SET bitwise;
  *   - the GLU: dense = gate and up computed apart, combined on the host (ReGLU, dReLU bitwise;
  *     SwiGLU within 1e-6); the sparse path's gathered rows (compact and scattered) bitwise the dense.
@@ -64,10 +66,12 @@ static struct cuk_w make_w(uint32_t type, int64_t k, int64_t n, float *wf)
     return w;
 }
 
+/* the worst NMSE of a token against the f64 product */
 static double nmse_ref(const float *got, const float *wf, const float *x, int64_t k, int64_t n, int B)
 {
-    double e = 0, s = 0;
-    for (int b = 0; b < B; b++)
+    double worst = 0;
+    for (int b = 0; b < B; b++) {
+        double e = 0, s = 0;
         for (int64_t r = 0; r < n; r++) {
             double ref = 0;
             for (int64_t i = 0; i < k; i++)
@@ -75,7 +79,9 @@ static double nmse_ref(const float *got, const float *wf, const float *x, int64_
             const double d = (double)got[(int64_t)b * n + r] - ref;
             e += d * d, s += ref * ref;
         }
-    return s > 0 ? e / s : e;
+        worst = fmax(worst, s > 0 ? e / s : e);
+    }
+    return worst;
 }
 
 static const int batches[] = { 1, 3, 8, 9, 70, BMAX };
@@ -92,8 +98,8 @@ static void test_gemv(uint32_t type, int64_t k, int64_t n, const float *x, void 
         down(alone + (int64_t)b * n, dy, (size_t)n * sizeof(float));
     }
     const double e = nmse_ref(alone, wf, x, k, n, BMAX);
-    printf("%s %lld x %lld: NMSE against f64 %.3g\n", tn, (long long)n, (long long)k, e);
-    CHECK(e <= (type == PI_TYPE_F16 ? 1e-10 : 1e-8), "%s %lldx%lld: NMSE %.3g", tn, (long long)n, (long long)k, e);
+    printf("%s %lld x %lld: worst token NMSE against f64 %.3g\n", tn, (long long)n, (long long)k, e);
+    CHECK(e <= 1e-8, "%s %lldx%lld: NMSE %.3g", tn, (long long)n, (long long)k, e);
     for (int i = 0; i < NBATCH; i++) {
         const int B = batches[i];
         CHECK_OK(cuk_gemv(&w, dx, B, dy, CUK_SET, 0.0f, xq, NULL));
@@ -229,8 +235,8 @@ int main(void)
     int32_t *didx = dev((size_t)BMAX * NMAX * sizeof(int32_t)), *dcnt = dev(BMAX * sizeof(int32_t));
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t k = shapes[s][0], n = shapes[s][1];
-        for (int b = 0; b < BMAX; b++) { /* magnitudes 1e-3 .. 1e3; token 2 all zero */
-            const float mag = b == 2 ? 0.0f : powf(10.0f, (float)(b % 7) - 3.0f);
+        for (int b = 0; b < BMAX; b++) { /* magnitudes 1e-3 .. 1e3; token 2 all zero, token 3 up to 3e4 */
+            const float mag = b == 2 ? 0.0f : b == 3 ? 3e4f : powf(10.0f, (float)(b % 7) - 3.0f);
             for (int64_t i = 0; i < k; i++)
                 x[(int64_t)b * k + i] = mag * frand();
         }

@@ -1,16 +1,21 @@
 /* cuk_mma.cu — F16 / BF16 GEMV and GEMM on mma.sync (design and numerics: cuk_mma.h).
  *
  * Fragment mapping. A 64-element chunk of K is four k16 tiles. Thread (g = lane / 4, t = lane % 4)
- * of a warp loads elements [16t, 16t + 16) of the chunk — two 16-byte words — of its rows g and
- * g + 8 of the 16-row tile, and the same elements of token g's activation row. Word pair 2i, 2i + 1
- * of those 8 words feeds k16 tile i: word 2i sits in the mma's k slots (2t, 2t + 1), word 2i + 1 in
- * (2t + 8, 2t + 9), for A (rows) and B (tokens) alike. The mma then sums a permutation of the
+ * of a warp loads elements [8t, 8t + 8) and [32 + 8t, 40 + 8t) of the chunk — two 16-byte words, so
+ * that each load instruction reads 64 contiguous bytes of each of 8 rows — of its rows g and g + 8
+ * of the 16-row tile, and the same elements of token g's activation row. Word pair 2i, 2i + 1 of
+ * those 8 32-bit words feeds k16 tile i: word 2i sits in the mma's k slots (2t, 2t + 1), word 2i + 1
+ * in (2t + 8, 2t + 9), for A (rows) and B (tokens) alike. The mma then sums a permutation of the
  * chunk's products; the permutation depends on nothing but the position in K.
  *
  * Order of the sums, for one (row, token): for each K range r (cuk_mma.h), acc = 0, then for each of
  * its chunks in ascending order and each of the chunk's k16 tiles in order: acc = mma(A, B_hi, acc),
  * acc = mma(A, B_lo, acc); then s = acc_0, s = s + acc_r for r = 1..KS−1 (an empty range adds +0);
- * the output is s · (1 / scale). Both kernels below do exactly that. */
+ * that is the output. Both kernels below do exactly that.
+ *
+ * The activation's hi = round(x), lo = round(x − hi) (f16 or bf16, round to nearest even): the
+ * decode kernel converts the f32 row as it loads it (no launch of its own), the prefill kernel reads
+ * it converted once per op by k_split_x; the same roundings, so the same bits. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,7 +34,7 @@ extern "C" {
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
 #define MM_WARPS 4    /* row tiles per prefill block (64 rows) */
-#define MM_TOKB 272   /* bytes per token of a staged chunk: hi 128, lo 128, 16 of padding (no bank conflicts) */
+#define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
 
 static int launched(void)
 {
@@ -53,60 +58,56 @@ extern "C" bool cuk_mma_on(uint32_t type)
 
 extern "C" size_t cuk_mma_x_row_bytes(int64_t n_in) { return (size_t)(4 * n_in + 16); }
 
-/* ---- the activation split: x·s = hi + lo ---- */
+/* ---- the activation split: x = hi + lo ---- */
 
-template <bool BF> __device__ static inline uint16_t to_h(float v);
-template <> __device__ inline uint16_t to_h<false>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template <> __device__ inline uint16_t to_h<true>(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-template <bool BF> __device__ static inline float from_h(uint16_t h);
-template <> __device__ inline float from_h<false>(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-template <> __device__ inline float from_h<true>(uint16_t h) { return __bfloat162float(__ushort_as_bfloat16(h)); }
+template <bool BF> struct H2;
+template <> struct H2<false> { /* f16 pairs */
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __half2 h = __floats2half2_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
+};
+template <> struct H2<true> { /* bf16 pairs */
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __bfloat1622float2(*(const __nv_bfloat162 *)&w); }
+};
 
-/* One block per token: the scale from the row's largest magnitude (a function of the row alone),
- * then hi = round(x·s), lo = round(x·s − hi). Row layout: hi [K], lo [K] (16-bit), 1 / s (f32). */
+/* 4 floats → 2 hi words and 2 lo words (the lower element in the low half) */
 template <bool BF>
-__global__ void __launch_bounds__(256) k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__restrict__ xh,
-                                                 int64_t xs)
+__device__ static inline void split4(float4 v, uint32_t *hi, uint32_t *lo)
 {
-    __shared__ float wm[8];
-    const float *xr = x + (int64_t)blockIdx.x * K;
-    uint8_t *row = xh + (int64_t)blockIdx.x * xs;
-    float m = 0.0f;
-    for (int64_t i = threadIdx.x; i < K; i += 256)
-        m = fmaxf(m, fabsf(xr[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0)
-        wm[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = wm[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++)
-        m = fmaxf(m, wm[w]);
-    int p = 0;
-    if (m > 0.0f && m <= 3.4e38f) { /* max · 2^p in [2^14, 2^15) */
-        int ex;
-        frexpf(m, &ex);
-        p = 15 - ex;
-        p = p > 100 ? 100 : p < -100 ? -100 : p;
-    }
-    const float s = ldexpf(1.0f, p);
-    uint16_t *hi = (uint16_t *)row, *lo = hi + K;
-    for (int64_t i = threadIdx.x; i < K; i += 256) {
-        const float v = __fmul_rn(xr[i], s);
-        const uint16_t h = to_h<BF>(v);
-        hi[i] = h;
-        lo[i] = to_h<BF>(__fsub_rn(v, from_h<BF>(h)));
-    }
-    if (threadIdx.x == 0)
-        *(float *)(row + 4 * K) = ldexpf(1.0f, -p);
+    hi[0] = H2<BF>::pack(v.x, v.y), hi[1] = H2<BF>::pack(v.z, v.w);
+    const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
+    lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
+    lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
+}
+
+/* x (B, K) f32 → rows of xs bytes: hi [K], lo [K] (16-bit); 4 elements a thread */
+template <bool BF>
+__global__ void k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__restrict__ xh, int64_t xs)
+{
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= K)
+        return;
+    const float4 v = *(const float4 *)(x + (int64_t)blockIdx.y * K + i);
+    uint32_t hi[2], lo[2];
+    split4<BF>(v, hi, lo);
+    uint32_t *row = (uint32_t *)(xh + (int64_t)blockIdx.y * xs);
+    row[i / 2] = hi[0], row[i / 2 + 1] = hi[1];
+    row[(K + i) / 2] = lo[0], row[(K + i) / 2 + 1] = lo[1];
 }
 
 template <bool BF>
 static int split_x(const float *x, int64_t K, int B, void *xh, cudaStream_t st)
 {
-    k_split_x<BF><<<(unsigned)B, 256, 0, st>>>(x, K, (uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K));
+    k_split_x<BF><<<dim3((unsigned)((K / 4 + 255) / 256), (unsigned)B), 256, 0, st>>>(
+        x, K, (uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K));
     return launched();
 }
 
@@ -206,49 +207,59 @@ __device__ static inline void emit_glu(const mout &o, int64_t n_out, int64_t j, 
     ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
 }
 
-__device__ static inline float x_inv_scale(const uint8_t *xh, int64_t xs, int64_t K, int64_t tok)
-{
-    return *(const float *)(xh + tok * xs + 4 * K);
-}
-
 /* ---- decode: B ≤ 8, one 16-row tile per block, the K ranges on its KS warps ---- */
 
-/* acc[m] += the chunks [c0, c1) of the rows rp[m][0..1] · token row xr (NULL: a padding column) */
+/* the element of chunk c where thread t's 16-byte word h starts */
+__host__ __device__ static inline int64_t elem(int c, int t, int h) { return (int64_t)c * CH + 32 * h + 8 * t; }
+
+/* acc[m] += the chunks [c0, c1) of the rows rp[m][0..1] · token row xr (f32, split here; NULL: a
+ * padding column) */
 template <bool BF, int NM, int U>
 __device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K, int c0, int c1,
-                                       const uint8_t *xr, int t, float (*acc)[4])
+                                       const float *xr, int t, float (*acc)[4])
 {
     for (int c = c0; c < c1; c += U) {
-        uint4 a[U][NM][2][2], bh[U][2], bl[U][2];
+        uint4 a[U][NM][2][2];
+        float4 xv[U][2][2];
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int64_t e = (int64_t)(c + u) * CH + 16 * t + 8 * h;
+                const int64_t e = elem(c + u, t, h);
                 const bool ok = c + u < c1 && e + 8 <= K;
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
                     a[u][m][0][h] = ld16(rp[m][0] + 2 * e, ok);
                     a[u][m][1][h] = ld16(rp[m][1] + 2 * e, ok);
                 }
-                bh[u][h] = ld16(xr + 2 * e, ok && xr);
-                bl[u][h] = ld16(xr + 2 * K + 2 * e, ok && xr);
+                const bool xo = ok && xr;
+                xv[u][h][0] = xo ? __ldg((const float4 *)(xr + e)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                xv[u][h][1] = xo ? __ldg((const float4 *)(xr + e + 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (c + u < c1)
+            if (c + u < c1) {
+                uint32_t hw[8], lw[8];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int q = 0; q < 2; q++)
+                        split4<BF>(xv[u][h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
+                const uint4 bh[2] = { make_uint4(hw[0], hw[1], hw[2], hw[3]), make_uint4(hw[4], hw[5], hw[6], hw[7]) };
+                const uint4 bl[2] = { make_uint4(lw[0], lw[1], lw[2], lw[3]), make_uint4(lw[4], lw[5], lw[6], lw[7]) };
 #pragma unroll
                 for (int m = 0; m < NM; m++)
-                    mma_chunk<BF>(acc[m], a[u][m][0], a[u][m][1], bh[u], bl[u]);
+                    mma_chunk<BF>(acc[m], a[u][m][0], a[u][m][1], bh, bl);
+            }
     }
 }
 
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). IDX: blockIdx.y is a token
  * and the tile's rows are its listed rows o.idx[tok][j] (j < o.cnt[tok]). */
 template <bool BF, int MODE, int NM, bool IDX>
-__global__ void __launch_bounds__(MV_THREADS) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
-                                                       int64_t K, int64_t n_out, const uint8_t *__restrict__ xh,
-                                                       int64_t xs, int B, mout o)
+__global__ void __launch_bounds__(MV_THREADS, 2) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+                                                       int64_t K, int64_t n_out, const float *__restrict__ x, int B,
+                                                       mout o)
 {
     __shared__ float red[KS][NM * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -264,7 +275,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mma_mv(const uint8_t *__restrict
         const uint8_t *w = m ? w1 : w0;
         rp[m][0] = w + rg * K * 2, rp[m][1] = w + rh * K * 2;
     }
-    const uint8_t *xr = g < ntok ? xh + (int64_t)(tok0 + g) * xs : nullptr;
+    const float *xr = g < ntok ? x + (int64_t)(tok0 + g) * K : nullptr;
     int nk, cpr;
     kranges(K, &nk, &cpr);
     const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk;
@@ -274,7 +285,7 @@ __global__ void __launch_bounds__(MV_THREADS) k_mma_mv(const uint8_t *__restrict
 #pragma unroll
         for (int i = 0; i < 4; i++)
             acc[m][i] = 0.0f;
-    mv_range<BF, NM, NM == 1 ? 4 : 2>(rp, K, c0, c1, xr, t, acc);
+    mv_range<BF, NM, 2>(rp, K, c0, c1, xr, t, acc); /* 2 chunks in flight: 2 blocks of 8 warps an SM */
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -300,11 +311,10 @@ __global__ void __launch_bounds__(MV_THREADS) k_mma_mv(const uint8_t *__restrict
         if (j >= n || tl >= ntok)
             continue;
         const int64_t tok = tok0 + tl;
-        const float inv = x_inv_scale(xh, xs, K, tok);
         if constexpr (NM == 2)
-            emit_glu<IDX>(o, n_out, j, tok, __fmul_rn(s[0][i], inv), __fmul_rn(s[1][i], inv));
+            emit_glu<IDX>(o, n_out, j, tok, s[0][i], s[1][i]);
         else
-            emit<MODE>(o, n_out, j, tok, __fmul_rn(s[0][i], inv));
+            emit<MODE>(o, n_out, j, tok, s[0][i]);
     }
 }
 
@@ -323,7 +333,7 @@ __device__ static inline void mm_load_a(uint4 (*a)[2][2], const uint8_t *const (
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int64_t e = (int64_t)c * CH + 16 * t + 8 * h;
+        const int64_t e = elem(c, t, h);
         const bool ok = e + 8 <= K;
 #pragma unroll
         for (int m = 0; m < NM; m++) {
@@ -388,9 +398,9 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restr
         const uint8_t *st = &sb[c & 1][0][0];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const uint8_t *tb = st + (j * 8 + g) * MM_TOKB + 32 * t;
-            const uint4 bh[2] = { *(const uint4 *)tb, *(const uint4 *)(tb + 16) };
-            const uint4 bl[2] = { *(const uint4 *)(tb + 128), *(const uint4 *)(tb + 144) };
+            const uint8_t *tb = st + (j * 8 + g) * MM_TOKB + 16 * t; /* elements 8t.., 32 + 8t.. */
+            const uint4 bh[2] = { *(const uint4 *)tb, *(const uint4 *)(tb + 64) };
+            const uint4 bl[2] = { *(const uint4 *)(tb + 128), *(const uint4 *)(tb + 192) };
 #pragma unroll
             for (int m = 0; m < NM; m++)
                 mma_chunk<BF>(acc[m][j], a[m][0], a[m][1], bh, bl);
@@ -433,11 +443,10 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restr
             const int64_t tok = tok0 + j * 8 + 2 * t + (i & 1);
             if (r >= n_out || tok >= B)
                 continue;
-            const float inv = x_inv_scale(xh, xs, K, tok);
             if constexpr (NM == 2)
-                emit_glu<false>(o, n_out, r, tok, __fmul_rn(sum[0][j][i], inv), __fmul_rn(sum[1][j][i], inv));
+                emit_glu<false>(o, n_out, r, tok, sum[0][j][i], sum[1][j][i]);
             else
-                emit<MODE>(o, n_out, r, tok, __fmul_rn(sum[0][j][i], inv));
+                emit<MODE>(o, n_out, r, tok, sum[0][j][i]);
         }
 }
 
@@ -446,34 +455,40 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restr
 #define MM_NT 8     /* tokens / 8 per prefill block: plain products */
 #define MM_NT_GLU 4 /* GLU (two accumulator sets): fewer, for the registers */
 
+/* B ≤ 8 tokens, or one per block (IDX): the decode kernel on x as it is; more: split once, then the
+ * prefill kernel */
 template <bool BF, int MODE, int NM, bool IDX>
-static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const uint8_t *xh, int B,
+static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, void *xh, int B,
                   const mout &o, cudaStream_t st)
 {
-    const int64_t xs = (int64_t)cuk_mma_x_row_bytes(K);
     const unsigned tiles = (unsigned)((n_out + 15) / 16);
-    if constexpr (IDX)
-        k_mma_mv<BF, MODE, NM, true><<<dim3(tiles, (unsigned)B), MV_THREADS, 0, st>>>(w0, w1, K, n_out, xh, xs, B, o);
-    else if (B <= 8)
-        k_mma_mv<BF, MODE, NM, false><<<dim3(tiles, 1), MV_THREADS, 0, st>>>(w0, w1, K, n_out, xh, xs, B, o);
-    else {
-        constexpr int NT = NM == 2 ? MM_NT_GLU : MM_NT;
-        const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + MM_WARPS - 1) / MM_WARPS;
-        k_mma_mm<BF, MODE, NM, NT><<<dim3(groups, rows), MM_WARPS * 32, 0, st>>>(w0, w1, K, n_out, xh, xs, B, o);
+    if (IDX || B <= 8) {
+        k_mma_mv<BF, MODE, NM, IDX><<<dim3(tiles, IDX ? (unsigned)B : 1u), MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B,
+                                                                                                 o);
+        return launched();
     }
+    if (!xh)
+        return -(int)cudaErrorInvalidValue;
+    const int rc = split_x<BF>(x, K, B, xh, st);
+    if (rc)
+        return rc;
+    constexpr int NT = NM == 2 ? MM_NT_GLU : MM_NT;
+    const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + MM_WARPS - 1) / MM_WARPS;
+    k_mma_mm<BF, MODE, NM, NT><<<dim3(groups, rows), MM_WARPS * 32, 0, st>>>(
+        w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
     return launched();
 }
 
 template <bool BF>
-static int gemv_b(const struct cuk_w *w, int B, const mout &o, int mode, const uint8_t *xh, cudaStream_t st)
+static int gemv_b(const struct cuk_w *w, const float *x, int B, const mout &o, int mode, void *xh, cudaStream_t st)
 {
     const uint8_t *q = (const uint8_t *)w->q;
     switch (mode) {
-    case CUK_SET: return launch<BF, CUK_SET, 1, false>(q, nullptr, w->n_in, w->n_out, xh, B, o, st);
-    case CUK_ADD: return launch<BF, CUK_ADD, 1, false>(q, nullptr, w->n_in, w->n_out, xh, B, o, st);
-    case CUK_RELU: return launch<BF, CUK_RELU, 1, false>(q, nullptr, w->n_in, w->n_out, xh, B, o, st);
-    case CUK_MASK: return launch<BF, CUK_MASK, 1, false>(q, nullptr, w->n_in, w->n_out, xh, B, o, st);
-    case CUK_SPLIT3: return launch<BF, CUK_SPLIT3, 1, false>(q, nullptr, w->n_in, w->n_out, xh, B, o, st);
+    case CUK_SET: return launch<BF, CUK_SET, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_ADD: return launch<BF, CUK_ADD, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_RELU: return launch<BF, CUK_RELU, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_MASK: return launch<BF, CUK_MASK, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_SPLIT3: return launch<BF, CUK_SPLIT3, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
     default: return -(int)cudaErrorInvalidValue;
     }
 }
@@ -481,18 +496,13 @@ static int gemv_b(const struct cuk_w *w, int B, const mout &o, int mode, const u
 extern "C" int cuk_mma_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1,
                             float *y2, int64_t n0, int64_t n1, void *xh, void *st)
 {
-    if (!cuk_mma_type(w->type) || !xh || w->n_in % 8)
+    if (!cuk_mma_type(w->type) || w->n_in % 8)
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
-    const bool bf = w->type == PI_TYPE_BF16;
-    int rc = bf ? split_x<true>(x, w->n_in, B, xh, S(st)) : split_x<false>(x, w->n_in, B, xh, S(st));
-    if (rc)
-        return rc;
     mout o = {};
     o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
-    return bf ? gemv_b<true>(w, B, o, mode, (const uint8_t *)xh, S(st))
-              : gemv_b<false>(w, B, o, mode, (const uint8_t *)xh, S(st));
+    return w->type == PI_TYPE_BF16 ? gemv_b<true>(w, x, B, o, mode, xh, S(st)) : gemv_b<false>(w, x, B, o, mode, xh, S(st));
 }
 
 extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
@@ -500,20 +510,18 @@ extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, con
                            void *xh, void *st)
 {
     if (!cuk_mma_type(gate->type) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
-        !xh || gate->n_in % 8)
+        gate->n_in % 8)
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
-    const bool bf = gate->type == PI_TYPE_BF16;
-    int rc = bf ? split_x<true>(x, gate->n_in, B, xh, S(st)) : split_x<false>(x, gate->n_in, B, xh, S(st));
-    if (rc)
-        return rc;
     mout o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
-    const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q, *xr = (const uint8_t *)xh;
+    const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
+    const int64_t K = gate->n_in, N = gate->n_out;
+    const bool bf = gate->type == PI_TYPE_BF16;
     if (idx)
-        return bf ? launch<true, CUK_SET, 2, true>(g, u, gate->n_in, gate->n_out, xr, B, o, S(st))
-                  : launch<false, CUK_SET, 2, true>(g, u, gate->n_in, gate->n_out, xr, B, o, S(st));
-    return bf ? launch<true, CUK_SET, 2, false>(g, u, gate->n_in, gate->n_out, xr, B, o, S(st))
-              : launch<false, CUK_SET, 2, false>(g, u, gate->n_in, gate->n_out, xr, B, o, S(st));
+        return bf ? launch<true, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st))
+                  : launch<false, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st));
+    return bf ? launch<true, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st))
+              : launch<false, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st));
 }

@@ -14,10 +14,12 @@
  * words of its two rows (row g and g + 8 of the tile, 64 contiguous bytes per quad), so no repacking
  * and any row order (the sparse path's gathered rows) works.
  *
- * Activations: the f32 row x of a token is split into f16 (bf16) hi + lo parts after scaling by a
- * power of two s (max |x| · s in [2^14, 2^15), so f16 neither overflows nor loses the small
- * entries): x·s = hi + lo to ~22 bits, and W·x = (W·hi + W·lo) / s with exact products. This keeps
- * the F16 path within the CPU's f32 tolerances (test_cuda_ops NMSE ≤ 1e-8), at twice the mma work. */
+ * Activations: the f32 row x of a token is split into f16 (bf16) hi = round(x) and lo = round(x − hi):
+ * x = hi + lo to ~22 bits (~16 for bf16) and W·x = W·hi + W·lo with exact products (two mmas per
+ * k16 tile). This keeps the F16 path within the CPU's f32 tolerances (test_cuda_ops NMSE ≤ 1e-8).
+ * Decode converts in the kernel as it loads x; prefill converts once per op into the scratch xh.
+ * Limits of f16: |x| ≥ 65520 becomes inf (as in the cuBLAS f16 path), and below 2^-2 the lo part
+ * loses bits to f16's subnormals (an absolute error ≤ 2^-25 per element). BF16 has neither. */
 #ifndef PI_CUK_MMA_H
 #define PI_CUK_MMA_H
 
@@ -33,11 +35,12 @@
  * environment falls back to cuk.cu's CUDA-core kernels (benchmarks: the A/B in one run). */
 bool cuk_mma_type(uint32_t type);
 bool cuk_mma_on(uint32_t type);
-/* Scratch bytes per token of the split activation (hi, lo and the scale) for n_in inputs. */
+/* Scratch bytes per token of the split activation (hi, lo; 16 bytes of slack) for n_in inputs. */
 size_t cuk_mma_x_row_bytes(int64_t n_in);
 
 /* cuk_gemv / cuk_gemv_split3 for F16 / BF16 weights (mode, y, thr as there; y1, y2, n0, n1 the
- * split3 outputs, else NULL / 0). xh: B × cuk_mma_x_row_bytes(n_in) bytes of scratch. */
+ * split3 outputs, else NULL / 0). xh: B × cuk_mma_x_row_bytes(n_in) bytes of scratch (used when
+ * B > 8). */
 int cuk_mma_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1, float *y2,
                  int64_t n0, int64_t n1, void *xh, void *st);
 /* cuk_glu for F16 / BF16 weights, the same arguments. */
