@@ -5,14 +5,16 @@
 # itself before LIMIT seconds (default 185) so that partial results come back.
 #
 #   bash bench/gpu/mma.sh KIT     KIT: b.tgz (build tree: tests/, bench/, tools/) and lib/ (shared libs)
-#   env: MODELS ("d16 d4 s16"), OLD ("d16": files also run with PINFER_CUDA_MMA=0), LIMIT, SKIP_TESTS=1
+#   env: MODELS ("d16 d4 s16"), OLD ("d16 s16": files also run with PINFER_CUDA_MMA=0), LIMIT, SKIP_TESTS=1,
+#        TILES ("1 2": d16's prefill again under PINFER_CUDA_MMA_TILE=N; test_cuda_mma under each too)
 # Results: $OUT/mma.tgz (logs, bench.jsonl) and the key figures on stdout.
 set -u
 KIT=$1
 OUT=${OUT:-/tmp/mma-out}
 LIMIT=${LIMIT:-185}
 MODELS=${MODELS-d16 d4 s16}
-OLD=${OLD-d16}
+OLD=${OLD-d16 s16}
+TILES=${TILES-1 2}
 T0=$(date +%s)
 W=/tmp/mma-kit
 mkdir -p "$W" "$OUT/r"
@@ -51,6 +53,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     step 40 test_cuda_mma "$W/tests/test_cuda_mma"
     grep NMSE "$OUT/r/test_cuda_mma.log" | head -8
     grep -m5 "failed" "$OUT/r/test_cuda_mma.log"
+    for v in $TILES; do
+        step 40 "test_cuda_mma-tile$v" env PINFER_CUDA_MMA_TILE=$v "$W/tests/test_cuda_mma"
+    done
     step 90 test_cuda_ops "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
     grep -m5 "failed" "$OUT/r/test_cuda_ops.log"
     step 40 test_backend_ops "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
@@ -72,6 +77,12 @@ for name in $MODELS; do
         step 40 "bench-$name-old" env PINFER_CUDA_MMA=0 "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 512 --batch 1,8
         sed "s/^{/{\"file\":\"$name-old\",/" "$OUT/r/bench-$name-old.log" | grep '^{' >>"$OUT/r/bench.jsonl"
     fi
+    if [ "$name" = d16 ]; then
+        for v in $TILES; do
+            step 30 "bench-$name-tile$v" env PINFER_CUDA_MMA_TILE=$v "$W/bench/bench_cuda" "$f" --mode "$mode" -n 32 -c 2048 --pp 512
+            sed "s/^{/{\"file\":\"$name-tile$v\",/" "$OUT/r/bench-$name-tile$v.log" | grep '^{' >>"$OUT/r/bench.jsonl"
+        done
+    fi
 done
 "$W/bench/bench_cuda" --hbm 8 >>"$OUT/r/bench.jsonl" 2>>"$OUT/r/run.log"
 log "done"
@@ -82,7 +93,7 @@ for l in open(sys.argv[1]):
         continue
     r = json.loads(l)
     keep = {k: r[k] for k in ('file', 'case', 'mode', 'path', 'tok_s', 'agg_tok_s', 'batch', 'best_gbps',
-                              'achieved_gbps', 'pp_invariant', 'eager_tok_s') if k in r}
+                              'achieved_gbps', 'pp_invariant', 'profile_ms') if k in r}
     print(json.dumps(keep))
 EOF
 tar -C "$OUT/r" -czf "$OUT/mma.tgz" .

@@ -33,7 +33,7 @@ extern "C" {
 #define KS CUK_MMA_KS
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
-#define MM_WARPS 4    /* row tiles per prefill block (64 rows) */
+#define MM_TILE_DEFAULT 0 /* mm_tile() */
 #define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
 
 static int launched(void)
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mma_mv(const uint8_t *__restr
     }
 }
 
-/* ---- prefill: B > 8, blocks of MM_WARPS row tiles × NT·8 tokens, the K ranges one after the other ---- */
+/* ---- prefill: B > 8, blocks of W row tiles × NT·8 tokens, the K ranges one after the other ---- */
 
 __device__ static inline void cp16(void *smem, const void *gp, int n)
 {
@@ -343,15 +343,15 @@ __device__ static inline void mm_load_a(uint4 (*a)[2][2], const uint8_t *const (
     }
 }
 
-template <bool BF, int MODE, int NM, int NT>
-__global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                          int64_t K, int64_t n_out, const uint8_t *__restrict__ xh,
                                                          int64_t xs, int B, mout o)
 {
     __shared__ __align__(16) uint8_t sb[2][NT * 8][MM_TOKB];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = (int)blockIdx.x * NT * 8;
-    const int64_t j0 = ((int64_t)blockIdx.y * MM_WARPS + warp) * 16;
+    const int64_t j0 = ((int64_t)blockIdx.y * W + warp) * 16;
     /* a tile past the end computes its last row again and stores nothing: every warp takes part in
      * the staging and the barriers */
     const int64_t jg = j0 + g < n_out ? j0 + g : n_out - 1, jh = j0 + g + 8 < n_out ? j0 + g + 8 : n_out - 1;
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restr
     kranges(K, &nk, &cpr);
     /* token rows of chunk c into stage s: 16 words per token (8 hi, 8 lo), zero past B or K */
     auto fill = [&](int s, int c) {
-        for (int q = threadIdx.x; q < NT * 8 * 16; q += MM_WARPS * 32) {
+        for (int q = threadIdx.x; q < NT * 8 * 16; q += W * 32) {
             const int tl = q >> 4, part = q & 15, h8 = part & 7;
             const int64_t e = (int64_t)c * CH + 8 * h8, tok = tok0 + tl;
             const bool ok = tok < B && e + 8 <= K;
@@ -452,8 +452,30 @@ __global__ void __launch_bounds__(MM_WARPS * 32) k_mma_mm(const uint8_t *__restr
 
 /* ---- launchers ---- */
 
-#define MM_NT 8     /* tokens / 8 per prefill block: plain products */
-#define MM_NT_GLU 4 /* GLU (two accumulator sets): fewer, for the registers */
+/* The prefill tiling (the bits do not depend on it): row tiles W per block (each block stages its
+ * NT·8 tokens' chunk once for all of them, so larger blocks move fewer bytes from L2) and token
+ * tiles NT. PINFER_CUDA_MMA_TILE picks one (benchmarks):
+ *   0: plain W 4, NT 8; GLU W 4, NT 4      1: plain W 8, NT 8; GLU W 8, NT 4
+ *   2: plain W 8, NT 8; GLU W 4, NT 8 */
+static int mm_tile(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA_TILE");
+        v = e && *e >= '0' && *e <= '2' ? *e - '0' : MM_TILE_DEFAULT;
+    }
+    return v;
+}
+
+template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+static void mm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const void *xh, int B,
+                      const mout &o, cudaStream_t st)
+{
+    const unsigned tiles = (unsigned)((n_out + 15) / 16);
+    const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + W - 1) / W;
+    k_mma_mm<BF, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, 0, st>>>(
+        w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
+}
 
 /* B ≤ 8 tokens, or one per block (IDX): the decode kernel on x as it is; more: split once, then the
  * prefill kernel */
@@ -472,10 +494,22 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
     const int rc = split_x<BF>(x, K, B, xh, st);
     if (rc)
         return rc;
-    constexpr int NT = NM == 2 ? MM_NT_GLU : MM_NT;
-    const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + MM_WARPS - 1) / MM_WARPS;
-    k_mma_mm<BF, MODE, NM, NT><<<dim3(groups, rows), MM_WARPS * 32, 0, st>>>(
-        w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
+    const int v = mm_tile();
+    if constexpr (NM == 2) {
+        if (v == 0)
+            mm_launch<BF, MODE, NM, 4, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else if (v == 1)
+            mm_launch<BF, MODE, NM, 4, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else
+            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+    } else {
+        if (v == 0)
+            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else if (v == 1)
+            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else
+            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+    }
     return launched();
 }
 
