@@ -6,7 +6,8 @@
 #
 #   bash bench/gpu/mma.sh KIT     KIT: b.tgz (build tree: tests/, bench/, tools/) and lib/ (shared libs)
 #   env: MODELS ("d16 d4 s16"), OLD ("d16 s16": files also run with PINFER_CUDA_MMA=0), LIMIT, SKIP_TESTS=1,
-#        TILES ("1 2": d16's prefill again under PINFER_CUDA_MMA_TILE=N; test_cuda_mma under each too)
+#        TILES ("1 2": d16's prefill again under PINFER_CUDA_MMA_TILE=N; test_cuda_mma under each too),
+#        U4 ("d16 s16": decode again under PINFER_CUDA_MMA_U=4; test_cuda_mma under it too)
 # Results: $OUT/mma.tgz (logs, bench.jsonl) and the key figures on stdout.
 set -u
 KIT=$1
@@ -15,6 +16,7 @@ LIMIT=${LIMIT:-185}
 MODELS=${MODELS-d16 d4 s16}
 OLD=${OLD-d16 s16}
 TILES=${TILES-1 2}
+U4=${U4-d16 s16}
 T0=$(date +%s)
 W=/tmp/mma-kit
 mkdir -p "$W" "$OUT/r"
@@ -56,6 +58,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     for v in $TILES; do
         step 40 "test_cuda_mma-tile$v" env PINFER_CUDA_MMA_TILE=$v "$W/tests/test_cuda_mma"
     done
+    [ -n "$U4" ] && step 40 "test_cuda_mma-u4" env PINFER_CUDA_MMA_U=4 "$W/tests/test_cuda_mma"
     step 90 test_cuda_ops "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
     grep -m5 "failed" "$OUT/r/test_cuda_ops.log"
     step 40 test_backend_ops "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
@@ -76,6 +79,10 @@ for name in $MODELS; do
     if [[ " $OLD " == *" $name "* ]]; then
         step 40 "bench-$name-old" env PINFER_CUDA_MMA=0 "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 512 --batch 1,8
         sed "s/^{/{\"file\":\"$name-old\",/" "$OUT/r/bench-$name-old.log" | grep '^{' >>"$OUT/r/bench.jsonl"
+    fi
+    if [[ " $U4 " == *" $name "* ]]; then
+        step 30 "bench-$name-u4" env PINFER_CUDA_MMA_U=4 "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 --batch 8
+        sed "s/^{/{\"file\":\"$name-u4\",/" "$OUT/r/bench-$name-u4.log" | grep '^{' >>"$OUT/r/bench.jsonl"
     fi
     if [ "$name" = d16 ]; then
         for v in $TILES; do

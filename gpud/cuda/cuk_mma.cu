@@ -34,6 +34,7 @@ extern "C" {
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
 #define MM_TILE_DEFAULT 0 /* mm_tile() */
+#define MV_U_DEFAULT 2    /* mv_u() */
 #define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
 
 static int launched(void)
@@ -256,8 +257,8 @@ __device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K,
 
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). IDX: blockIdx.y is a token
  * and the tile's rows are its listed rows o.idx[tok][j] (j < o.cnt[tok]). */
-template <bool BF, int MODE, int NM, bool IDX>
-__global__ void __launch_bounds__(MV_THREADS, 2) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+template <bool BF, int MODE, int NM, bool IDX, int U>
+__global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                        int64_t K, int64_t n_out, const float *__restrict__ x, int B,
                                                        mout o)
 {
@@ -285,7 +286,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_mma_mv(const uint8_t *__restr
 #pragma unroll
         for (int i = 0; i < 4; i++)
             acc[m][i] = 0.0f;
-    mv_range<BF, NM, 2>(rp, K, c0, c1, xr, t, acc); /* 2 chunks in flight: 2 blocks of 8 warps an SM */
+    mv_range<BF, NM, U>(rp, K, c0, c1, xr, t, acc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -457,6 +458,18 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
  * tiles NT. PINFER_CUDA_MMA_TILE picks one (benchmarks):
  *   0: plain W 4, NT 8; GLU W 4, NT 4      1: plain W 8, NT 8; GLU W 8, NT 4
  *   2: plain W 8, NT 8; GLU W 4, NT 8 */
+/* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
+ * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
+static int mv_u(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA_U");
+        v = e && !strcmp(e, "4") ? 4 : e && !strcmp(e, "2") ? 2 : MV_U_DEFAULT;
+    }
+    return v;
+}
+
 static int mm_tile(void)
 {
     static int v = -1;
@@ -485,8 +498,11 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
 {
     const unsigned tiles = (unsigned)((n_out + 15) / 16);
     if (IDX || B <= 8) {
-        k_mma_mv<BF, MODE, NM, IDX><<<dim3(tiles, IDX ? (unsigned)B : 1u), MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B,
-                                                                                                 o);
+        const dim3 grid(tiles, IDX ? (unsigned)B : 1u);
+        if (mv_u() == 4)
+            k_mma_mv<BF, MODE, NM, IDX, 4><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
+        else
+            k_mma_mv<BF, MODE, NM, IDX, 2><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
         return launched();
     }
     if (!xh)
