@@ -201,7 +201,9 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
             rank = m->layers[il].fc1.ne[1] > rank ? m->layers[il].fc1.ne[1] : rank;
     const uint64_t R = rank > 0 ? (uint64_t)rank : 1;
     const uint64_t n_in = (uint64_t)max_n_in(hp);
-    const uint64_t xq_row = (n_in + n_in / 32 * 8 + 15) / 16 * 16;
+    /* cuk_xq_row_bytes: the Q8 row or the tensor-core kernels' f16 hi/lo split row, the larger */
+    const uint64_t xq_q8 = (n_in + n_in / 32 * 8 + 15) / 16 * 16, xq_h = 4 * n_in + 16;
+    const uint64_t xq_row = xq_q8 > xq_h ? xq_q8 : xq_h;
     const uint64_t nch = ((uint64_t)p.n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK, nt = B < ATTN_GROUP ? B : ATTN_GROUP;
     uint64_t s = 0;
     s += al(3 * B * sizeof(int32_t));               /* batch */

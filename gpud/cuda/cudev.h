@@ -20,9 +20,10 @@
  *   argmax(n, first, ids)     greedy ids of those tokens, computed on the device
  *   topk(n, first, k, ...)    their k best candidates, computed on the device
  *
- * Batch invariance: every matrix product of every batch is the project's own GEMV kernel (up to
- * CUDEV_GEMV_MAX tokens a GEMV, more the same kernel tiled as a GEMM, cuk.h), each output element
- * reduced in one order whatever the number of tokens; the sparse FFN of every batch reads each
+ * Batch invariance: every matrix product of every batch is the project's own kernels (F16/BF16 on
+ * the tensor cores with a fixed split of K, cuk_mma.h; the other types up to CUDEV_GEMV_MAX tokens
+ * a GEMV, more the same kernel tiled as a GEMM, cuk.h), each output element reduced in one order
+ * whatever the number of tokens; the sparse FFN of every batch reads each
  * token's own active rows; attention splits a token's cells into chunks fixed by position; norms
  * and RoPE are per token. A token's results are then the same bits whatever else is in the batch
  * and however its prompt was chunked. Only benchmarks can switch the prefill of batches of more

@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "cuk.h"
+#include "cuk_mma.h"
 #include "model.h"
 #include "quant.h"
 }
@@ -455,7 +456,12 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
     }
 }
 
-extern "C" size_t cuk_xq_row_bytes(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
+/* the Q types' int8 row or the F16/BF16 tensor-core kernels' split row (cuk_mma.h), whichever is larger */
+extern "C" size_t cuk_xq_row_bytes(int64_t n_in)
+{
+    const size_t q8 = (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16), h = cuk_mma_x_row_bytes(n_in);
+    return q8 > h ? q8 : h;
+}
 
 /* The activation rows as the kernels of type T read them: f32 as is, or quantized into xq. */
 template <class T>
@@ -544,6 +550,8 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 {
     if (mode == CUK_SPLIT3)
         return -(int)cudaErrorInvalidValue;
+    if (cuk_mma_on(w->type)) /* F16 / BF16: the tensor-core kernels */
+        return cuk_mma_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, xq, st);
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
     return 0;
 }
@@ -551,6 +559,8 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,
                                int64_t n1, float *y2, void *xq, void *st)
 {
+    if (cuk_mma_on(w->type))
+        return cuk_mma_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, xq, st);
     const struct split3 sp = { y1, y2, n0, n1 };
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y0, CUK_SPLIT3, 0.0f, xq, &sp, S(st)));
     return 0;
@@ -663,6 +673,8 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
 {
     if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
         return -(int)cudaErrorInvalidValue;
+    if (cuk_mma_on(gate->type))
+        return cuk_mma_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
     return 0;
 }

@@ -51,7 +51,8 @@ enum cuk_mode {
  * each (row, token) is reduced in one order whatever B is. For CUK_MASK, y is a uint8_t (B, n_out)
  * array. x and y strides are n_in and n_out. Float weight types dot the f32 x; Q8_0/Q4_0 weights
  * dot x quantized per 32-block to int8 (the CPU's Q8_0 rounding) into xq, a scratch of
- * B × cuk_xq_row_bytes(n_in) bytes (NULL for float types). */
+ * B × cuk_xq_row_bytes(n_in) bytes (NULL for F32). F16 / BF16 weights go to the tensor-core kernels
+ * (cuk_mma.h: the same modes, xq holding the f16/bf16 hi/lo split of x for batches of more than 8). */
 int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
 size_t cuk_xq_row_bytes(int64_t n_in);
 /* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1

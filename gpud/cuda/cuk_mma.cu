@@ -1,0 +1,577 @@
+/* cuk_mma.cu — F16 / BF16 GEMV and GEMM on mma.sync (design and numerics: cuk_mma.h).
+ *
+ * Fragment mapping. A 64-element chunk of K is four k16 tiles. Thread (g = lane / 4, t = lane % 4)
+ * of a warp loads elements [8t, 8t + 8) and [32 + 8t, 40 + 8t) of the chunk — two 16-byte words, so
+ * that each load instruction reads 64 contiguous bytes of each of 8 rows — of its rows g and g + 8
+ * of the 16-row tile, and the same elements of token g's activation row. Word pair 2i, 2i + 1 of
+ * those 8 32-bit words feeds k16 tile i: word 2i sits in the mma's k slots (2t, 2t + 1), word 2i + 1
+ * in (2t + 8, 2t + 9), for A (rows) and B (tokens) alike. The mma then sums a permutation of the
+ * chunk's products; the permutation depends on nothing but the position in K.
+ *
+ * Order of the sums, for one (row, token): for each K range r (cuk_mma.h), acc = 0, then for each of
+ * its chunks in ascending order and each of the chunk's k16 tiles in order: acc = mma(A, B_hi, acc),
+ * acc = mma(A, B_lo, acc); then s = acc_0, s = s + acc_r for r = 1..KS−1 (an empty range adds +0);
+ * that is the output. Both kernels below do exactly that.
+ *
+ * The activation's hi = round(x), lo = round(x − hi) (f16 or bf16, round to nearest even): the
+ * decode kernel converts the f32 row as it loads it (no launch of its own), the prefill kernel reads
+ * it converted once per op by k_split_x; the same roundings, so the same bits. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cuk_mma.h"
+#include "model.h"
+#include "quant.h"
+}
+
+#define KS CUK_MMA_KS
+#define CH 64         /* elements of K per chunk */
+#define MV_THREADS (KS * 32)
+#define MM_TILE_DEFAULT 0 /* mm_tile() */
+#define MV_U_DEFAULT 2    /* mv_u() */
+#define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
+
+static int launched(void)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : -(int)e;
+}
+
+static cudaStream_t S(void *st) { return (cudaStream_t)st; }
+
+extern "C" bool cuk_mma_type(uint32_t type) { return type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
+
+extern "C" bool cuk_mma_on(uint32_t type)
+{
+    static int on = -1; /* read once: a decode graph must not change kernels between captures */
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on && cuk_mma_type(type);
+}
+
+extern "C" size_t cuk_mma_x_row_bytes(int64_t n_in) { return (size_t)(4 * n_in + 16); }
+
+/* ---- the activation split: x = hi + lo ---- */
+
+template <bool BF> struct H2;
+template <> struct H2<false> { /* f16 pairs */
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __half2 h = __floats2half2_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
+};
+template <> struct H2<true> { /* bf16 pairs */
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __bfloat1622float2(*(const __nv_bfloat162 *)&w); }
+};
+
+/* 4 floats → 2 hi words and 2 lo words (the lower element in the low half) */
+template <bool BF>
+__device__ static inline void split4(float4 v, uint32_t *hi, uint32_t *lo)
+{
+    hi[0] = H2<BF>::pack(v.x, v.y), hi[1] = H2<BF>::pack(v.z, v.w);
+    const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
+    lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
+    lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
+}
+
+/* x (B, K) f32 → rows of xs bytes: hi [K], lo [K] (16-bit); 4 elements a thread */
+template <bool BF>
+__global__ void k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__restrict__ xh, int64_t xs)
+{
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= K)
+        return;
+    const float4 v = *(const float4 *)(x + (int64_t)blockIdx.y * K + i);
+    uint32_t hi[2], lo[2];
+    split4<BF>(v, hi, lo);
+    uint32_t *row = (uint32_t *)(xh + (int64_t)blockIdx.y * xs);
+    row[i / 2] = hi[0], row[i / 2 + 1] = hi[1];
+    row[(K + i) / 2] = lo[0], row[(K + i) / 2 + 1] = lo[1];
+}
+
+template <bool BF>
+static int split_x(const float *x, int64_t K, int B, void *xh, cudaStream_t st)
+{
+    k_split_x<BF><<<dim3((unsigned)((K / 4 + 255) / 256), (unsigned)B), 256, 0, st>>>(
+        x, K, (uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K));
+    return launched();
+}
+
+/* ---- the mma and the fragments ---- */
+
+template <bool BF>
+__device__ static inline void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                  uint32_t b1)
+{
+    if constexpr (BF)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* word k (0..7) of a thread's 32 bytes held as two uint4 */
+__device__ static inline uint32_t wd(const uint4 *p, int k)
+{
+    const uint4 v = p[k >> 2];
+    return (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
+}
+
+/* The four k16 tiles of one chunk: A words of rows g (ag) and g + 8 (ah), B words hi (bh), lo (bl). */
+template <bool BF>
+__device__ static inline void mma_chunk(float *acc, const uint4 *ag, const uint4 *ah, const uint4 *bh, const uint4 *bl)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t a0 = wd(ag, 2 * i), a1 = wd(ah, 2 * i), a2 = wd(ag, 2 * i + 1), a3 = wd(ah, 2 * i + 1);
+        mma<BF>(acc, a0, a1, a2, a3, wd(bh, 2 * i), wd(bh, 2 * i + 1));
+        mma<BF>(acc, a0, a1, a2, a3, wd(bl, 2 * i), wd(bl, 2 * i + 1));
+    }
+}
+
+__device__ static inline uint4 ld16(const uint8_t *p, bool ok) { return ok ? __ldg((const uint4 *)p) : make_uint4(0, 0, 0, 0); }
+
+__host__ __device__ static inline void kranges(int64_t K, int *nk, int *cpr)
+{
+    *nk = (int)((K + CH - 1) / CH);
+    *cpr = (*nk + KS - 1) / KS;
+}
+
+/* ---- outputs ---- */
+
+struct mout {
+    void *y;
+    float *y1, *y2;
+    int64_t n0, n1;
+    float thr;
+    int kind;
+    const int32_t *idx, *cnt;
+    int64_t idx_stride;
+    bool compact;
+};
+
+template <int MODE>
+__device__ static inline void emit(const mout &o, int64_t n_out, int64_t r, int64_t tok, float v)
+{
+    const int64_t at = tok * n_out + r;
+    if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
+        if (r < o.n0)
+            ((float *)o.y)[tok * o.n0 + r] = v;
+        else if (r < o.n0 + o.n1)
+            o.y1[tok * o.n1 + r - o.n0] = v;
+        else
+            o.y2[tok * (n_out - o.n0 - o.n1) + r - o.n0 - o.n1] = v;
+    } else if (MODE == CUK_SET)
+        ((float *)o.y)[at] = v;
+    else if (MODE == CUK_ADD)
+        ((float *)o.y)[at] = __fadd_rn(((float *)o.y)[at], v);
+    else if (MODE == CUK_RELU)
+        ((float *)o.y)[at] = v > 0.0f ? v : 0.0f;
+    else
+        ((uint8_t *)o.y)[at] = v >= o.thr;
+}
+
+__device__ static inline float glu_f(int kind, float g, float u)
+{
+    if (kind == PI_ACT_SWIGLU)
+        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    if (kind == PI_ACT_REGLU)
+        return g > 0.0f ? __fmul_rn(g, u) : 0.0f;
+    return (g > 0.0f && u > 0.0f) ? __fmul_rn(g, u) : 0.0f;
+}
+
+/* the GLU of list position j (row rr) for token tok */
+template <bool IDX>
+__device__ static inline void emit_glu(const mout &o, int64_t n_out, int64_t j, int64_t tok, float g, float u)
+{
+    const int64_t rr = IDX ? o.idx[tok * o.idx_stride + j] : j;
+    ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
+}
+
+/* ---- decode: B ≤ 8, one 16-row tile per block, the K ranges on its KS warps ---- */
+
+/* the element of chunk c where thread t's 16-byte word h starts */
+__host__ __device__ static inline int64_t elem(int c, int t, int h) { return (int64_t)c * CH + 32 * h + 8 * t; }
+
+/* acc[m] += the chunks [c0, c1) of the rows rp[m][0..1] · token row xr (f32, split here; NULL: a
+ * padding column) */
+template <bool BF, int NM, int U>
+__device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K, int c0, int c1,
+                                       const float *xr, int t, float (*acc)[4])
+{
+    for (int c = c0; c < c1; c += U) {
+        uint4 a[U][NM][2][2];
+        float4 xv[U][2][2];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t e = elem(c + u, t, h);
+                const bool ok = c + u < c1 && e + 8 <= K;
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    a[u][m][0][h] = ld16(rp[m][0] + 2 * e, ok);
+                    a[u][m][1][h] = ld16(rp[m][1] + 2 * e, ok);
+                }
+                const bool xo = ok && xr;
+                xv[u][h][0] = xo ? __ldg((const float4 *)(xr + e)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                xv[u][h][1] = xo ? __ldg((const float4 *)(xr + e + 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (c + u < c1) {
+                uint32_t hw[8], lw[8];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int q = 0; q < 2; q++)
+                        split4<BF>(xv[u][h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
+                const uint4 bh[2] = { make_uint4(hw[0], hw[1], hw[2], hw[3]), make_uint4(hw[4], hw[5], hw[6], hw[7]) };
+                const uint4 bl[2] = { make_uint4(lw[0], lw[1], lw[2], lw[3]), make_uint4(lw[4], lw[5], lw[6], lw[7]) };
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+                    mma_chunk<BF>(acc[m], a[u][m][0], a[u][m][1], bh, bl);
+            }
+    }
+}
+
+/* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). IDX: blockIdx.y is a token
+ * and the tile's rows are its listed rows o.idx[tok][j] (j < o.cnt[tok]). */
+template <bool BF, int MODE, int NM, bool IDX, int U>
+__global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+                                                       int64_t K, int64_t n_out, const float *__restrict__ x, int B,
+                                                       mout o)
+{
+    __shared__ float red[KS][NM * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tok0 = IDX ? (int)blockIdx.y : (int)blockIdx.y * 8, ntok = IDX ? 1 : (B - tok0 < 8 ? B - tok0 : 8);
+    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, j0 = (int64_t)blockIdx.x * 16;
+    if (j0 >= n)
+        return; /* the whole block */
+    const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
+    const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
+    const uint8_t *rp[NM][2];
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const uint8_t *w = m ? w1 : w0;
+        rp[m][0] = w + rg * K * 2, rp[m][1] = w + rh * K * 2;
+    }
+    const float *xr = g < ntok ? x + (int64_t)(tok0 + g) * K : nullptr;
+    int nk, cpr;
+    kranges(K, &nk, &cpr);
+    const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk;
+    float acc[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[m][i] = 0.0f;
+    mv_range<BF, NM, U>(rp, K, c0, c1, xr, t, acc);
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[warp][m * 4 + i][lane] = acc[m][i];
+    __syncthreads();
+    if (warp)
+        return;
+    float s[NM][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s[m][i] = red[0][m * 4 + i][lane];
+#pragma unroll
+            for (int w = 1; w < KS; w++)
+                s[m][i] = __fadd_rn(s[m][i], red[w][m * 4 + i][lane]);
+        }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t j = j0 + g + (i >= 2 ? 8 : 0);
+        const int tl = 2 * t + (i & 1);
+        if (j >= n || tl >= ntok)
+            continue;
+        const int64_t tok = tok0 + tl;
+        if constexpr (NM == 2)
+            emit_glu<IDX>(o, n_out, j, tok, s[0][i], s[1][i]);
+        else
+            emit<MODE>(o, n_out, j, tok, s[0][i]);
+    }
+}
+
+/* ---- prefill: B > 8, blocks of W row tiles × NT·8 tokens, the K ranges one after the other ---- */
+
+__device__ static inline void cp16(void *smem, const void *gp, int n)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n));
+}
+__device__ static inline void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ static inline void cp_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+template <int NM>
+__device__ static inline void mm_load_a(uint4 (*a)[2][2], const uint8_t *const (*rp)[2], int64_t K, int c, int t)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t e = elem(c, t, h);
+        const bool ok = e + 8 <= K;
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            a[m][0][h] = ld16(rp[m][0] + 2 * e, ok);
+            a[m][1][h] = ld16(rp[m][1] + 2 * e, ok);
+        }
+    }
+}
+
+template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+                                                         int64_t K, int64_t n_out, const uint8_t *__restrict__ xh,
+                                                         int64_t xs, int B, mout o)
+{
+    __shared__ __align__(16) uint8_t sb[2][NT * 8][MM_TOKB];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tok0 = (int)blockIdx.x * NT * 8;
+    const int64_t j0 = ((int64_t)blockIdx.y * W + warp) * 16;
+    /* a tile past the end computes its last row again and stores nothing: every warp takes part in
+     * the staging and the barriers */
+    const int64_t jg = j0 + g < n_out ? j0 + g : n_out - 1, jh = j0 + g + 8 < n_out ? j0 + g + 8 : n_out - 1;
+    const uint8_t *rp[NM][2];
+#pragma unroll
+    for (int m = 0; m < NM; m++) {
+        const uint8_t *w = m ? w1 : w0;
+        rp[m][0] = w + jg * K * 2, rp[m][1] = w + jh * K * 2;
+    }
+    int nk, cpr;
+    kranges(K, &nk, &cpr);
+    /* token rows of chunk c into stage s: 16 words per token (8 hi, 8 lo), zero past B or K */
+    auto fill = [&](int s, int c) {
+        for (int q = threadIdx.x; q < NT * 8 * 16; q += W * 32) {
+            const int tl = q >> 4, part = q & 15, h8 = part & 7;
+            const int64_t e = (int64_t)c * CH + 8 * h8, tok = tok0 + tl;
+            const bool ok = tok < B && e + 8 <= K;
+            const uint8_t *src = ok ? xh + tok * xs + (part >= 8 ? 2 * K : 0) + 2 * e : xh;
+            cp16(&sb[s][tl][(part >= 8 ? 128 : 0) + 16 * h8], src, ok ? 16 : 0);
+        }
+    };
+    uint4 a[NM][2][2], an[NM][2][2];
+    float acc[NM][NT][4], sum[NM][NT][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[m][j][i] = 0.0f, sum[m][j][i] = 0.0f;
+    mm_load_a<NM>(a, rp, K, 0, t);
+    fill(0, 0);
+    cp_commit();
+    int done = 0; /* K ranges added into sum */
+    for (int c = 0; c < nk; c++) {
+        const bool more = c + 1 < nk;
+        if (more)
+            fill((c + 1) & 1, c + 1);
+        cp_commit();
+        if (more)
+            mm_load_a<NM>(an, rp, K, c + 1, t);
+        cp_wait1();
+        __syncthreads();
+        const uint8_t *st = &sb[c & 1][0][0];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const uint8_t *tb = st + (j * 8 + g) * MM_TOKB + 16 * t; /* elements 8t.., 32 + 8t.. */
+            const uint4 bh[2] = { *(const uint4 *)tb, *(const uint4 *)(tb + 64) };
+            const uint4 bl[2] = { *(const uint4 *)(tb + 128), *(const uint4 *)(tb + 192) };
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+                mma_chunk<BF>(acc[m][j], a[m][0], a[m][1], bh, bl);
+        }
+        if ((c + 1) % cpr == 0 || !more) { /* the end of a K range */
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        sum[m][j][i] = done ? __fadd_rn(sum[m][j][i], acc[m][j][i]) : acc[m][j][i];
+                        acc[m][j][i] = 0.0f;
+                    }
+            done++;
+        }
+        __syncthreads(); /* the stage is refilled by the next iteration */
+        if (more)
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        a[m][r][h] = an[m][r][h];
+    }
+    for (; done < KS; done++) /* the empty ranges' +0, as the decode kernel adds them */
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    sum[m][j][i] = __fadd_rn(sum[m][j][i], 0.0f);
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t r = j0 + g + (i >= 2 ? 8 : 0);
+            const int64_t tok = tok0 + j * 8 + 2 * t + (i & 1);
+            if (r >= n_out || tok >= B)
+                continue;
+            if constexpr (NM == 2)
+                emit_glu<false>(o, n_out, r, tok, sum[0][j][i], sum[1][j][i]);
+            else
+                emit<MODE>(o, n_out, r, tok, sum[0][j][i]);
+        }
+}
+
+/* ---- launchers ---- */
+
+/* The prefill tiling (the bits do not depend on it): row tiles W per block (each block stages its
+ * NT·8 tokens' chunk once for all of them, so larger blocks move fewer bytes from L2) and token
+ * tiles NT. PINFER_CUDA_MMA_TILE picks one (benchmarks):
+ *   0: plain W 4, NT 8; GLU W 4, NT 4      1: plain W 8, NT 8; GLU W 8, NT 4
+ *   2: plain W 8, NT 8; GLU W 4, NT 8 */
+/* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
+ * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
+static int mv_u(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA_U");
+        v = e && !strcmp(e, "4") ? 4 : e && !strcmp(e, "2") ? 2 : MV_U_DEFAULT;
+    }
+    return v;
+}
+
+static int mm_tile(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA_TILE");
+        v = e && *e >= '0' && *e <= '2' ? *e - '0' : MM_TILE_DEFAULT;
+    }
+    return v;
+}
+
+template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+static void mm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const void *xh, int B,
+                      const mout &o, cudaStream_t st)
+{
+    const unsigned tiles = (unsigned)((n_out + 15) / 16);
+    const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + W - 1) / W;
+    k_mma_mm<BF, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, 0, st>>>(
+        w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
+}
+
+/* B ≤ 8 tokens, or one per block (IDX): the decode kernel on x as it is; more: split once, then the
+ * prefill kernel */
+template <bool BF, int MODE, int NM, bool IDX>
+static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, void *xh, int B,
+                  const mout &o, cudaStream_t st)
+{
+    const unsigned tiles = (unsigned)((n_out + 15) / 16);
+    if (IDX || B <= 8) {
+        const dim3 grid(tiles, IDX ? (unsigned)B : 1u);
+        if (mv_u() == 4)
+            k_mma_mv<BF, MODE, NM, IDX, 4><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
+        else
+            k_mma_mv<BF, MODE, NM, IDX, 2><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
+        return launched();
+    }
+    if (!xh)
+        return -(int)cudaErrorInvalidValue;
+    const int rc = split_x<BF>(x, K, B, xh, st);
+    if (rc)
+        return rc;
+    const int v = mm_tile();
+    if constexpr (NM == 2) {
+        if (v == 0)
+            mm_launch<BF, MODE, NM, 4, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else if (v == 1)
+            mm_launch<BF, MODE, NM, 4, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else
+            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+    } else {
+        if (v == 0)
+            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else if (v == 1)
+            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+        else
+            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+    }
+    return launched();
+}
+
+template <bool BF>
+static int gemv_b(const struct cuk_w *w, const float *x, int B, const mout &o, int mode, void *xh, cudaStream_t st)
+{
+    const uint8_t *q = (const uint8_t *)w->q;
+    switch (mode) {
+    case CUK_SET: return launch<BF, CUK_SET, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_ADD: return launch<BF, CUK_ADD, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_RELU: return launch<BF, CUK_RELU, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_MASK: return launch<BF, CUK_MASK, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_SPLIT3: return launch<BF, CUK_SPLIT3, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    default: return -(int)cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int cuk_mma_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1,
+                            float *y2, int64_t n0, int64_t n1, void *xh, void *st)
+{
+    if (!cuk_mma_type(w->type) || w->n_in % 8)
+        return -(int)cudaErrorInvalidValue;
+    if (B < 1)
+        return 0;
+    mout o = {};
+    o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
+    return w->type == PI_TYPE_BF16 ? gemv_b<true>(w, x, B, o, mode, xh, S(st)) : gemv_b<false>(w, x, B, o, mode, xh, S(st));
+}
+
+extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
+                           int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                           void *xh, void *st)
+{
+    if (!cuk_mma_type(gate->type) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
+        gate->n_in % 8)
+        return -(int)cudaErrorInvalidValue;
+    if (B < 1)
+        return 0;
+    mout o = {};
+    o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
+    const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
+    const int64_t K = gate->n_in, N = gate->n_out;
+    const bool bf = gate->type == PI_TYPE_BF16;
+    if (idx)
+        return bf ? launch<true, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st))
+                  : launch<false, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st));
+    return bf ? launch<true, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st))
+              : launch<false, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st));
+}

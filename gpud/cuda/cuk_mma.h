@@ -1,0 +1,50 @@
+/* cuk_mma.h — F16 / BF16 matrix products on the tensor cores (mma.sync m16n8k16, f32 accumulate), one
+ * kernel family for every batch size (cuk_mma.cu implements them; cuk.cu dispatches to them).
+ *
+ * Why: the CUDA-core GEMV (cuk.cu k_gemv) is batch-invariant but runs prefill at a fraction of the
+ * tensor cores' rate. These kernels compute every (row, token) output with the same instruction
+ * sequence whatever the batch: tokens are the mma's N dimension (padded to 8; decode is memory-bound,
+ * the empty columns cost nothing), K is split into CUK_MMA_KS fixed ranges of 64-element chunks (a
+ * function of K alone), each range accumulated chunk by chunk in order, the ranges added in range
+ * order. Decode (B ≤ 8) runs the ranges on the warps of a block and adds them through shared memory;
+ * prefill (more tokens) runs them one after the other in one warp and adds them in registers: the
+ * same additions in the same order, so the bits are equal.
+ *
+ * Weights stay in the GGUF layout: a K-permutation that A and B share lets each thread load 16-byte
+ * words of its two rows (row g and g + 8 of the tile, 64 contiguous bytes per quad), so no repacking
+ * and any row order (the sparse path's gathered rows) works.
+ *
+ * Activations: the f32 row x of a token is split into f16 (bf16) hi = round(x) and lo = round(x − hi):
+ * x = hi + lo to ~22 bits (~16 for bf16) and W·x = W·hi + W·lo with exact products (two mmas per
+ * k16 tile). This keeps the F16 path within the CPU's f32 tolerances (test_cuda_ops NMSE ≤ 1e-8).
+ * Decode converts in the kernel as it loads x; prefill converts once per op into the scratch xh.
+ * Limits of f16: |x| ≥ 65520 becomes inf (as in the cuBLAS f16 path), and below 2^-2 the lo part
+ * loses bits to f16's subnormals (an absolute error ≤ 2^-25 per element). BF16 has neither. */
+#ifndef PI_CUK_MMA_H
+#define PI_CUK_MMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuk.h"
+
+#define CUK_MMA_KS 8 /* K ranges (the fixed split-K; also the decode kernel's warps per block) */
+
+/* The types these kernels take (F16, BF16) and whether they are in use: PINFER_CUDA_MMA=0 in the
+ * environment falls back to cuk.cu's CUDA-core kernels (benchmarks: the A/B in one run). */
+bool cuk_mma_type(uint32_t type);
+bool cuk_mma_on(uint32_t type);
+/* Scratch bytes per token of the split activation (hi, lo; 16 bytes of slack) for n_in inputs. */
+size_t cuk_mma_x_row_bytes(int64_t n_in);
+
+/* cuk_gemv / cuk_gemv_split3 for F16 / BF16 weights (mode, y, thr as there; y1, y2, n0, n1 the
+ * split3 outputs, else NULL / 0). xh: B × cuk_mma_x_row_bytes(n_in) bytes of scratch (used when
+ * B > 8). */
+int cuk_mma_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1, float *y2,
+                 int64_t n0, int64_t n1, void *xh, void *st);
+/* cuk_glu for F16 / BF16 weights, the same arguments. */
+int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
+                const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xh, void *st);
+
+#endif
