@@ -1,0 +1,26 @@
+#!/bin/bash
+# bench/gpu/pack_trees.sh GPU_BUILD REL_BUILD DEST — the binaries final_check.sh needs, stripped and
+# packed into DEST/trees.tgz (gpu/ and rel/ in the build-tree layout, so pictl finds its stages),
+# with DEST/lib holding the .so files the GPU machine lacks. Run on the development machine.
+set -eu
+G=$1 R=$2 DEST=$3
+T=$(mktemp -d)
+STAGES="tools/pictl gpud/gpud cpud/cpud predictord/predictord loaderd/loaderd"
+for f in $STAGES tests/test_cuda_ops tests/test_backend_ops tests/test_backend_ops_random tests/test_cuda_mma \
+    tests/test_cuk_traits tests/test_hybrid; do
+    [ -f "$G/$f" ] || continue
+    mkdir -p "$T/gpu/$(dirname "$f")"
+    strip -o "$T/gpu/$f" "$G/$f"
+done
+for f in $STAGES bench/bench_gemv; do
+    mkdir -p "$T/rel/$(dirname "$f")"
+    strip -o "$T/rel/$f" "$R/$f"
+done
+mkdir -p "$DEST/lib"
+for l in libnanomsg.so.5 libjansson.so.4 libpcre2-8.so.0; do
+    p=$(ldconfig -p | awk -v l="$l" '$1 == l { print $NF; exit }')
+    [ -n "$p" ] && cp -L "$p" "$DEST/lib/"
+done
+tar -czf "$DEST/trees.tgz" -C "$T" gpu rel
+rm -rf "$T"
+du -sh "$DEST"/*
