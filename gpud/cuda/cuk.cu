@@ -376,6 +376,50 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
     }
 }
 
+/* Super-block types (Q2_K..Q6_K, IQ4_XS): x → int8 as the CPU's Q8_K, so that both backends dot
+ * the same integers: per 256 elements the one of largest |x| (the first of equals) gives
+ * iscale = -127 / max, q = round-to-even(iscale x) (at most 127), d = 1 / iscale in f32; the same
+ * layout as k_quant_x, every 32-block's (d, d·Σq) with its super-block's d. One warp per
+ * super-block; lane l holds elements l + 32 k (k < 8). */
+__global__ void k_quant_x8k(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+{
+    const int tok = blockIdx.y, lane = threadIdx.x & 31;
+    const int64_t sb = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (sb >= n_in / 256)
+        return;
+    const float *xr = x + (int64_t)tok * n_in + sb * 256;
+    float v[8], amax = 0.0f, mx = 0.0f;
+    int idx = 0x7fffffff;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        v[k] = xr[lane + 32 * k];
+        const float ax = fabsf(v[k]);
+        if (ax > amax)
+            amax = ax, mx = v[k], idx = lane + 32 * k;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { /* (amax desc, index asc): every lane ends with the first maximum */
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx))
+            amax = oa, mx = om, idx = oi;
+    }
+    uint8_t *row = out + (int64_t)tok * xs;
+    const float iscale = amax > 0.0f ? __fdiv_rn(-127.0f, mx) : 0.0f;
+    const float d = amax > 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int t = amax > 0.0f ? __float2int_rn(__fmul_rn(iscale, v[k])) : 0, q = t < 127 ? t : 127;
+        row[sb * 256 + lane + 32 * k] = (uint8_t)(int8_t)q;
+        int sum = q;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            ((float2 *)(row + n_in))[sb * 8 + k] = make_float2(d, d * (float)sum);
+    }
+}
+
 extern "C" size_t cuk_xq_row_bytes(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
 
 /* The activation rows as the kernels of type T read them: f32 as is, or quantized into xq. */
@@ -386,7 +430,11 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
         if (!xq)
             return -(int)cudaErrorInvalidValue;
         *xs = (int64_t)cuk_xq_row_bytes(n_in);
-        k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
+        if constexpr (T::GQ == 256) /* the CPU dots these types against Q8_K */
+            k_quant_x8k<<<dim3((unsigned)((n_in / 256 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq,
+                                                                                            *xs);
+        else
+            k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
         *xr = (const uint8_t *)xq;
         return launched();
     } else {
