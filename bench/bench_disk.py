@@ -6,7 +6,14 @@ The memory limit is a cgroup (v1 memory.limit_in_bytes, or v2 memory.max) that e
 started in; the model's pages are dropped from the page cache before each run (posix_fadvise
 DONTNEED on the file), so that the run faults them in, charged to its cgroup.
 
-usage: bench_disk.py PICTL MODEL.pwri.gguf [--fractions 0.25,0.5] [-n N] [-t T] [--slack-gib G]"""
+With --pipeline, the same budgets also run in the pipeline (pictl start --ram-budget: loaderd streams
+the disk tier into cpud's cache in shared memory, the FFN rows punched out of the weights segment),
+without a cgroup limit (loading still fills the whole weights segment before the FFN rows are punched
+out): decode tok/s, the counters of pictl status (bytes/token, hit rate, waits, fallback reads) and
+the weights segment's resident bytes.
+
+usage: bench_disk.py PICTL MODEL.pwri.gguf [--fractions 0.25,0.5] [-n N] [-t T] [--slack-gib G] [--pipeline]
+                     [--skip-inproc]"""
 import argparse, json, os, subprocess, sys, tempfile, time
 
 ap = argparse.ArgumentParser()
@@ -17,6 +24,8 @@ ap.add_argument("-n", type=int, default=24)
 ap.add_argument("-t", type=int, default=2)
 ap.add_argument("--slack-gib", type=float, default=0.5, help="KV cache, scratch, the process: above the budget")
 ap.add_argument("--mmap-timeout", type=int, default=900)
+ap.add_argument("--pipeline", action="store_true", help="also run each budget in the pipeline (no cgroup limit)")
+ap.add_argument("--skip-inproc", action="store_true", help="only the all-in-RAM reference and the pipeline runs")
 a = ap.parse_args()
 GIB = 2**30
 tmp = tempfile.mkdtemp(prefix="pinfer-bdisk-")
@@ -105,8 +114,46 @@ import struct
 n_layer, n_ff = struct.unpack_from("<II", hdr, 8)
 stride = struct.unpack_from("<Q", hdr, 64)[0]
 ffn = n_layer * n_ff * stride / GIB
+
+
+def pipeline(tag, budget):
+    name = f"bdisk{os.getpid()}"
+    js = os.path.join(tmp, tag.replace(" ", "_") + ".json")
+    row = {"case": tag, "limit": "none (pipeline)"}
+    drop_cache(a.model)
+    t0 = time.time()
+    p = subprocess.run([a.pictl, "start", "-m", a.model, "--name", name, "-t", str(a.t), "-c", "256", "--ram-budget",
+                        f"{budget:.4f}"], capture_output=True, timeout=900)
+    row["start_s"] = round(time.time() - t0, 1)
+    try:
+        if p.returncode:
+            row.update({"rc": p.returncode, "error": p.stderr.decode(errors="replace")[-300:]})
+            return row
+        p = subprocess.run([a.pictl, "generate", "--name", name, "-p", "Once upon a time", "-n", str(a.n),
+                            "--ignore-eos", "--temp", "0", "--json-stats", js], capture_output=True, timeout=1800)
+        row["rc"] = p.returncode
+        if p.returncode:
+            row["error"] = p.stderr.decode(errors="replace")[-300:]
+            return row
+        st = json.load(open(js))
+        row.update({"decode_tok_s": st["decode_tok_s"], "prefill_ms": st["prefill_ms"], "tokens": st["tokens"]})
+        dk = st.get("disk", {})
+        row.update({k: dk.get(k) for k in ("reader", "bytes_per_token", "hit_rate", "misses", "prefetched", "reads",
+                                           "wait_ms_per_token", "fallback_reads", "loaderd_reads", "prefill_tokens",
+                                           "prefill_bytes", "prefill_reads", "prefill_ms", "pinned_bytes",
+                                           "cache_bytes", "weights_segment_bytes", "weights_resident_bytes",
+                                           "weights_trimmed_bytes", "segment_bytes")})
+        return row
+    finally:
+        subprocess.run([a.pictl, "stop", "--name", name], capture_output=True, timeout=120)
+        print(json.dumps(row), flush=True)
+
+
 for frac in [float(x) for x in a.fractions.split(",")]:
     budget = dense + cache + frac * ffn
     limit = (budget + a.slack_gib) * GIB
-    r = run(f"ram-budget {frac:.0%} of FFN", ["--ram-budget", f"{budget:.4f}", "--disk-floor"], limit)
-    run(f"mmap, same limit as {frac:.0%}", [], limit, timeout=a.mmap_timeout)
+    if not a.skip_inproc:
+        r = run(f"ram-budget {frac:.0%} of FFN", ["--ram-budget", f"{budget:.4f}", "--disk-floor"], limit)
+        run(f"mmap, same limit as {frac:.0%}", [], limit, timeout=a.mmap_timeout)
+    if a.pipeline:
+        pipeline(f"pipeline ram-budget {frac:.0%} of FFN", budget)

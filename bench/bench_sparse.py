@@ -3,7 +3,7 @@
 the bytes-over-bandwidth floor of each.
 
   bench/bench_sparse.py [--build DIR] [--shape llama-7b] [--type q4_0] [-n 16] [-t 2] [--dir /tmp]
-                        [--rank 1024] [--pred-type f16] [--reps 3] [--keep]
+                        [--rank 1024] [--pred-type f16] [--reps 3] [--keep] [--pipeline]
 
 Steps (one JSON line each):
   1. pictl synth: a dense file and its --pwri twin (same seed: the same weights; the twin adds
@@ -16,6 +16,8 @@ Steps (one JSON line each):
      sparse mode (the default for PowerInfer files; reported as pending where there is none);
      pwri-dense = the --pwri file with --dense (every neuron, through ffn_down_t). Each against its
      floor (bytes per token / read bandwidth); the [perf] line tells whether the FFN ran sparse.
+     --pipeline adds pipe-dense and pipe-sparse: the same files through `pictl run`'s ephemeral
+     pipeline instance (gpud's CPU backend, cpud, predictord, loaderd), and their ratio to in-process.
 The models are written under --dir and deleted at the end unless --keep."""
 import argparse
 import json
@@ -76,9 +78,9 @@ def sparse_flags(pictl):
     return None
 
 
-def decode(pictl, model, n, threads, extra, tmp):
+def decode(pictl, model, n, threads, extra, tmp, inproc=True):
     stats = os.path.join(tmp, "stats.json")
-    cmd = [pictl, "run", "--inproc", "-m", model, "-p", PROMPT, "-n", str(n), "-t", str(threads), "--temp", "0",
+    cmd = [pictl, "run"] + (["--inproc"] if inproc else []) + ["-m", model, "-p", PROMPT, "-n", str(n), "-t", str(threads), "--temp", "0",
            "--ignore-eos", "-c", "256", "--json-stats", stats] + extra
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -103,6 +105,7 @@ def main():
     ap.add_argument("--pred-type", default="f16", help="predictor weight type (default f16, as PowerInfer's)")
     ap.add_argument("--dir", default="/tmp", help="where the models are written (default /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the models")
+    ap.add_argument("--pipeline", action="store_true", help="also the pipeline (pictl run without --inproc)")
     a = ap.parse_args()
     build = find_build(a.build)
     pictl = os.path.join(build, "tools", "pictl")
@@ -138,12 +141,16 @@ def main():
         if flags:
             # the same PowerInfer file both ways: sparse, and dense through its ffn_down_t
             cases += [("sparse", pwri, flags[0], st["sparse_bytes"]), ("pwri-dense", pwri, flags[1], pwri_dense_bytes)]
+        if a.pipeline:
+            cases += [("pipe-dense", dense, [], st["dense_bytes"])]
+            if flags:
+                cases += [("pipe-sparse", pwri, flags[0], st["sparse_bytes"])]
         # Rounds interleave the modes, so that the shared machine's load drifts over all of them alike;
         # each mode's line reports the median round.
         runs = {name: [] for name, _, _, _ in cases}
         for _ in range(a.reps):
             for name, path, extra, _ in cases:
-                runs[name].append(decode(pictl, path, a.n, a.threads, extra, work))
+                runs[name].append(decode(pictl, path, a.n, a.threads, extra, work, not name.startswith("pipe-")))
         res = {}
         for name, path, extra, nbytes in cases:
             ok = sorted((s for s in runs[name] if "error" not in s), key=lambda s: s["decode_tok_s"])
@@ -167,6 +174,10 @@ def main():
                              "neurons_total": st["n_ff"]})
                 res[name] = s["decode_tok_s"]
             emit(line)
+        for mode in ("dense", "sparse"):
+            if mode in res and "pipe-" + mode in res:
+                emit({"bench": "sparse", "step": "pipeline_ratio", "mode": mode,
+                      "pipeline_over_inproc": round(res["pipe-" + mode] / res[mode], 3)})
         if not flags:
             emit({"bench": "sparse", "step": "decode", "mode": "sparse",
                   "pending": "pictl run has no sparse mode yet"})

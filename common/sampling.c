@@ -148,18 +148,10 @@ static void apply_penalties(struct samp_state *s, float *l, const struct samp_pa
     }
 }
 
-/* The token, from the penalized logits l: greedy, or top-k → top-p → min-p → temperature → draw. */
-static int32_t pick(struct samp_state *s, const struct samp_params *p, const float *l, uint64_t pos)
+/* From the n candidates in s->c (every allowed token, or at least the top_k best of them), in any
+ * order: top-k → sort → top-p → min-p → temperature → draw. */
+static int32_t pick_from(struct samp_state *s, const struct samp_params *p, int32_t n, uint64_t pos)
 {
-    const int32_t V = s->n_vocab;
-    if (p->temp <= 0.0f)
-        return argmax(l, V);
-    int32_t n = 0;
-    for (int32_t i = 0; i < V; i++)
-        if (l[i] > -INFINITY) /* -inf marks a banned token */
-            s->c[n++] = (struct cand){ .id = i, .logit = l[i] };
-    if (n == 0)
-        return argmax(l, V);
     /* With top-k, only the k best need ordering: move them to the front first (O(n)), so a
      * 150k vocabulary is not sorted for every sampled token. cmp_desc is a total order (ids are
      * unique), so the result equals a full sort's first k. */
@@ -206,6 +198,21 @@ static int32_t pick(struct samp_state *s, const struct samp_params *p, const flo
             return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+/* The token, from the penalized logits l: greedy, or top-k → top-p → min-p → temperature → draw. */
+static int32_t pick(struct samp_state *s, const struct samp_params *p, const float *l, uint64_t pos)
+{
+    const int32_t V = s->n_vocab;
+    if (p->temp <= 0.0f)
+        return argmax(l, V);
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (l[i] > -INFINITY) /* -inf marks a banned token */
+            s->c[n++] = (struct cand){ .id = i, .logit = l[i] };
+    if (n == 0)
+        return argmax(l, V);
+    return pick_from(s, p, n, pos);
 }
 
 /* log-softmax of l (n_vocab) at temperature 1: the sampled token's value and the n_top best. */
@@ -260,4 +267,66 @@ int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const flo
                     const int32_t *history, size_t n_history, uint64_t pos)
 {
     return samp_sample_lp(s, p, logits, history, n_history, pos, 0, NULL);
+}
+
+/* The candidates' order as one unsigned key (larger = better, then the lower id): the float order
+ * with -0 = +0 and NaN below everything; the device computes the same key (cuk_topk.cu). */
+static uint32_t rank_key(float f)
+{
+    uint32_t u;
+    if (f != f)
+        return 0;
+    if (f == 0.0f)
+        f = 0.0f; /* -0 ranks as +0 */
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+void samp_best(const float *l, int32_t n, int32_t k, int32_t *ids, float *vals)
+{
+    /* insertion into the sorted best k: after the first few hundred a row's element rarely
+     * beats the k-th, so this is one compare per element */
+    uint32_t keys[SAMP_BEST_MAX];
+    if (k > SAMP_BEST_MAX)
+        k = SAMP_BEST_MAX;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const uint32_t key = rank_key(l[i]);
+        if (m == k && key <= keys[k - 1])
+            continue; /* not better than the k-th (an equal key has a lower id there) */
+        int32_t j = m < k ? m++ : k - 1;
+        for (; j > 0 && keys[j - 1] < key; j--) {
+            keys[j] = keys[j - 1];
+            ids[j] = ids[j - 1];
+        }
+        keys[j] = key;
+        ids[j] = i;
+    }
+    for (int32_t j = 0; j < m; j++)
+        vals[j] = l[ids[j]];
+}
+
+int32_t samp_top_needed(const struct samp_params *p)
+{
+    if (penalties_on(p))
+        return 0; /* the penalties change logits outside the best few */
+    if (p->temp <= 0.0f)
+        return 1;
+    return p->top_k > 0 ? p->top_k : 0;
+}
+
+int32_t samp_sample_top(struct samp_state *s, const struct samp_params *p, const int32_t *ids, const float *logits,
+                        int32_t n, uint64_t pos)
+{
+    /* greedy: argmax's choice, the lowest id among the maxima, is the best candidate (an all-banned
+     * row included: every logit is -inf and the best is id 0, as argmax gives) */
+    if (p->temp <= 0.0f)
+        return ids[0];
+    int32_t m = 0;
+    for (int32_t i = 0; i < n && i < s->n_vocab; i++)
+        if (logits[i] > -INFINITY) /* the banned tokens pick() leaves out */
+            s->c[m++] = (struct cand){ .id = ids[i], .logit = logits[i] };
+    if (m == 0)
+        return ids[0];
+    return pick_from(s, p, m, pos);
 }

@@ -25,6 +25,9 @@ struct samp_params {
     uint64_t seed;
 };
 
+/* The most candidates samp_best returns (and a backend's topk op, engine/backend.h). */
+#define SAMP_BEST_MAX 64
+
 /* OpenAI's most top_logprobs: the bound of every per-token record that crosses processes. */
 #define SAMP_MAX_TOP_LOGPROBS 20
 
@@ -55,6 +58,20 @@ int32_t samp_sample(struct samp_state *s, const struct samp_params *p, const flo
 int32_t samp_sample_lp(struct samp_state *s, const struct samp_params *p, const float *logits,
                        const int32_t *history, size_t n_history, uint64_t pos, int32_t n_top,
                        struct samp_logprobs *lp);
+
+/* Sampling from a few candidates instead of the whole row (a device computes them, and only they
+ * cross to the host): samp_top_needed(p) is the number of best tokens that decide p's choice —
+ * 1 for greedy, top_k with top-k on — or 0 when the whole row is needed (penalties, or no top-k).
+ * samp_sample_top picks from the k >= samp_top_needed(p) best tokens of the row, in cmp order
+ * (logit descending, then id ascending; ids and their logits as in the row; -0 and +0 equal): the
+ * very token samp_sample picks from the whole row (tests/test_sampling.c checks it). */
+int32_t samp_top_needed(const struct samp_params *p);
+/* The k best tokens of a row of n logits in that order, as ids and their logits (k <= n): what a
+ * backend's topk op returns (gpud/cuda/cuk_topk.cu computes the same on the device). NaN ranks
+ * below -inf. */
+void samp_best(const float *l, int32_t n, int32_t k, int32_t *ids, float *vals);
+int32_t samp_sample_top(struct samp_state *s, const struct samp_params *p, const int32_t *ids, const float *logits,
+                        int32_t k, uint64_t pos);
 
 /* Uniform double in [0, 1) from (seed, pos): splitmix64 of a mix of both. */
 double samp_uniform(uint64_t seed, uint64_t pos);

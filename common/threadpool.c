@@ -88,17 +88,21 @@ struct pi_pool {
     _Atomic uint32_t sleepers;                 /* workers in (or about to enter) FUTEX_WAIT */
     pi_pool_fn fn;                             /* current job, valid while one of its slices runs */
     void *arg;
+    int n_slices; /* of the current job; read only after a claim of it succeeded (as fn/arg) */
     /* atomic: a worker reads it for every generation, also one it took no slice of, so nothing
      * orders that read before the next write; relaxed suffices, the gen acquire orders the value */
     _Atomic bool stop;
-    /* the claim word, CASed by every thread: its own line */
-    _Alignas(CACHE_LINE) _Atomic uint64_t work; /* (generation << 32) | next unclaimed slice */
+    /* the claim word, CASed by every thread: its own line. (generation << 32) | (slices << 16) |
+     * next unclaimed slice: the job's slice count travels in the word a claim CASes, so no claim
+     * can pair one job's generation with another job's count */
+    _Alignas(CACHE_LINE) _Atomic uint64_t work;
     /* written by workers, read by the caller: its own line so workers' decrements do not bounce
      * the line the workers spin on */
     _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* slices not finished yet; futex word of the caller */
     _Atomic uint32_t caller_sleeping;
     _Atomic uint32_t park;   /* 1: idle workers sleep now instead of spinning (pool_park) */
     int n_threads;
+    int slices_per_thread; /* pool_slices_for's; PINFER_POOL_SLICES overrides it (benchmarks) */
     int n_started;
     struct pi_pool_worker *workers;
     /* the caller's own bookkeeping (only the pool_run thread touches it) */
@@ -157,23 +161,31 @@ static void wake_if_sleeping(_Atomic uint32_t *word, _Atomic uint32_t *sleeping_
         futex_wake(word, n);
 }
 
+#define WORK_GEN(w) ((uint32_t)((w) >> 32))
+#define WORK_SLICES(w) ((uint32_t)((w) >> 16) & 0xffffu)
+#define WORK_NEXT(w) ((uint32_t)(w) & 0xffffu)
+static uint64_t work_word(uint32_t gen, uint32_t slices, uint32_t next)
+{
+    return (uint64_t)gen << 32 | (uint64_t)slices << 16 | next;
+}
+
 /* Claim the next slice of generation g: its index, or -1 when g's slices are all taken (or a newer
  * job replaced it). A1: the acquire CAS pairs with R1's release store of `work`. */
 static int claim(struct pi_pool *p, uint32_t g)
 {
     uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(w >> 32) != g || (uint32_t)w >= (uint32_t)p->n_threads)
+        if (WORK_GEN(w) != g || WORK_NEXT(w) >= WORK_SLICES(w))
             return -1;
         if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acquire, memory_order_acquire))
-            return (int)(uint32_t)w;
+            return (int)WORK_NEXT(w);
     }
 }
 
 /* Run one claimed slice and count it done (R2 + S2: the seq_cst RMW also orders the sleep check). */
 static void run_slice(struct pi_pool *p, int ith)
 {
-    p->fn(p->arg, ith, p->n_threads);
+    p->fn(p->arg, ith, p->n_slices);
     if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_seq_cst) == 1)
         wake_if_sleeping(&p->pending, &p->caller_sleeping, 1);
 }
@@ -194,13 +206,13 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Publish a new generation (R1 + S2) and wake every sleeping worker. */
-static uint32_t publish(struct pi_pool *p)
+/* Publish a new generation of n slices (R1 + S2) and wake every sleeping worker. */
+static uint32_t publish(struct pi_pool *p, uint32_t n)
 {
     /* only this thread changes gen: a relaxed read of it is its latest value */
     const uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-    atomic_store_explicit(&p->work, (uint64_t)g << 32 | (atomic_load_explicit(&p->stop, memory_order_relaxed) ? (uint32_t)p->n_threads : 0u),
-                          memory_order_release); /* R1 */
+    const bool stop = atomic_load_explicit(&p->stop, memory_order_relaxed);
+    atomic_store_explicit(&p->work, work_word(g, n, stop ? n : 0u), memory_order_release); /* R1 */
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
     wake_if_sleeping(&p->gen, &p->sleepers, p->n_threads);
     return g;
@@ -209,7 +221,7 @@ static uint32_t publish(struct pi_pool *p)
 static void pool_stop_workers(struct pi_pool *p)
 {
     atomic_store_explicit(&p->stop, true, memory_order_relaxed); /* ordered by publish's release (R1) */
-    publish(p);
+    publish(p, 0);
     for (int i = 0; i < p->n_started; i++)
         pthread_join(p->workers[i].thread, NULL);
 }
@@ -224,10 +236,14 @@ int pool_new(struct pi_pool **out, int n_threads)
     struct pi_pool *p = aligned_alloc(CACHE_LINE, sizeof *p);
     if (p == NULL)
         return pi_fail(PI_E_NOMEM, "pool: out of memory");
-    *p = (struct pi_pool){ .n_threads = n_threads, .solo_period = SOLO_MIN_RUNS };
+    *p = (struct pi_pool){ .n_threads = n_threads, .solo_period = SOLO_MIN_RUNS,
+                           .slices_per_thread = POOL_SLICES_PER_THREAD };
+    const char *spt = getenv("PINFER_POOL_SLICES");
+    if (spt && atoi(spt) >= 1 && atoi(spt) <= 64)
+        p->slices_per_thread = atoi(spt);
     atomic_init(&p->gen, 0);
     atomic_init(&p->stop, false);
-    atomic_init(&p->work, (uint64_t)n_threads); /* generation 0: nothing to claim */
+    atomic_init(&p->work, work_word(0, 0, 0)); /* generation 0: nothing to claim */
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->caller_sleeping, 0);
@@ -309,10 +325,28 @@ static void account(struct pi_pool *p, bool straggled, bool unhelped)
 
 void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg)
 {
-    const int n = p->n_threads;
+    pool_run_n(p, fn, arg, p->n_threads);
+}
+
+int pool_slices_for(const struct pi_pool *p, long long items, long long min_items)
+{
+    /* POOL_SLICES_PER_THREAD slices a thread, none under min_items items: a thread that finishes
+     * early takes another slice instead of idling while the slowest one streams its share */
+    long long n = (long long)p->n_threads * p->slices_per_thread;
+    if (min_items > 0 && items / min_items < n)
+        n = items / min_items;
+    if (n < p->n_threads)
+        n = p->n_threads;
+    return n > POOL_MAX_SLICES ? POOL_MAX_SLICES : (int)n;
+}
+
+void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
+{
+    const int n = n_slices < 1 ? 1 : n_slices > POOL_MAX_SLICES ? POOL_MAX_SLICES : n_slices;
     p->stats.runs++;
-    if (n == 1) {
-        fn(arg, 0, 1);
+    if (p->n_threads == 1 || n == 1) {
+        for (int ith = 0; ith < n; ith++)
+            fn(arg, ith, n);
         return;
     }
     if (p->solo_left > 0) {
@@ -328,9 +362,10 @@ void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg)
     /* Previous job fully done (A2 of the last run), so no worker reads fn/arg now. */
     p->fn = fn;
     p->arg = arg;
+    p->n_slices = n;
     atomic_store_explicit(&p->pending, (uint32_t)n, memory_order_relaxed);
     const uint64_t t0 = now_ns();
-    const uint32_t g = publish(p); /* R1: the plain and relaxed stores above are ordered before it */
+    const uint32_t g = publish(p, (uint32_t)n); /* R1: the plain and relaxed stores above are ordered before it */
 
     int mine = 0;
     for (int ith; (ith = claim(p, g)) >= 0; mine++)

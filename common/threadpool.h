@@ -16,6 +16,15 @@ int pool_new(struct pi_pool **out, int n_threads); /* n_threads >= 1, including 
 void pool_free(struct pi_pool *p);
 int pool_size(const struct pi_pool *p);
 void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg);
+/* The same with n_slices slices, fn(arg, i, n_slices) for i in [0, n_slices) (1..POOL_MAX_SLICES),
+ * claimed one at a time by whichever thread is free: more slices than threads balance a job whose
+ * threads run at different speeds (memory-bound GEMVs on many cores). */
+#define POOL_MAX_SLICES 65535
+#define POOL_SLICES_PER_THREAD 4
+void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices);
+/* A slice count for a job of `items` work items: POOL_SLICES_PER_THREAD per thread, each at least
+ * min_items (fewer slices for a small job), never fewer than the threads. */
+int pool_slices_for(const struct pi_pool *p, long long items, long long min_items);
 /* What the pool did, for benchmarks and tests (counts since pool_new; read by the pool_run thread). */
 struct pool_stats {
     unsigned long long runs;          /* pool_run calls */

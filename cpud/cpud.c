@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dataplane.h"
@@ -29,7 +30,8 @@
 #define DISK_LOG_STEPS 32      /* a disk-tier line in cpud's log every this many steps */
 
 /* The disk tier: the same placement as pictl run --inproc --ram-budget (tiers.c) over the act
- * segment's split, the bundle next to the model, the neuron cache with io_uring (else pread). */
+ * segment's split, the bundle next to the model, the neuron cache in the "ncache" segment, its
+ * reads done by loaderd (io_uring), or by cpud itself (pread) while loaderd is down (disk_io.h). */
 static int disk_open(struct cpud *c)
 {
     const struct pi_ctl *ctl = c->rt.ctl;
@@ -51,17 +53,22 @@ static int disk_open(struct cpud *c)
     const int64_t slots = tier_default_cache_slots(m);
     if ((rc = tier_place(m, ctl->ram_budget, h.stride, slots, c->act.gpu_idx, c->tier, &r)))
         return rc;
-    c->have_sio = stream_io_init(&c->sio, 0) == 0;
+    disk_io_init(&c->dio, c->rt.ctl, c->rt.instance, path);
+    c->have_dio = true;
     const struct ncache_params np = { .path = path, .tier = c->tier, .window_slots = slots, .window = 1,
-                                      .direct = true, .io = c->have_sio ? &c->sio.io : NULL };
+                                      .direct = true, .io = &c->dio.io, .alloc = disk_io_alloc,
+                                      .alloc_arg = &c->dio };
     if ((rc = ncache_new(&c->nc, m, &np)))
         return rc;
+    struct ncache_stats st;
+    ncache_get_stats(c->nc, &st);
+    disk_io_publish(&c->dio, &st);
     fprintf(stderr,
             "cpud: disk tier: budget %.2f GiB = dense %.2f + cache %.2f + RAM tier %.2f GiB (%lld neurons); disk tier "
             "%.2f GiB (%lld neurons) read from %s with %s\n",
             (double)r.budget / (1 << 30), (double)r.dense_bytes / (1 << 30), (double)r.cache_bytes / (1 << 30),
             (double)r.ram_bytes / (1 << 30), (long long)r.ram_neurons, (double)r.disk_bytes / (1 << 30),
-            (long long)r.disk_neurons, path, c->have_sio ? c->sio.name : "pread");
+            (long long)r.disk_neurons, path, c->dio.io.name);
     return 0;
 }
 
@@ -70,15 +77,105 @@ static int disk_layer(struct cpud *c, const struct act_item *it, const uint8_t *
 {
     const struct pi_model *m = c->m;
     const int64_t F = m->hp.n_ff;
+    struct ncache_stats a, b;
+    ncache_get_stats(c->nc, &a);
+    const uint64_t t0 = stage_now_ns();
     int rc = ncache_layer(c->nc, it->layer, &c->cold, w);
     const int next = it->layer + 1;
-    if (rc || next >= m->hp.n_layer)
-        return rc;
-    if ((rc = pred_eval(c->pool, &c->pred, &m->layers[next], c->act.h, it->n_tok, m->hp.sparse_threshold, c->mask2,
-                        NULL)) ||
-        (rc = ffn_runs_build(&c->next, c->act.gpu_idx + (size_t)next * F, 0, c->mask2, it->n_tok, F)))
-        return rc;
-    return ncache_prefetch(c->nc, next, &c->next);
+    if (!rc && next < m->hp.n_layer &&
+        !(rc = pred_eval(c->pool, &c->pred, &m->layers[next], c->act.h, it->n_tok, m->hp.sparse_threshold, c->mask2,
+                         NULL)) &&
+        !(rc = ffn_runs_build(&c->next, c->act.gpu_idx + (size_t)next * F, 0, c->mask2, it->n_tok, F)))
+        rc = ncache_prefetch(c->nc, next, &c->next);
+    ncache_get_stats(c->nc, &b);
+    if (it->n_tok > 1) { /* a prefill chunk: its reads are counted apart (they stream whole runs) */
+        c->dio.pf_tokens += it->layer == 0 ? (uint64_t)it->n_tok : 0;
+        c->dio.pf_bytes += b.bytes_read - a.bytes_read;
+        c->dio.pf_reads += b.reads - a.reads;
+        c->dio.pf_ns += stage_now_ns() - t0;
+    }
+    disk_io_publish(&c->dio, &b);
+    return rc;
+}
+
+/* ---- pre-faulting the cold rows ----
+ * The weights image is a shared-memory mapping: the first time cpud reads a page of it, the kernel
+ * maps it (a minor fault, and 15 threads faulting at once contend on the process's page tables).
+ * Cold neurons fire rarely, so during decode nearly every cold row cpud reads was never touched by
+ * it: measured 2026-12-01 on the H200 host, the cold share ran at 5-17 GB/s instead of DRAM speed.
+ * So cpud maps the rows it may read (the neurons not on gpud) at start, in parallel: madvise
+ * MADV_POPULATE_READ (Linux 5.14), else a read per page. Not with the disk tier (RAM budget): its
+ * cold rows come from the neuron cache, and the image is not meant to be resident. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#define PREFAULT_PAGE 4096
+
+struct prefault_job {
+    const struct pi_model *m;
+    const uint8_t *gpu_idx;
+    struct ffn_runs *runs; /* one per layer, built before the run */
+    _Atomic uint64_t bytes;
+};
+
+static uint64_t prefault_range(const void *p, size_t n)
+{
+    if (!p || !n)
+        return 0;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(PREFAULT_PAGE - 1), e = (uintptr_t)p + n;
+    if (madvise((void *)a, e - a, MADV_POPULATE_READ) != 0) {
+        for (uintptr_t q = a; q < e; q += PREFAULT_PAGE)
+            (void)*(volatile const char *)q;
+    }
+    return e - a;
+}
+
+static void prefault_worker(void *arg, int ith, int nth)
+{
+    struct prefault_job *j = arg;
+    const int L = j->m->hp.n_layer;
+    uint64_t bytes = 0;
+    for (int l = ith; l < L; l += nth) {
+        const struct pi_layer *ly = &j->m->layers[l];
+        const struct ffn_runs *r = &j->runs[l];
+        for (int32_t k = 0; k < r->n; k++) {
+            const int64_t s = r->run[k][0], len = r->run[k][1];
+            bytes += prefault_range((const char *)ly->ffn_gate.data + (size_t)s * ly->ffn_gate.row_bytes,
+                                    (size_t)len * ly->ffn_gate.row_bytes);
+            bytes += prefault_range((const char *)ly->ffn_up.data + (size_t)s * ly->ffn_up.row_bytes,
+                                    (size_t)len * ly->ffn_up.row_bytes);
+            if (ly->ffn_down_t.data)
+                bytes += prefault_range((const char *)ly->ffn_down_t.data + (size_t)s * ly->ffn_down_t.row_bytes,
+                                        (size_t)len * ly->ffn_down_t.row_bytes);
+        }
+        if (!ly->ffn_down_t.data && r->n) /* ffn_down's rows are output dims: every one holds cold columns */
+            bytes += prefault_range(ly->ffn_down.data, ly->ffn_down.row_bytes * (size_t)ly->ffn_down.ne[1]);
+    }
+    atomic_fetch_add_explicit(&j->bytes, bytes, memory_order_relaxed);
+}
+
+static int prefault_cold(struct cpud *c)
+{
+    const struct pi_model *m = c->m;
+    const int L = m->hp.n_layer;
+    const int64_t F = m->hp.n_ff;
+    struct prefault_job j = { .m = m, .gpu_idx = c->act.gpu_idx, .runs = calloc((size_t)L, sizeof *j.runs) };
+    if (!j.runs)
+        return pi_fail(PI_E_NOMEM, "cpud: out of memory");
+    int rc = 0;
+    const uint64_t t0 = stage_now_ns();
+    for (int l = 0; !rc && l < L; l++)
+        rc = ffn_runs_build(&j.runs[l], c->act.gpu_idx + (size_t)l * F, 0, NULL, 1, F);
+    if (!rc)
+        pool_run(c->pool, prefault_worker, &j);
+    for (int l = 0; l < L; l++)
+        ffn_runs_fini(&j.runs[l]);
+    free(j.runs);
+    if (!rc)
+        fprintf(stderr, "cpud: mapped the cold rows (%.1f MiB) in %.3f s\n",
+                (double)atomic_load_explicit(&j.bytes, memory_order_relaxed) / (1 << 20),
+                (double)(stage_now_ns() - t0) / 1e9);
+    return rc;
 }
 
 int cpud_init(struct cpud *c, int argc, char **argv)
@@ -97,6 +194,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
         return pi_fail(PI_E_NOMEM, "cpud: out of memory");
     if (ctl->ram_budget && (rc = disk_open(c)))
         return rc;
+    if (!ctl->ram_budget && (rc = prefault_cold(c)))
+        return rc;
     stage_set_ready(&c->rt);
     fprintf(stderr, "cpud: %d worker threads\n", nt);
     return 0;
@@ -105,8 +204,8 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 void cpud_fini(struct cpud *c)
 {
     ncache_free(c->nc);
-    if (c->have_sio)
-        stream_io_fini(&c->sio);
+    if (c->have_dio)
+        disk_io_fini(&c->dio);
     free(c->tier);
     free(c->mask2);
     ops_scratch_fini(&c->pred);
@@ -132,6 +231,33 @@ static bool current(struct cpud *c, const struct act_item *it)
     return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
 }
 
+/* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
+ * spins on the copy event and the result ring the whole time cpud computes, so cpud leaves it a core
+ * of the -t threads (16 threads on 16 cores made the pool's oversubscription check go solo: one
+ * thread for the cold share, ~2.4 ms per layer), and its workers stay awake between layers (the GPU
+ * computes attention; no host thread of gpud needs their cores). With the CPU backend gpud computes
+ * attention on the cores cpud's workers would spin on, so they are parked after each step. */
+static int device_check(struct cpud *c)
+{
+    const struct pi_ctl *ctl = c->rt.ctl;
+    if (c->dev_known || !ctl->backend_used[0])
+        return 0;
+    c->dev_known = true;
+    c->beside_device = strcmp(ctl->backend_used, "cpu") != 0;
+    const int nt = pool_size(c->pool);
+    if (!c->beside_device || nt < 2)
+        return 0;
+    struct pi_pool *p;
+    int rc = pool_new(&p, nt - 1);
+    if (rc)
+        return rc;
+    pool_free(c->pool);
+    c->pool = p;
+    fprintf(stderr, "cpud: gpud runs on %s: %d worker threads (one core left to gpud's host thread), not parked\n",
+            ctl->backend_used, nt - 1);
+    return 0;
+}
+
 static int do_step(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
@@ -141,6 +267,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
         return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
     const int32_t B = it->n_tok;
+    int rc;
+    if ((rc = device_check(c)))
+        return rc;
     ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
@@ -148,12 +277,12 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
         mask = a->mask;
     uint64_t bytes = 0;
-    int rc;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
     if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
         return rc;
-    /* the disk tier serves masked steps (an unmasked one reads every cold row: the image has them) */
-    if (c->nc && mask && (rc = disk_layer(c, it, mask, &w)))
+    /* the disk tier serves every step: with --ram-budget the weights segment may have no FFN rows
+     * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
+    if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
     if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
         return rc;
@@ -176,9 +305,25 @@ static int do_step(struct cpud *c, const struct act_item *it)
                 pi_strerror(prc));
     c->last_epoch = it->epoch;
     c->last_seq = it->seq;
-    pool_park(c->pool); /* gpud runs the next attention on these cores */
+    if (!c->beside_device)
+        pool_park(c->pool); /* gpud runs the next attention on these cores */
     stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
     return 0;
+}
+
+/* The step failed (a read of the disk tier, most likely): tell gpud, which fails the requests of the
+ * step with the reason (stage_fail wrote it to our last_error before this release) instead of
+ * waiting for a result that never comes. The cache stays usable for the next steps. */
+static void step_failed(struct cpud *c, const struct act_item *it, int rc)
+{
+    stage_fail(&c->rt, rc, "step");
+    struct act_item f = *it;
+    f.flags |= ACT_ITEM_FAILED;
+    if (ring_push(&c->act.rings[ACT_RING_CPU_GPU], &f, sizeof f, 1000))
+        fprintf(stderr, "cpud: result ring to gpud is full; gpud will compute the step itself\n");
+    c->last_epoch = it->epoch;
+    c->last_seq = it->seq;
+    pool_park(c->pool);
 }
 
 /* Take one message from ring r if there is one: 1 handled, 0 empty. The input slot is released only
@@ -195,7 +340,7 @@ static int poll_ring(struct cpud *c, struct ring *r)
         memcpy(&it, msg, sizeof it);
         if (current(c, &it)) {
             if ((rc = do_step(c, &it)))
-                stage_fail(&c->rt, rc, "step");
+                step_failed(c, &it, rc);
         } else {
             atomic_fetch_add_explicit(&c->rt.me->stale_dropped, 1, memory_order_relaxed);
         }

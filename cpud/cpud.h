@@ -8,7 +8,7 @@
 #include "model.h"
 #include "ncache.h"
 #include "stage.h"
-#include "stream.h"
+#include "disk_io.h"
 
 struct cpud {
     struct stage_rt rt;
@@ -23,12 +23,14 @@ struct cpud {
     /* the disk tier (pi_ctl.ram_budget > 0): cold neurons read from the bundle into a neuron cache,
      * the next layer's prefetched from the predictor of layer + 1 over this step's h */
     struct ncache *nc;
-    struct stream_io sio;
-    bool have_sio;
+    struct disk_io dio;     /* its reader: loaderd through the ncache segment, pread while it is down */
+    bool have_dio;
     uint8_t *tier;          /* (n_layer, n_ff) enum pi_tier */
     uint8_t *mask2;         /* (n_batch, n_ff) the next layer's predicted masks */
     struct ops_scratch pred;
     struct ffn_runs next;
+    bool dev_known;         /* gpud's backend_used was read (device_check) */
+    bool beside_device;     /* gpud computes on a device, not on these cores */
 };
 
 int cpud_init(struct cpud *c, int argc, char **argv);

@@ -100,9 +100,11 @@ struct be_ops {
     int (*ffn_add)(struct be *b, int layer, int32_t n, const float *y_host);
     /* logits (n_out, n_vocab) of the tokens with batch_wants(), in batch order */
     int (*output)(struct be *b, const struct pi_batch *batch, float *logits);
-    /* (optional) greedy ids of the tokens with batch_wants() without copying logits; NULL: the
-     * evaluator takes output() and argmaxes on the host */
-    int (*argmax)(struct be *b, const struct pi_batch *batch, int32_t *ids);
+    /* (optional) the k best logits (1 <= k <= SAMP_BEST_MAX) of each token with batch_wants(), in
+     * batch order, as ids (n_out, k) and their logits (n_out, k), in samp_best's order
+     * (common/sampling.h): what sampling needs when samp_top_needed() says k suffice, without the
+     * whole rows crossing to the host (k = 1: greedy). NULL: output() */
+    int (*topk)(struct be *b, const struct pi_batch *batch, int32_t k, int32_t *ids, float *vals);
     /* forget sequence seq's cells (they may be overwritten from position 0) */
     int (*seq_clear)(struct be *b, int32_t seq);
     /* (optional) complete all pending operations (required if the backend runs asynchronously) */

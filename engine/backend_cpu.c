@@ -18,12 +18,15 @@
 #include "pi_err.h"
 #include "predictor.h"
 #include "quant.h"
+#include "sampling.h"
 #include "threadpool.h"
 
 struct be {
     const struct pi_model *m;
     struct pi_pool *pool;
     struct ops_scratch scratch;
+    float *top_logits; /* topk's rows of logits (top_cap floats), grown on first use */
+    size_t top_cap;
     int32_t n_ctx, n_seq, n_batch;
     float *x;       /* (n_batch, n_embd) residual stream */
     float *xn;      /* (n_batch, n_embd) normed input of a sublayer */
@@ -77,7 +80,7 @@ static void cpu_close(struct be *b)
     free(b->on_dev);
     free(b->x), free(b->xn), free(b->q), free(b->k), free(b->v), free(b->att), free(b->proj);
     free(b->gate), free(b->up), free(b->scores), free(b->k_cache), free(b->v_cache);
-    free(b->mask), free(b->ydev);
+    free(b->mask), free(b->ydev), free(b->top_logits);
     free(b);
 }
 
@@ -255,9 +258,9 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)kv_row(hp);
     int rc;
     ops_rmsnorm_rows(b->xn, b->x, l->attn_norm.data, B, E, hp->norm_eps);
-    if ((rc = ops_matmul(b->pool, &b->scratch, &l->wq, b->xn, b->q, B)) ||
-        (rc = ops_matmul(b->pool, &b->scratch, &l->wk, b->xn, b->k, B)) ||
-        (rc = ops_matmul(b->pool, &b->scratch, &l->wv, b->xn, b->v, B)))
+    const struct pi_tensor *qkv[3] = { &l->wq, &l->wk, &l->wv };
+    float *const qkv_out[3] = { b->q, b->k, b->v };
+    if ((rc = ops_matmul_n(b->pool, &b->scratch, qkv, qkv_out, 3, b->xn, B)))
         return rc;
     add_bias(b->q, &l->bq, B, Q);
     add_bias(b->k, &l->bk, B, KV);
@@ -272,7 +275,7 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
         ct->from_float(b->v + i * KV, cache_cell(b, b->v_cache, layer, bt->seq[i], bt->pos[i]), KV);
     }
     struct attn_job j = { .b = b, .layer = layer, .bt = bt };
-    pool_run(b->pool, attn_worker, &j);
+    pool_run(b->pool, attn_worker, &j); /* slices = threads: each has its own row of scores */
     if ((rc = ops_matmul(b->pool, &b->scratch, &l->wo, b->att, b->proj, B)))
         return rc;
     for (int64_t i = 0; i < (int64_t)B * E; i++)
@@ -319,8 +322,9 @@ static int cpu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t B, bo
     ops_rmsnorm_rows(b->xn, b->x, l->ffn_norm.data, B, E, hp->norm_eps);
     if (!sparse && !w->slot && l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
         /* dense, every neuron here: three GEMMs */
-        if ((rc = ops_matmul(b->pool, &b->scratch, &l->ffn_gate, b->xn, b->gate, B)) ||
-            (rc = ops_matmul(b->pool, &b->scratch, &l->ffn_up, b->xn, b->up, B)))
+        const struct pi_tensor *gu[2] = { &l->ffn_gate, &l->ffn_up };
+        float *const gu_out[2] = { b->gate, b->up };
+        if ((rc = ops_matmul_n(b->pool, &b->scratch, gu, gu_out, 2, b->xn, B)))
             return rc;
         for (int64_t i = 0; i < (int64_t)B * F; i++)
             b->gate[i] = model_glu(hp->act, b->gate[i], b->up[i]);
@@ -381,6 +385,28 @@ static int cpu_output(struct be *b, const struct pi_batch *bt, float *logits)
     return n ? ops_matmul(b->pool, &b->scratch, &m->output, b->xn, logits, n) : 0;
 }
 
+/* The logits, then each row's k best on the host: the same candidates a device computes, so that
+ * gpud's candidate path runs (and is tested) on the CPU backend too. */
+static int cpu_topk(struct be *b, const struct pi_batch *bt, int32_t k, int32_t *ids, float *vals)
+{
+    const int32_t V = b->m->hp.n_vocab, n = batch_n_out(bt);
+    if (k < 1 || k > SAMP_BEST_MAX || k > V)
+        return pi_fail(PI_E_RANGE, "cpu backend: top %d of %d logits (1..%d)", k, V, SAMP_BEST_MAX);
+    if (n == 0)
+        return 0;
+    if ((size_t)n * (size_t)V > b->top_cap) {
+        float *p = realloc(b->top_logits, (size_t)n * (size_t)V * sizeof *p);
+        if (!p)
+            return pi_fail(PI_E_NOMEM, "cpu backend: out of memory for %d rows of logits", n);
+        b->top_logits = p;
+        b->top_cap = (size_t)n * (size_t)V;
+    }
+    int rc = cpu_output(b, bt, b->top_logits);
+    for (int32_t r = 0; !rc && r < n; r++)
+        samp_best(b->top_logits + (size_t)r * V, V, k, ids + (size_t)r * k, vals + (size_t)r * k);
+    return rc;
+}
+
 static int cpu_seq_clear(struct be *b, int32_t seq)
 {
     if (seq < 0 || seq >= b->n_seq)
@@ -406,7 +432,7 @@ const struct be_ops be_cpu_ops = {
     .ffn = cpu_ffn,
     .ffn_add = cpu_ffn_add,
     .output = cpu_output,
-    .argmax = NULL,
+    .topk = cpu_topk,
     .seq_clear = cpu_seq_clear,
     .sync = NULL,
     .idle = cpu_idle,

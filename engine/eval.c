@@ -182,7 +182,7 @@ int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
     return ops->ffn_add(e->be, layer, n, host ? e->y : NULL);
 }
 
-int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
+static int eval_layers(struct eval *e, const struct pi_batch *b)
 {
     const struct be_ops *ops = e->ops;
     if (b->n <= 0 || b->n > e->n_batch)
@@ -193,8 +193,26 @@ int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
         if (!rc)
             rc = e->ffn_fn ? e->ffn_fn(e->ffn_user, e, il, b) : eval_ffn_local(e, il, b);
     }
+    return rc;
+}
+
+int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
+{
+    int rc = eval_layers(e, b);
     if (!rc && logits && batch_n_out(b) > 0)
-        rc = ops->output(e->be, b, logits);
+        rc = e->ops->output(e->be, b, logits);
+    if (!rc && e->nc)
+        rc = ncache_step(e->nc, b->n);
+    return rc;
+}
+
+int eval_batch_top(struct eval *e, const struct pi_batch *b, int32_t k, int32_t *ids, float *vals)
+{
+    if (!e->ops->topk)
+        return pi_fail(PI_E_UNSUPPORTED, "eval: backend %s computes no top-k candidates", e->ops->name);
+    int rc = eval_layers(e, b);
+    if (!rc && batch_n_out(b) > 0)
+        rc = e->ops->topk(e->be, b, k, ids, vals);
     if (!rc && e->nc)
         rc = ncache_step(e->nc, b->n);
     return rc;

@@ -72,6 +72,9 @@ void eval_fini(struct eval *e);
 /* Evaluate one step (b->n ≤ n_batch tokens). logits: (batch_n_out(b), n_vocab), the tokens that
  * want logits in batch order (may be NULL when none do). */
 int eval_batch(struct eval *e, const struct pi_batch *b, float *logits);
+/* The same step, then instead of the logits each wanting token's k best candidates (ids, vals:
+ * (batch_n_out(b), k), the backend's topk op; -PI_E_UNSUPPORTED when it has none). */
+int eval_batch_top(struct eval *e, const struct pi_batch *b, int32_t k, int32_t *ids, float *vals);
 
 /* The local FFN step: masks (backend predictor, or host predictor + set_mask) when sparse, the
  * device's share, and the host's share of the neurons the device does not hold. */

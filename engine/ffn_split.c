@@ -229,7 +229,16 @@ static void group_worker(void *arg, int ith, int nth)
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
     const int64_t g0 = j->n_groups * ith / nth, g1 = j->n_groups * (ith + 1) / nth;
     const int32_t nt = j->t1 - j->t0;
-    int32_t k = 0; /* first run that may reach group g */
+    /* first run that may reach group g0 (runs are sorted and disjoint): a binary search, as a
+     * slice is one group and there are ~n_ff / 10 runs */
+    int32_t k = 0, hi_k = j->runs->n;
+    while (k < hi_k) {
+        const int32_t mid = k + (hi_k - k) / 2;
+        if (j->runs->run[mid][0] + j->runs->run[mid][1] <= g0 * AXPY_GROUP)
+            k = mid + 1;
+        else
+            hi_k = mid;
+    }
     for (int64_t g = g0; g < g1; g++) {
         const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
         float *acc = j->gacc + (size_t)g * AXPY_TOKENS * (size_t)E;
@@ -241,9 +250,17 @@ static void group_worker(void *arg, int ith, int nth)
         for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
             const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
             const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
-            act_segment(j, s, e, -1);
+            /* the next run's rows are fetched while this one computes: a sparse mask leaves
+             * runs of one or two neurons, too short for the hardware prefetcher to catch on */
+            const int64_t next = q + 1 < j->runs->n && j->runs->run[q + 1][0] < hi ? j->runs->run[q + 1][0] : -1;
+            prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, s), j->dt->row_bytes);
+            act_segment(j, s, e, next);
             for (int64_t i = s; i < e; i++) {
                 const char *row = lw_row(j->w, PI_ROW_DOWN_T, i);
+                if (i + 1 < e)
+                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, i + 1), j->dt->row_bytes);
+                else if (next >= 0)
+                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, next), j->dt->row_bytes);
                 bool read = false;
                 for (int32_t t = 0; t < nt; t++) {
                     const float a = j->act[(size_t)(j->t0 + t) * F + i];
@@ -405,7 +422,8 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         for (int32_t t0 = 0; t0 < B; t0 += AXPY_TOKENS) {
             j.t0 = t0;
             j.t1 = t0 + AXPY_TOKENS < B ? t0 + AXPY_TOKENS : B;
-            pool_run(pool, group_worker, &j);
+            /* one slice per group: a thread that finishes its group takes the next one */
+            pool_run_n(pool, group_worker, &j, (int)j.n_groups);
             pool_run(pool, group_reduce_worker, &j);
             for (int64_t g = 0; g < j.n_groups; g++)
                 rows += (uint64_t)j.grows[g];
@@ -417,7 +435,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     }
     /* ffn_down: the activations first, then each thread dots its rows of down with them */
     const struct pi_type_traits *dt = quant_traits(l->ffn_down.type);
-    pool_run(pool, act_worker, &j);
+    pool_run_n(pool, act_worker, &j, pool_slices_for(pool, runs->n_neurons, 64));
     if (dt->vec_dot_type == PI_TYPE_F32) {
         j.aq = (const char *)j.act;
         j.aq_stride = (size_t)F * sizeof(float);
@@ -439,7 +457,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     int32_t (*drun)[2] = s->drun.buf;
     j.drun = drun;
     j.n_drun = widen_runs(runs, blk, F, drun);
-    pool_run(pool, down_worker, &j);
+    pool_run_n(pool, down_worker, &j, pool_slices_for(pool, E, 64));
     if (bytes) {
         uint64_t b = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes);
         uint64_t nd = 0; /* neurons of down read; parts of super-blocks count their share of its bytes */

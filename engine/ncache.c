@@ -36,6 +36,9 @@ struct ncache {
     int io_err;                 /* first failed completion, reported by the next call */
     char io_msg[4096 + 256];
     uint64_t fail_at, completed;
+    bool own_mem;               /* mem from posix_memalign (else the caller's alloc) */
+    int64_t run_s, run_key;     /* assigned slots not yet submitted: run_n neurons from run_key in */
+    uint32_t run_n;             /* slots run_s.. (consecutive both), read together by flush_run */
     struct ncache_stats st;
 };
 
@@ -48,36 +51,44 @@ static uint64_t now_ns(void)
 
 static char *slot_mem(struct ncache *c, int64_t s) { return c->mem + (size_t)s * c->h.stride; }
 
-static void describe(struct ncache *c, int64_t key, uint64_t off, int res)
+static void describe(struct ncache *c, int64_t key, uint32_t n, uint64_t off, int res)
 {
-    snprintf(c->io_msg, sizeof c->io_msg, "bundle %s: read of layer %lld neuron %lld at offset %llu failed: %s",
-             c->path, (long long)(key / c->h.n_ff), (long long)(key % c->h.n_ff), (unsigned long long)off,
-             res < 0 ? strerror(-res) : "short read");
+    /* the offset first: the message may reach a client through a 256-byte field */
+    snprintf(c->io_msg, sizeof c->io_msg,
+             "read at offset %llu (%llu bytes: layer %lld neurons %lld..%lld) failed: %s; bundle %s",
+             (unsigned long long)off, (unsigned long long)n * c->h.stride, (long long)(key / c->h.n_ff),
+             (long long)(key % c->h.n_ff), (long long)(key % c->h.n_ff + n - 1), res < 0 ? strerror(-res) : "short read",
+             c->path);
 }
 
-/* a completion of slot s (res bytes, or -errno) */
+/* a completion of the read tagged tag: NCACHE_TAG_COUNT slots from NCACHE_TAG_SLOT (res bytes, or -errno) */
 static void complete(void *arg, uint64_t tag, int res)
 {
     struct ncache *c = arg;
-    const int64_t s = (int64_t)tag;
+    const int64_t s0 = NCACHE_TAG_SLOT(tag);
+    const uint32_t n = NCACHE_TAG_COUNT(tag);
     c->st.in_flight--;
     c->st.reads++;
     if (c->fail_at && ++c->completed == c->fail_at)
         res = -EIO;
-    const int64_t key = c->owner[s];
-    if (res == (int)c->h.stride) {
-        c->state[s] = SLOT_READY;
+    const int64_t key = c->owner[s0];
+    if (res >= 0 && (uint64_t)res == (uint64_t)n * c->h.stride) {
+        for (uint32_t k = 0; k < n; k++)
+            c->state[s0 + k] = SLOT_READY;
         c->st.bytes_read += (uint64_t)res;
         return;
     }
     if (!c->io_err) {
         c->io_err = res < 0 ? -res : EIO;
-        describe(c, key, bundle_offset(&c->h, (int)(key / c->h.n_ff), key % c->h.n_ff), res);
+        describe(c, key, n, bundle_offset(&c->h, (int)(key / c->h.n_ff), key % c->h.n_ff), res);
     }
-    c->state[s] = SLOT_EMPTY;
-    if (key >= 0)
-        c->slot_of[key] = -1;
-    c->owner[s] = -1;
+    for (uint32_t k = 0; k < n; k++) {
+        const int64_t s = s0 + k;
+        c->state[s] = SLOT_EMPTY;
+        if (c->owner[s] >= 0)
+            c->slot_of[c->owner[s]] = -1;
+        c->owner[s] = -1;
+    }
 }
 
 static int pread_full(int fd, void *dst, size_t n, uint64_t off)
@@ -96,24 +107,53 @@ static int pread_full(int fd, void *dst, size_t n, uint64_t off)
     return (int)got;
 }
 
-/* start reading neuron key into slot s */
-static int start_read(struct ncache *c, int64_t s, int64_t key)
+/* start reading the n neurons from key into the slots from s */
+static int start_read(struct ncache *c, int64_t s, int64_t key, uint32_t n)
 {
     const uint64_t off = bundle_offset(&c->h, (int)(key / c->h.n_ff), key % c->h.n_ff);
-    c->state[s] = SLOT_PENDING;
+    const uint64_t tag = (uint64_t)s | (uint64_t)n << 32;
+    const size_t len = (size_t)n * c->h.stride;
     c->st.in_flight++;
     if (c->io) {
-        int rc = c->io->submit(c->io->ctx, c->fd, slot_mem(c, s), off, (uint32_t)c->h.stride, (uint64_t)s);
+        int rc = c->io->submit(c->io->ctx, c->fd, slot_mem(c, s), off, (uint32_t)len, tag);
         if (!rc)
             return 0;
         c->st.in_flight--;
-        c->state[s] = SLOT_EMPTY; /* unmapped: a later call must not take the empty slot for the neuron */
-        c->slot_of[key] = -1;
-        c->owner[s] = -1;
+        for (uint32_t k = 0; k < n; k++) { /* unmapped: a later call must not take an empty slot for the neuron */
+            c->state[s + k] = SLOT_EMPTY;
+            c->slot_of[key + k] = -1;
+            c->owner[s + k] = -1;
+        }
         return pi_fail(rc < 0 ? -rc : rc, "bundle %s: cannot submit the read at offset %llu: %s", c->path,
                        (unsigned long long)off, pi_strerror(rc));
     }
-    complete(c, (uint64_t)s, pread_full(c->fd, slot_mem(c, s), c->h.stride, off));
+    complete(c, tag, pread_full(c->fd, slot_mem(c, s), len, off));
+    return 0;
+}
+
+/* submit the run of assigned slots */
+static int flush_run(struct ncache *c)
+{
+    const uint32_t n = c->run_n;
+    c->run_n = 0;
+    return n ? start_read(c, c->run_s, c->run_key, n) : 0;
+}
+
+/* slot s was assigned neuron key: extend the run when both follow it, else submit the run first */
+static int queue_read(struct ncache *c, int64_t s, int64_t key)
+{
+    const int64_t F = c->h.n_ff;
+    int rc;
+    if (c->run_n && s == c->run_s + c->run_n && key == c->run_key + c->run_n && key % F &&
+        (uint64_t)(c->run_n + 1) * c->h.stride <= NCACHE_READ_MAX) {
+        c->run_n++;
+        return 0;
+    }
+    if ((rc = flush_run(c)))
+        return rc;
+    c->run_s = s;
+    c->run_key = key;
+    c->run_n = 1;
     return 0;
 }
 
@@ -173,7 +213,8 @@ static int assign(struct ncache *c, int64_t key, uint64_t stamp, uint64_t protec
     c->slot_of[key] = (int32_t)s;
     c->stamp[s] = stamp;
     c->ref[s] = 1;
-    return start_read(c, s, key);
+    c->state[s] = SLOT_PENDING;
+    return queue_read(c, s, key);
 }
 
 int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
@@ -193,9 +234,11 @@ int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
             }
             int64_t got;
             if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
-                return rc; /* the window is full of what is in use: the rest will be misses */
+                goto out; /* the window is full of what is in use: the rest will be misses */
         }
-    return rc;
+out:;
+    const int frc = flush_run(c);
+    return rc ? rc : frc;
 }
 
 int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struct pi_layer_weights *w)
@@ -224,6 +267,9 @@ int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struc
                 rc = pi_fail(PI_E_RANGE, "ncache: no free slot for layer %d (%lld window slots)", layer,
                              (long long)(c->n_slots - c->n_pinned));
         }
+    const int frc = flush_run(c);
+    if (!rc)
+        rc = frc;
     const uint64_t w0 = now_ns();
     for (int32_t k = 0; !rc && k < runs->n; k++)
         for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
@@ -318,8 +364,17 @@ int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncach
     c->state = calloc((size_t)c->n_slots, 1);
     c->ref = calloc((size_t)c->n_slots, 1);
     void *mem = NULL;
-    if (!c->slot_of || !c->owner || !c->stamp || !c->state || !c->ref ||
-        posix_memalign(&mem, c->h.align, (size_t)c->n_slots * c->h.stride)) {
+    if (c->slot_of && c->owner && c->stamp && c->state && c->ref) {
+        if (p->alloc) {
+            if ((rc = p->alloc(p->alloc_arg, c->n_slots, c->h.stride, c->h.align, &mem)))
+                goto fail;
+        } else if (posix_memalign(&mem, c->h.align, (size_t)c->n_slots * c->h.stride)) {
+            mem = NULL;
+        } else {
+            c->own_mem = true;
+        }
+    }
+    if (!mem) {
         rc = pi_fail(PI_E_NOMEM, "ncache: cannot allocate %lld slots of %llu bytes", (long long)c->n_slots,
                      (unsigned long long)c->h.stride);
         goto fail;
@@ -360,7 +415,8 @@ void ncache_free(struct ncache *c)
         c->io->register_mem(c->io->ctx, NULL, 0);
     if (c->fd >= 0)
         close(c->fd);
-    free(c->mem);
+    if (c->own_mem)
+        free(c->mem);
     free(c->slot_of);
     free(c->owner);
     free(c->stamp);

@@ -15,6 +15,10 @@
  * neurons and returns; ncache_layer makes every neuron of its runs present — already there (hit),
  * in flight from a prefetch (waited for), or read now (a miss: never wrong, only slower) — and
  * fills the view. An I/O error fails the call with the file offset in the message.
+ * Consecutive neurons of a layer that land in consecutive slots are read together, up to
+ * NCACHE_READ_MAX bytes a read: a prefill chunk's nearly dense mask union then streams the layer
+ * in large sequential reads; a decode step's scattered neurons stay one record a read.
+ * A read is tagged with its first slot and its number of slots: tag = slot | n << 32.
  *
  * Not thread-safe: one caller (the evaluator's thread) per cache. */
 #ifndef PI_ENGINE_NCACHE_H
@@ -47,6 +51,11 @@ struct ncache_params {
     int32_t window;         /* steps (decode: tokens) a used neuron stays (0 = 1) */
     bool direct;            /* try O_DIRECT */
     const struct ncache_io *io; /* NULL: pread */
+    /* (optional) where the slots live (cpud: the ncache segment in shared memory, so loaderd reads
+     * into them): n_slots records of stride bytes, align-aligned, into *mem. The cache does not free
+     * it; 0 or a negative code with a message. NULL: posix_memalign. */
+    int (*alloc)(void *arg, int64_t n_slots, uint64_t stride, uint32_t align, void **mem);
+    void *alloc_arg;
 };
 
 struct ncache_stats {
@@ -55,7 +64,7 @@ struct ncache_stats {
     uint64_t hits;          /* ... present when asked (pinned or cached) */
     uint64_t prefetched;    /* ... in flight from a prefetch when asked (waited for) */
     uint64_t misses;        /* ... read synchronously */
-    uint64_t reads, bytes_read; /* reads done, bytes */
+    uint64_t reads, bytes_read; /* reads done (one read may bring several consecutive neurons), bytes */
     uint64_t evictions;
     uint64_t in_flight;     /* reads submitted, not completed (now) */
     uint64_t wait_ns;       /* time ncache_layer waited for reads */
@@ -78,6 +87,9 @@ int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struc
  * bundle file was not changed on disk. */
 int ncache_step(struct ncache *c, int32_t n);
 void ncache_get_stats(const struct ncache *c, struct ncache_stats *s);
+#define NCACHE_READ_MAX (1u << 20)
+#define NCACHE_TAG_SLOT(t) ((int64_t)((t) & 0xffffffffu))
+#define NCACHE_TAG_COUNT(t) ((uint32_t)((t) >> 32))
 /* Test hook: the Nth read (1-based) fails with EIO. */
 #define NCACHE_ENV_FAIL_READ "PINFER_NCACHE_FAIL_READ"
 

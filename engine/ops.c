@@ -28,35 +28,68 @@ int ops_scratch_reserve(struct ops_scratch *s, size_t bytes)
     return 0;
 }
 
+/* Up to OPS_MATMUL_MAX matrices with the same input, as one job over their concatenated rows. */
 struct matmul_job {
-    const struct pi_tensor *W;
+    const struct pi_tensor *W[OPS_MATMUL_MAX];
+    float *Y[OPS_MATMUL_MAX];
+    int64_t first[OPS_MATMUL_MAX + 1]; /* row of the concatenation where matrix k starts */
+    int n_w;
     const char *xvd;   /* B rows of activations in vec_dot_type */
     size_t xvd_stride; /* bytes between them */
-    float *Y;
     int B;
 };
+
+/* Rows of a slice: a multiple of this (the GEMV's row pairs and the GEMM's 16-row tiles stay whole,
+ * though a row's result does not depend on its neighbours). */
+#define MATMUL_ROW_ALIGN 16
+/* The smallest slice worth a claim: ~36 KB of q4_0 weights at n_in 4096. */
+#define MATMUL_MIN_ROWS 16
 
 static void matmul_worker(void *arg, int ith, int nth)
 {
     const struct matmul_job *j = arg;
-    const int64_t n_in = j->W->ne[0], n_out = j->W->ne[1];
-    /* Contiguous row ranges per thread keep each thread streaming its own part of the weights. */
-    const int64_t per = (n_out + nth - 1) / nth;
-    const int64_t r0 = per * ith, r1 = r0 + per < n_out ? r0 + per : n_out;
-    /* the kernels tile the rows and the batch (quant_gemm_rows); one token is a multi-row GEMV */
-    if (r0 < r1)
-        quant_gemm_rows(j->W->type, j->W->data, j->W->row_bytes, n_in, j->xvd, j->xvd_stride, j->B, j->Y,
-                        (size_t)n_out, r0, r1);
+    const int64_t total = j->first[j->n_w];
+    /* contiguous row ranges keep each slice streaming its own part of the weights */
+    const int64_t per = ((total + nth - 1) / nth + MATMUL_ROW_ALIGN - 1) / MATMUL_ROW_ALIGN * MATMUL_ROW_ALIGN;
+    const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
+    for (int k = 0; k < j->n_w && r0 < r1; k++) {
+        const int64_t a = r0 > j->first[k] ? r0 : j->first[k], b = r1 < j->first[k + 1] ? r1 : j->first[k + 1];
+        if (a >= b)
+            continue;
+        const struct pi_tensor *W = j->W[k];
+        /* the kernels tile the rows and the batch (quant_gemm_rows); one token is a multi-row GEMV */
+        quant_gemm_rows(W->type, W->data, W->row_bytes, W->ne[0], j->xvd, j->xvd_stride, j->B, j->Y[k],
+                        (size_t)W->ne[1], a - j->first[k], b - j->first[k]);
+    }
 }
 
-int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,
-               float *Y, int B)
+int ops_matmul_n(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *const *W, float *const *Y,
+                 int n_w, const float *X, int B)
 {
-    const struct pi_type_traits *tt = quant_traits(W->type);
+    if (n_w < 1 || n_w > OPS_MATMUL_MAX)
+        return pi_fail(PI_E_INVAL, "ops: %d matrices in one matmul (1..%d)", n_w, OPS_MATMUL_MAX);
+    const struct pi_type_traits *tt = quant_traits(W[0]->type);
     if (!tt || !tt->vec_dot)
-        return pi_fail(PI_E_UNSUPPORTED, "ops: tensor '%s' has type %u without kernels", W->name, W->type);
-    const int64_t n_in = W->ne[0];
-    struct matmul_job j = { .W = W, .Y = Y, .B = B };
+        return pi_fail(PI_E_UNSUPPORTED, "ops: tensor '%s' has type %u without kernels", W[0]->name, W[0]->type);
+    const int64_t n_in = W[0]->ne[0];
+    struct matmul_job j = { .n_w = n_w, .B = B };
+    for (int k = 0; k < n_w; k++) {
+        const struct pi_type_traits *kt = quant_traits(W[k]->type);
+        if (!kt || !kt->vec_dot)
+            return pi_fail(PI_E_UNSUPPORTED, "ops: tensor '%s' has type %u without kernels", W[k]->name, W[k]->type);
+        /* one activation conversion serves every matrix: the same length and dot partner type */
+        if (W[k]->ne[0] != n_in || kt->vec_dot_type != tt->vec_dot_type) {
+            for (int i = 0; i < n_w; i++) {
+                int rc = ops_matmul_n(pool, s, &W[i], &Y[i], 1, X, B);
+                if (rc)
+                    return rc;
+            }
+            return 0;
+        }
+        j.W[k] = W[k];
+        j.Y[k] = Y[k];
+        j.first[k + 1] = j.first[k] + W[k]->ne[1];
+    }
     if (tt->vec_dot_type == PI_TYPE_F32) {
         j.xvd = (const char *)X;
         j.xvd_stride = (size_t)n_in * sizeof(float);
@@ -71,8 +104,14 @@ int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tens
         j.xvd = s->buf;
         j.xvd_stride = row;
     }
-    pool_run(pool, matmul_worker, &j);
+    pool_run_n(pool, matmul_worker, &j, pool_slices_for(pool, j.first[n_w], MATMUL_MIN_ROWS));
     return 0;
+}
+
+int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,
+               float *Y, int B)
+{
+    return ops_matmul_n(pool, s, &W, &Y, 1, X, B);
 }
 
 void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)

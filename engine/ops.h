@@ -30,6 +30,13 @@ int ops_scratch_reserve(struct ops_scratch *s, size_t bytes);
 /* Y (B, n_out) = X (B, n_in) @ W^T, rows split over the pool. Returns 0 or -PI_E_NOMEM. */
 int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,
                float *Y, int B);
+/* Y[k] = X @ W[k]^T for n_w matrices with the same input (q/k/v, gate/up) as one pool job: one
+ * conversion of X and one hand-out of slices over all their rows. Matrices that cannot share the
+ * converted X (other length or dot partner type) run one after the other. Each row's result is the
+ * one ops_matmul gives. */
+#define OPS_MATMUL_MAX 4
+int ops_matmul_n(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *const *W, float *const *Y,
+                 int n_w, const float *X, int B);
 
 /* out (n) = x / sqrt(mean(x^2) + eps) * w   (out may alias x) */
 void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);

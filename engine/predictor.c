@@ -111,12 +111,12 @@ int pred_eval(struct pi_pool *pool, struct ops_scratch *s, const struct pi_layer
 
     struct pred_job j1 = { .W = &l->fc1, .y = hid, .B = B, .relu = true };
     j1.x = to_vd(&l->fc1, h, E, B, buf, &j1.x_stride);
-    pool_run(pool, pred_worker, &j1);
+    pool_run_n(pool, pred_worker, &j1, pool_slices_for(pool, R, PRED_ROW_TILE));
 
     struct pred_job j2 = { .W = &l->fc2, .y = logit, .B = B, .mask = mask, .thr = threshold };
     j2.x = to_vd(&l->fc2, hid, R, B, buf + o_hq, &j2.x_stride);
     atomic_init(&j2.n_on, 0);
-    pool_run(pool, pred_worker, &j2);
+    pool_run_n(pool, pred_worker, &j2, pool_slices_for(pool, F, PRED_ROW_TILE));
     if (n_active)
         *n_active = atomic_load_explicit(&j2.n_on, memory_order_relaxed);
     return 0;

@@ -10,6 +10,7 @@
 #include "pi_err.h"
 #include "predictor.h"
 #include "quant.h"
+#include "sampling.h"
 
 #define KV_TENSORS 2       /* K and V */
 #define ATTN_CHUNK 32      /* cuk.cu: cells per attention block */
@@ -242,8 +243,8 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al(B * F * 4) + al(B * 4);                  /* idx, cnt */
     s += al((F + AXPY_CHUNK - 1) / AXPY_CHUNK * E * Bg * 4); /* part */
     s += al(B * (uint64_t)hp->n_vocab * 4);          /* logits */
-    s += al(B * 4);                                  /* ids */
-    s += al(VRAM_GEMV_MAX * xq_row);                 /* xq */
+    s += al(B * SAMP_BEST_MAX * 4) * 2;              /* ids, tvals (topk's candidates) */
+    s += al(B * xq_row);                             /* xq: every token of a batch (the tiled GEMV) */
     s += al(nt * (uint64_t)hp->n_head * nch * ((uint64_t)hp->head_dim + 2) * sizeof(float)); /* apart */
     s += al(((uint64_t)hp->rope_dim / 2 + 1) * sizeof(float)); /* rope_inv */
     s += al(B * F);                                  /* mask_c: masks of the compacted hot rows */

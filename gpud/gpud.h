@@ -39,6 +39,8 @@ struct gpud {
     int32_t n_seq;             /* sequences the KV cache holds (--parallel) */
     struct gpud_seq *seqs;     /* (n_seq) */
     float *logits;             /* (n_batch, n_vocab) the step's logits rows */
+    int32_t *top_ids;          /* (n_batch, SAMP_BEST_MAX) a candidate step's best ids per row */
+    float *top_vals;           /*   and their logits (the backend's topk op) */
     int32_t *row_seq;          /* (n_batch) the sequence of each logits row */
     struct samp_state *ss;
     bool last_dense;           /* FFN mode of the last step (dense and sparse requests alternate) */

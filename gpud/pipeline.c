@@ -12,13 +12,14 @@
  * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls.
  *
  * On a GPU (the backend runs the predictor and has stage_out) the hand-off is asynchronous: the
- * predictor, the copy of h and the masks into the act segment (pinned with cudaHostRegister) and
- * the hot FFN are enqueued in gpud's stream one after the other; gpud waits for the copies' event
- * alone — not the device — then hands the step to cpud while the GPU computes the hot neurons; the
- * cold share comes back from the pinned segment with an asynchronous copy added on the device. A
- * layer with no cold neuron never involves cpud. */
+ * predictor and the copy of h and the masks into the act segment (pinned with cudaHostRegister) are
+ * enqueued in gpud's stream; gpud waits for the copies' event alone — not the device — hands the
+ * step to cpud, then enqueues the hot FFN, which the GPU computes while cpud computes the cold
+ * neurons; the cold share comes back from the pinned segment with an asynchronous copy added on
+ * the device. A layer with no cold neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "dataplane.h"
 #include "eval.h"
@@ -78,6 +79,38 @@ static int masks_here(struct gpud *g, struct eval *e, int layer, int32_t n)
     return 0;
 }
 
+/* The weights segment has no FFN rows (--ram-budget: pi_ctl.weights_trimmed): only cpud, through its
+ * neuron cache, can compute the cold share. Wait for it (restarted by the supervisor), handing it the
+ * step again (a duplicate is dropped by its key). *ycold: its share, or stays NULL when stopping. */
+static int cold_from_cpud(struct gpud *g, int layer, int32_t B, bool sparse, const float **ycold, uint64_t *wait_ns)
+{
+    struct act_view *a = &g->act;
+    const uint64_t w0 = now_ns();
+    struct act_item ci = { .epoch = g->epoch, .seq = g->seq, .req_id = g->req_id, .n_tok = B, .layer = layer,
+                           .flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE };
+    int rc = 0;
+    while (!*ycold && !rc && !stage_should_stop(&g->rt)) {
+        if (!dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD)) {
+            const struct timespec ts = { .tv_sec = 0, .tv_nsec = GPUD_WAIT_SLICE_MS * 1000000L };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (push_item(&a->rings[ACT_RING_GPU_CPU], &ci))
+            continue;
+        act_ring_cpud_bell(a->hdr);
+        struct act_item got;
+        if (!wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got))
+            continue;
+        if (got.flags & ACT_ITEM_FAILED)
+            rc = pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
+        /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
+        else if (atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
+            *ycold = a->ycold;
+    }
+    *wait_ns += now_ns() - w0;
+    return rc ? rc : *ycold ? 0 : pi_fail(ECANCELED, "gpud: stopping while waiting for cpud");
+}
+
 /* The cold share of step it: cpud's (it was handed the step when cpu_sent), or computed here when
  * cpud is down or did not answer, with the same masks and order; then x += yhot + ycold. */
 static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, bool host_share, bool cpu_sent,
@@ -94,10 +127,15 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
         uint64_t w0 = now_ns();
         bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
         wait_ns += now_ns() - w0;
+        if (ok && (got.flags & ACT_ITEM_FAILED)) /* the step fails, with cpud's reason (its disk read) */
+            return pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
         /* acquire: pairs with cpud's release of ycold_seq after writing ycold */
         if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
             ycold = a->ycold;
     }
+    if (host_share && !ycold && atomic_load_explicit(&g->rt.ctl->weights_trimmed, memory_order_acquire) &&
+        (rc = cold_from_cpud(g, layer, B, e->sparse, &ycold, &wait_ns)))
+        return rc;
     if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
         uint64_t hb = 0;
         if ((rc = eval_host_share(e, layer, B, a->h, e->sparse ? a->mask : NULL, e->y, &hb)))
@@ -109,13 +147,16 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
     eval_count(e, layer, B, cnt);
     if ((rc = be->ffn_add(e->be, layer, B, ycold)))
         return rc;
+    if (ycold && be->stage_out) /* the cold share went to the device */
+        atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
+                                  memory_order_relaxed);
     const uint64_t total = now_ns() - t_start;
     stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt->bytes);
     return 0;
 }
 
-/* The step on a GPU backend: predictor, copies out and the hot FFN enqueued back to back; the host
- * waits for the copies' event only, hands the step to cpud, then takes the cold share back. */
+/* The step on a GPU backend: predictor and copies out enqueued; the host waits for the copies' event
+ * only, hands the step to cpud, enqueues the hot FFN, then takes the cold share back. */
 static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
                            const struct act_item *it, bool host_share, uint64_t t_start)
 {
@@ -129,11 +170,13 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
     if (sparse && (rc = be->predict(e->be, layer, B)))
         return rc;
     /* h and the masks go out only when a host share needs them (cpud, or the host when it is down) */
-    if (host_share && (rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
-        return rc;
-    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
-    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt))) /* the hot neurons, while the host hands off */
-        return rc;
+    if (host_share) {
+        if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
+            return rc;
+        const uint64_t out = (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
+                             (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0);
+        atomic_fetch_add_explicit(&g->rt.me->d2h_bytes, out, memory_order_relaxed);
+    }
     bool cpu_sent = false;
     uint64_t wait_ns = 0;
     if (host_share) {
@@ -153,6 +196,12 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
                 act_ring_cpud_bell(a->hdr);
         }
     }
+    /* the hot neurons, enqueued only now: cpud starts as soon as the copies are done, and the GPU
+     * computes while cpud does (launching first would put these launches on every layer's critical
+     * path); the stream holds the same kernels in the same order either way */
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
+        return rc;
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
@@ -222,8 +271,15 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
 }
 
+/* Polls of the cold-share ring before gpud sleeps on it, beside a device: cpud takes 0.05-1 ms per
+ * layer, and a futex wake-up on the critical path of every layer costs tens of µs; the core gpud
+ * spins on is the one cpud leaves to gpud's host thread (cpud.c, device_check). */
+#define GPUD_COLD_SPIN 1000000u
+
 void gpud_route_ffn(struct gpud *g)
 {
+    if (g->be_ops->stage_out)
+        ring_set_spin(&g->act.rings[ACT_RING_CPU_GPU], GPUD_COLD_SPIN);
     g->ev.ffn_fn = ffn_step;
     g->ev.ffn_user = g;
 }

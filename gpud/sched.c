@@ -35,7 +35,9 @@ int sched_init(struct gpud *g, int32_t n_seq)
     g->seqs = calloc((size_t)n_seq, sizeof *g->seqs);
     g->logits = malloc((size_t)nb * (size_t)g->m->hp.n_vocab * sizeof *g->logits);
     g->row_seq = malloc((size_t)nb * sizeof *g->row_seq);
-    if (!g->seqs || !g->logits || !g->row_seq)
+    g->top_ids = malloc((size_t)nb * SAMP_BEST_MAX * sizeof *g->top_ids);
+    g->top_vals = malloc((size_t)nb * SAMP_BEST_MAX * sizeof *g->top_vals);
+    if (!g->seqs || !g->logits || !g->row_seq || !g->top_ids || !g->top_vals)
         return pi_fail(PI_E_NOMEM, "gpud: out of memory for %d sequences", n_seq);
     for (int32_t s = 0; s < n_seq; s++) {
         g->seqs[s].slot = -1;
@@ -56,6 +58,8 @@ void sched_fini(struct gpud *g)
     free(g->seqs);
     free(g->logits);
     free(g->row_seq);
+    free(g->top_ids);
+    free(g->top_vals);
     samp_free(g->ss);
 }
 
@@ -149,8 +153,13 @@ static void admit(struct gpud *g)
         bool any_free = false;
         for (int32_t s = 0; s < g->n_seq && !any_free; s++)
             any_free = g->seqs[s].slot < 0;
-        if (!any_free)
+        if (!any_free) {
+            const int waiting = next_request(g);
+            /* only gpud writes it, the client reads it after the request ended (state release) */
+            if (waiting >= 0 && atomic_load_explicit(&ctl->reqs[waiting].state, memory_order_acquire) == PI_REQ_QUEUED)
+                ctl->reqs[waiting].queued_steps++;
             return;
+        }
         const int slot = next_request(g);
         if (slot < 0)
             return;
@@ -264,24 +273,56 @@ static int32_t build_step(struct gpud *g)
     return g->bb.n;
 }
 
-/* Sample the next token of sequence s from its logits row, publish it, and end the request when it
- * is done: the stop rules of gen_run_eval (engine/generate.c), so pipeline = in-process. */
-static void after_logits(struct gpud *g, int32_t s, const float *logits)
+static struct samp_params req_samp(const struct pi_request *r)
+{
+    return (struct samp_params){ .temp = r->temp, .top_k = r->top_k, .top_p = r->top_p, .min_p = r->min_p,
+                                 .repeat_penalty = r->repeat_penalty, .repeat_last_n = r->repeat_last_n,
+                                 .frequency_penalty = r->frequency_penalty,
+                                 .presence_penalty = r->presence_penalty, .seed = r->seed };
+}
+
+/* Candidates per row that decide every row's token of this step (1..SAMP_BEST_MAX), or 0 when some
+ * row needs its whole logits row (penalties, sampling without top-k, log-probabilities, a logits
+ * dump) or the backend has no topk: then the rows are copied as they are. The token is the same
+ * either way (samp_sample_top). */
+static int32_t step_top_k(const struct gpud *g, int32_t n_rows)
+{
+    if (!g->ev.ops->topk)
+        return 0;
+    int32_t k = 1;
+    for (int32_t i = 0; i < n_rows; i++) {
+        const struct gpud_seq *q = &g->seqs[g->row_seq[i]];
+        if (q->slot < 0)
+            continue;
+        const struct pi_request *r = &g->rt.ctl->reqs[q->slot];
+        const struct samp_params sp = req_samp(r);
+        const int32_t need = samp_top_needed(&sp);
+        if (need <= 0 || need > SAMP_BEST_MAX || need > g->m->hp.n_vocab || (r->flags & PI_REQ_LOGPROBS) ||
+            q->logits_fd >= 0)
+            return 0;
+        k = need > k ? need : k;
+    }
+    return k;
+}
+
+/* Sample the next token of sequence s from its logits row (or, logits NULL, from its k best
+ * candidates ids/vals), publish it, and end the request when it is done: the stop rules of
+ * gen_run_eval (engine/generate.c), so pipeline = in-process. */
+static void after_logits(struct gpud *g, int32_t s, const float *logits, const int32_t *ids, const float *vals,
+                         int32_t k)
 {
     struct gpud_seq *q = &g->seqs[s];
     struct pi_request *r = &g->rt.ctl->reqs[q->slot];
     const int32_t V = g->m->hp.n_vocab, n_ctx = g->ev.ops->n_ctx(g->ev.be);
-    const struct samp_params sp = { .temp = r->temp, .top_k = r->top_k, .top_p = r->top_p, .min_p = r->min_p,
-                                    .repeat_penalty = r->repeat_penalty, .repeat_last_n = r->repeat_last_n,
-                                    .frequency_penalty = r->frequency_penalty,
-                                    .presence_penalty = r->presence_penalty, .seed = r->seed };
+    const struct samp_params sp = req_samp(r);
     const int32_t pos = q->n_known;
     const uint32_t n = atomic_load_explicit(&r->n_gen, memory_order_relaxed);
     /* the penalties see the request's whole token history, which a replay has too: same tokens */
     const bool want_lp = (r->flags & PI_REQ_LOGPROBS) && n < PI_LP_MAX_TOKENS;
     struct samp_logprobs lp;
-    const int32_t id = samp_sample_lp(g->ss, &sp, logits, r->tokens, (size_t)q->n_known, (uint64_t)pos,
-                                      want_lp ? r->n_probs : 0, want_lp ? &lp : NULL);
+    const int32_t id = logits ? samp_sample_lp(g->ss, &sp, logits, r->tokens, (size_t)q->n_known, (uint64_t)pos,
+                                               want_lp ? r->n_probs : 0, want_lp ? &lp : NULL)
+                              : samp_sample_top(g->ss, &sp, ids, vals, k, (uint64_t)pos);
     if (want_lp) {
         static_assert(PI_LP_MAX_TOP == SAMP_MAX_TOP_LOGPROBS, "the shared record holds what the sampler gives");
         struct pi_logprob *rec = &g->rt.ctl->logprobs[q->slot][n];
@@ -292,7 +333,7 @@ static void after_logits(struct gpud *g, int32_t s, const float *logits)
     }
     if (!q->first_ns)
         q->first_ns = stage_now_ns();
-    if (q->logits_fd >= 0) {
+    if (q->logits_fd >= 0 && logits) { /* (step_top_k takes whole rows for a dump) */
         const size_t row = (size_t)V * sizeof(float);
         if (pwrite(q->logits_fd, logits, row, (off_t)(row * n)) != (ssize_t)row) {
             seq_leave(g, q, pi_fail(errno ? errno : PI_E_IO, "gpud: cannot write logits to '%s'", r->logits_path));
@@ -342,7 +383,8 @@ int gpud_run(struct gpud *g)
             continue;
         }
         const struct pi_batch b = batch_view(&g->bb);
-        int rc = eval_batch(&g->ev, &b, g->logits);
+        const int32_t top_k = step_top_k(g, batch_n_out(&b));
+        int rc = top_k ? eval_batch_top(&g->ev, &b, top_k, g->top_ids, g->top_vals) : eval_batch(&g->ev, &b, g->logits);
         if (stage_should_stop(&g->rt))
             break; /* stopping: requests stay RUNNING, a next gpud replays them */
         if (rc == -PI_E_DEVICE)
@@ -363,7 +405,8 @@ int gpud_run(struct gpud *g)
         const int32_t n_rows = batch_n_out(&b);
         for (int32_t k = 0; k < n_rows; k++)
             if (g->seqs[g->row_seq[k]].slot >= 0)
-                after_logits(g, g->row_seq[k], g->logits + (size_t)k * V);
+                after_logits(g, g->row_seq[k], top_k ? NULL : g->logits + (size_t)k * V,
+                             g->top_ids + (size_t)k * top_k, g->top_vals + (size_t)k * top_k, top_k);
         g->steps++;
     }
     return 0;

@@ -53,6 +53,8 @@ struct act_item {
 };
 #define ACT_ITEM_ALL_ACTIVE 1u /* no predictor mask: every neuron of the share is active */
 #define ACT_ITEM_TO_CPUD 2u    /* on PRED_GPU: predictord also handed the step to cpud */
+#define ACT_ITEM_FAILED 4u     /* on CPU_GPU: cpud could not compute the step (a disk read failed);
+                                  the reason is in cpud's pi_stage_info.last_error, written before */
 static_assert(sizeof(struct act_item) == 40, "act_item is on the wire between stages");
 
 struct act_hdr {

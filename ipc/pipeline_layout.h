@@ -121,7 +121,10 @@ struct pi_stage_info {
     _Atomic uint64_t bytes;
     _Atomic uint64_t fallbacks;     /* gpud: layers where it computed a dead stage's share */
     _Atomic uint64_t stale_dropped; /* results discarded because their key was stale */
-    uint64_t reserved[4];
+    /* gpud beside a device: bytes of the per-layer hand-off over PCIe (h and masks to the host,
+     * the cold share back), for the PCIe readouts of pictl profile and --json-stats */
+    _Atomic uint64_t d2h_bytes, h2d_bytes;
+    uint64_t reserved[2];
     char last_error[PI_MSG_MAX];    /* the stage's last fatal error, for pictl status */
     struct pi_layer_prof layers[PI_MAX_LAYERS];
 };
@@ -143,6 +146,8 @@ struct pi_request {
     int32_t error;              /* negative code when FAILED */
     uint64_t prefill_ns, decode_ns; /* gpud, for the client's [perf] line */
     uint32_t replays;           /* gpud: times this request was replayed after a gpud restart */
+    uint32_t queued_steps;      /* gpud: scheduler steps it waited QUEUED while every sequence was
+                                   busy (continuous batching's queue; --json-stats reports it) */
     _Atomic uint32_t cancel;    /* supervisor: 1 = the client asked or went away; gpud stops the
                                    request at its next step and fails it as cancelled */
     _Atomic int32_t seq;        /* gpud: the KV-cache sequence running it, -1 while none */
@@ -189,6 +194,8 @@ struct pi_ctl {
     _Atomic uint32_t state;          /* enum pi_instance_state (supervisor) */
     _Atomic uint32_t req_seq;        /* bumped (release) by the supervisor when it queues a request;
                                         futex word gpud sleeps on when idle */
+    _Atomic uint64_t slot_waits;     /* supervisor: requests that found every request slot taken and
+                                        waited in its queue, since the instance started (status) */
     _Atomic uint64_t epoch;          /* gpud session: bumped by each new gpud before it works */
     int32_t n_threads;               /* cpud workers */
     int32_t n_ctx;                   /* KV cells per sequence (the context of one request) */
@@ -205,7 +212,14 @@ struct pi_ctl {
     char backend_used[16];
     uint64_t ram_budget;             /* supervisor (--ram-budget): bytes of host weights + neuron cache; 0 =
                                         all in RAM. cpud then reads its disk-tier neurons from the bundle */
-    uint64_t reserved1[2];
+    /* cpud: the generation of the "ncache" segment it created (ipc/ncache_shm.h), 0 = none; loaderd
+     * (re-)attaches when it changes */
+    _Atomic uint64_t ncache_gen;
+    /* loaderd, with --ram-budget and no FFN row on gpud: the FFN rows are punched out of the weights
+     * segment (bytes; UINT64_MAX while it is being done). Non-zero: no stage reads an FFN row from
+     * the image — cpud reads them through its neuron cache, gpud waits for cpud instead of computing
+     * its share itself */
+    _Atomic uint64_t weights_trimmed;
     struct pi_stage_info stages[PI_STAGE_COUNT];
     struct pi_request reqs[PI_MAX_REQUESTS];
     struct pi_trace traces[PI_STAGE_COUNT];

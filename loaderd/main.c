@@ -1,7 +1,9 @@
 /* loaderd — owns the model file: reads it into the instance's "weights" segment (load.c), marks
- * itself READY, then keeps its heartbeat until stopped. A restarted loaderd finds the same file
- * already loaded and re-attaches without reading (loader_load). */
+ * itself READY, then serves the disk tier's reads into cpud's neuron cache (serve.c) until stopped.
+ * A restarted loaderd finds the same file already loaded and re-attaches without reading
+ * (loader_load), and re-attaches to the neuron cache. */
 #include "load.h"
+#include "serve.h"
 #include "pi_err.h"
 #include "stage.h"
 
@@ -9,12 +11,6 @@
 #include <time.h>
 
 #define LOADERD_IDLE_MS STAGE_HEARTBEAT_MS /* how quickly an idle loaderd notices a stop */
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static bool load_cancel(void *arg) { return stage_should_stop(arg); }
 
@@ -43,13 +39,20 @@ int main(int argc, char **argv)
         .cancel_arg = &rt,
     };
     what = "load model";
+    serve_trim_decide(&rt);
     if ((rc = loader_load(&w, rt.ctl->model_path, &prog, &outcome)) != 0)
+        goto fail;
+    what = "trim weights";
+    if ((rc = serve_trim_punch(&rt, &w)) != 0)
         goto fail;
     rt.image = w.image;
     rt.image_size = w.info->file_size;
     stage_set_ready(&rt);
+    struct serve sv;
+    serve_init(&sv, &rt);
     while (!stage_should_stop(&rt))
-        sleep_ms(LOADERD_IDLE_MS);
+        serve_poll(&sv, LOADERD_IDLE_MS);
+    serve_fini(&sv);
     stage_fini(&rt);
     return 0;
 

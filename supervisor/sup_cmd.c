@@ -268,6 +268,7 @@ static uint64_t fill_slot(struct sup *s, int slot, const struct sup_gen_args *g,
     r->error = 0;
     r->prefill_ns = r->decode_ns = 0;
     r->replays = 0;
+    r->queued_steps = 0;
     atomic_store_explicit(&r->cancel, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq, -1, memory_order_relaxed);
     r->errmsg[0] = '\0';
@@ -311,6 +312,7 @@ static json_t *sup_cmd_generate(struct sup *s, json_t *req, const struct sup_gen
         return sup_reply_error("busy: all %d request slots are in use and %d requests wait", PI_MAX_REQUESTS,
                                SUP_QUEUE_MAX);
     }
+    atomic_fetch_add_explicit(&s->ctl->slot_waits, 1, memory_order_relaxed);
     struct sup_waiting *w = &s->queue[s->n_queue++];
     *w = (struct sup_waiting){ .ticket = ++s->ticket_counter, .req = json_incref(req), .ids = ids, .n_ids = n_ids,
                                .client = (pid_t)g->client };

@@ -401,6 +401,7 @@ def disconnect_while_queued(c, name):
     """16 long requests take every slot; a 17th waits in the supervisor's queue, and its client leaves:
     apid gives the ticket to its reaper, which frees the slot the request gets later."""
     body = {"prompt": "ROMEO:", "max_tokens": 60, "temperature": 0, "ignore_eos": True}
+    waits_before = status(name).get("slot_waits", 0)
     th = [threading.Thread(target=lambda: c.json("POST", "/v1/completions", body)) for _ in range(16)]
     for t in th:
         t.start()
@@ -409,13 +410,15 @@ def disconnect_while_queued(c, name):
     data = json.dumps({"prompt": "queued", "max_tokens": 4}).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
               b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
-    time.sleep(0.3)
-    queued = status(name).get("queued")
+    # the supervisor counts every request that had to wait for a slot: a count, not a poll that a
+    # fast (or a loaded) machine can miss
+    waited = wait_for(lambda: status(name).get("slot_waits", 0) > waits_before, 10, 0.05)
     s.close()
     for t in th:
         t.join(120)
     check(full, "16 requests hold every slot")
-    check(queued, f"the 17th waited in the supervisor's queue: {queued}")
+    check(waited, f"the 17th waited in the supervisor's queue: slot_waits {status(name).get('slot_waits')}, "
+                  f"before {waits_before}")
     check(wait_for(lambda: (lambda st: st["requests"] == [] and not st.get("queued"))(status(name)), 60, 0.1),
           f"the left request's slot and ticket were freed: {status(name)['requests']} {status(name).get('queued')}")
 

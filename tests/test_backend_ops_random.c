@@ -7,12 +7,12 @@
  * op added to the residual stream (or of the logits) stays under ggml's bounds (1e-7 for f32
  * weights, 5e-4 for the others: their activations are rounded to a half or 8-bit type) per matrix
  * product in series inside the op (attention and the FFN have two), predicted
- * masks differ from the reference only within the rounding band around the threshold, and argmax
- * equals the argmax of the backend's own logits.
+ * masks differ from the reference only within the rounding band around the threshold, and the top-k
+ * candidates (topk) are samp_best of the backend's own logits, bit for bit.
  *
  * Ops and what each step exercises (placement: layer 0 all on the backend, layer 1 half, the other
  * half's share given as y_host):
- *   step 1: two sequences' prompts interleaved (embed, attn, dense ffn, ffn_add, output, argmax)
+ *   step 1: two sequences' prompts interleaved (embed, attn, dense ffn, ffn_add, output, topk)
  *   step 2: decode tokens of both, two of one sequence in the same step (predict → get_mask → sparse
  *           ffn on the backend's own masks; set_mask where the file has no predictor)
  *   step 3: seq_clear of one sequence, which starts again at position 0 (set_mask with random masks)
@@ -30,6 +30,7 @@
 #include "pwri_testmodel.h"
 #include "quant.h"
 #include "ref_f64.h"
+#include "sampling.h"
 #include "testutil.h"
 
 #define N_CTX 16
@@ -311,18 +312,19 @@ static void run_step(const struct run_ctx *rc, const struct step *s, int si)
     CHECK_OK(ops->output(b, &bt, lg));
     ref_output(r, n_out, y, want);
     check_nmse(rc, "output", 1, -1, si, nmse(lg, want, NULL, (int64_t)n_out * V));
-    if (ops->argmax) {
-        int32_t ids[MAX_TOK];
-        CHECK_OK(ops->argmax(b, &bt, ids));
+    static const int32_t top_ks[] = { 1, 5, 40, SAMP_BEST_MAX };
+    for (size_t kk = 0; ops->topk && kk < sizeof top_ks / sizeof *top_ks; kk++) {
+        const int32_t k = top_ks[kk] < V ? top_ks[kk] : V;
+        int32_t ids[MAX_TOK * SAMP_BEST_MAX], want_ids[SAMP_BEST_MAX];
+        float vals[MAX_TOK * SAMP_BEST_MAX], want_vals[SAMP_BEST_MAX];
+        CHECK_OK(ops->topk(b, &bt, k, ids, vals));
         for (int32_t t = 0; t < n_out; t++) {
-            const float *row = lg + (size_t)t * V;
-            float mx = row[0], mn = row[0];
-            for (int i = 1; i < V; i++)
-                mx = fmaxf(mx, row[i]), mn = fminf(mn, row[i]);
+            samp_best(lg + (size_t)t * V, V, k, want_ids, want_vals);
             n_checks_of_case++;
-            CHECK(ids[t] >= 0 && ids[t] < V && row[ids[t]] >= mx - 1e-6f * (mx - mn),
-                  "%s: argmax of output %d is %d (logit %g), the logits' maximum is %g", rc->label, t, ids[t],
-                  ids[t] >= 0 && ids[t] < V ? (double)row[ids[t]] : 0.0, (double)mx);
+            CHECK(!memcmp(ids + (size_t)t * k, want_ids, (size_t)k * sizeof *ids) &&
+                      !memcmp(vals + (size_t)t * k, want_vals, (size_t)k * sizeof *vals),
+                  "%s: top %d of output %d: ids %d.. (logit %g) where the backend's own logits give %d.. (%g)",
+                  rc->label, k, t, ids[(size_t)t * k], (double)vals[(size_t)t * k], want_ids[0], (double)want_vals[0]);
         }
     }
     free(lg), free(x), free(y), free(yh), free(want), free(score), free(mask);

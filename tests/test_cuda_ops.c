@@ -28,6 +28,8 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 #include <unistd.h>
 
 #include "cudev.h"
+#include "cuk_topk.h"
+#include "sampling.h"
 #include "ffn_split.h"
 #include "backend.h"
 #include "batch.h"
@@ -330,6 +332,49 @@ static void test_tiny(const char *path)
     model_free(m);
 }
 
+/* The device's top-k = samp_best on rows made to break it: a coarse grid (ties everywhere), banned
+ * tokens (-inf), NaN, signed zeros, an all-banned row, a row of equal values, a vocabulary of
+ * 152 064 (qwen2) and one smaller than the thread count. */
+static void test_topk(void)
+{
+    static const int64_t ns[] = { 32000, 152064, 700 };
+    static const int ks[] = { 1, 2, 40, CUK_TOPK_MAX };
+    const int B = 6;
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+        const int64_t n = ns[a];
+        float *rows = malloc((size_t)B * (size_t)n * sizeof *rows);
+        int32_t *ids = malloc((size_t)B * CUK_TOPK_MAX * sizeof *ids), want_ids[CUK_TOPK_MAX];
+        float *vals = malloc((size_t)B * CUK_TOPK_MAX * sizeof *vals), want_vals[CUK_TOPK_MAX];
+        uint64_t r = 0x9e3779b97f4a7c15ull + (uint64_t)n;
+        for (int b = 0; b < B; b++)
+            for (int64_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                const float u = (float)(r >> 40) / (float)(1u << 24);
+                float *x = &rows[(size_t)b * n + i];
+                switch (b) {
+                case 0: *x = u * 20.0f - 10.0f; break;                    /* distinct */
+                case 1: *x = floorf(u * 6.0f) - 3.0f; break;              /* ties */
+                case 2: *x = u < 0.9f ? -INFINITY : floorf(u * 40.0f); break;
+                case 3: *x = i % 5 == 0 ? NAN : (i % 5 == 1 ? -0.0f : (i % 5 == 2 ? 0.0f : -u)); break;
+                case 4: *x = -INFINITY; break;
+                default: *x = 1.5f; break;
+                }
+            }
+        for (size_t c = 0; c < sizeof ks / sizeof *ks; c++) {
+            const int k = ks[c];
+            CHECK_OK(cuk_topk_host(rows, B, n, k, ids, vals));
+            for (int b = 0; b < B; b++) {
+                samp_best(rows + (size_t)b * n, (int32_t)n, k, want_ids, want_vals);
+                CHECK(!memcmp(ids + (size_t)b * k, want_ids, (size_t)k * sizeof *ids) &&
+                          !memcmp(vals + (size_t)b * k, want_vals, (size_t)k * sizeof *vals),
+                      "device top %d of row kind %d (n %lld): first id %d, want %d", k, b, (long long)n,
+                      ids[(size_t)b * k], want_ids[0]);
+            }
+        }
+        free(rows), free(ids), free(vals);
+    }
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
@@ -340,6 +385,7 @@ int main(int argc, char **argv)
                                PI_TYPE_Q3_K, PI_TYPE_Q4_K,   PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
+    test_topk();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

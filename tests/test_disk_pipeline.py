@@ -1,8 +1,12 @@
 """test_disk_pipeline — the disk tier in the pipeline: an instance started with --ram-budget (90 %
-of the tiny calibrated model's FFN neurons on disk, read by cpud from the bundle into its neuron
-cache) gives bitwise the tokens and logits of the all-in-RAM in-process run; with cpud killed -9
-again and again mid-request (gpud computes the cold share from the weights image meanwhile, the
-restarted cpud reopens its cache) and with loaderd killed -9 mid-request, the tokens do not change.
+of the tiny calibrated model's FFN neurons on disk, read by loaderd with io_uring from the bundle
+into cpud's neuron cache in the "ncache" segment) gives bitwise the tokens and logits of the
+all-in-RAM in-process run; with cpud killed -9 again and again mid-request (gpud computes the cold
+share from the weights image meanwhile, the restarted cpud creates a new cache segment and loaderd
+re-attaches to it) and with loaderd killed -9 again and again mid-request (cpud reads the rows it
+lacks itself — the fallback counter moves — until the restarted loaderd serves again), the tokens
+do not change. The counters (bytes/token, hit rate, reads, waits, fallbacks) are in pictl status,
+pictl profile and generate --json-stats.
 
 usage: test_disk_pipeline.py PICTL MODEL.gguf CALIB_TEXT"""
 import json, os, shutil, signal, subprocess, sys, tempfile, time
@@ -39,6 +43,11 @@ def result(tag):
 
 def outs(tag):
     return ["--json-stats", os.path.join(tmp, tag + ".json"), "--dump-logits", os.path.join(tmp, tag + ".bin")]
+
+
+def disk():
+    st = status()
+    return st.get("disk") if st else None
 
 
 def status():
@@ -104,14 +113,76 @@ try:
     check(got == refs.get(0), "prompt 0: the pipeline's disk tier differs from the all-in-RAM run (not bitwise)")
     log = run("logs", "cpud", "--name", name).stdout
     check(b"disk tier: budget" in log and b"neurons) read from" in log, f"cpud's log shows no disk tier: {log[-400:]!r}")
+    log = run("logs", "loaderd", "--name", name).stdout
+    check(b"serving the neuron cache" in log, f"loaderd's log shows it never served the cache: {log[-400:]!r}")
+    d = disk()
+    print("disk after plain:", d)
+    if check(d is not None, "pictl status --json has no disk object"):
+        check(d["loaderd_serving"] and d["loaderd_reads"] > 0 and d["loaderd_bytes"] > 0,
+              f"loaderd did not stream: {d}")
+        check(d["tokens"] > 0 and d["bytes_per_token"] > 0 and 0 < d["hit_rate"] <= 1 and d["needed"] > 0,
+              f"the disk counters did not move: {d}")
+        check(d["in_flight"] == 0 and d["loaderd_in_flight"] == 0, f"reads still in flight when idle: {d}")
+        check(d["prefill_tokens"] > 0 and d["prefill_bytes"] > 0, f"no prefill streaming counted: {d}")
+        # the weights segment holds the dense parts only: the FFN rows were punched out
+        check(d["weights_trimmed_bytes"] > 0 and
+              d["weights_resident_bytes"] <= d["weights_segment_bytes"] - d["weights_trimmed_bytes"] + 65536,
+              f"the weights segment still holds the FFN rows: {d}")
+    with open(os.path.join(tmp, "plain.json")) as f:
+        js = json.load(f)
+    check("disk" in js and js["disk"]["bytes_per_token"] > 0, "generate --json-stats has no disk counters")
+    prof = run("profile", "--name", name).stdout
+    check(b"# disk tier:" in prof and b"KiB read/token" in prof, f"pictl profile shows no disk tier: {prof[-300:]!r}")
+    txt = run("status", "--name", name).stdout
+    check(b"# Disk tier" in txt and b"fallback_reads:" in txt, "pictl status shows no disk tier section")
     got = generate(1, "kill-cpud", kill_stage="cpud")
     check(got == refs.get(1), "prompt 1: tokens or logits changed with cpud killed -9 during streaming")
+    end = time.time() + 10
+    while time.time() < end and not ((disk() or {}).get("loaderd_serving")):
+        time.sleep(0.05)
+    log = run("logs", "loaderd", "--name", name).stdout
+    check(log.count(b"serving the neuron cache") >= 2, "loaderd did not re-attach to the restarted cpud's cache")
+    d0 = disk()
     got = generate(2, "kill-loaderd", kill_stage="loaderd")
     check(got == refs.get(2), "prompt 2: tokens or logits changed with loaderd killed -9 during streaming")
+    d1 = disk()
+    print("disk after the loaderd kills:", d1)
+    check(d0 and d1 and d1["fallback_reads"] > d0["fallback_reads"],
+          f"cpud never read by itself while loaderd was down: {d0} -> {d1}")
+    end = time.time() + 10
+    while time.time() < end and not ((disk() or {}).get("loaderd_serving")):
+        time.sleep(0.05)
+    d2 = disk()
     got = generate(0, "after")
     check(got == refs.get(0), "prompt 0 after the restarts: differs")
+    d3 = disk()
+    check(d2 and d3 and d3["loaderd_serving"] and d3["loaderd_reads"] > d2["loaderd_reads"],
+          f"the restarted loaderd does not stream: {d2} -> {d3}")
     log = run("logs", "cpud", "--name", name).stdout
     check(log.count(b"disk tier: budget") >= 2, "the restarted cpud did not reopen its disk tier")
+    run("stop", "--name", name, timeout=60)
+
+    # a read error (loaderd's 40th streamed read fails with EIO): the request fails cleanly, naming
+    # the file offset, within seconds (no hang, no stage restart); the next request is served
+    p = subprocess.run([pictl, "start", "-m", cal, "--name", name, "-t", "2", "-c", "512", "--ram-budget",
+                        f"{budget:.9f}"], capture_output=True, timeout=120,
+                       env=dict(os.environ, PINFER_LOADER_FAIL_STREAM="40"))
+    if check(p.returncode == 0, f"start with the read-error hook failed: {p.stderr[-300:]!r}"):
+        t0 = time.time()
+        p = run("generate", "--name", name, "-p", PROMPTS[0][0], "-n", str(N), "--ignore-eos", *PROMPTS[0][1],
+                timeout=120)
+        err = p.stderr.decode(errors="replace")
+        print("read error:", err.strip()[-300:])
+        check(p.returncode != 0, "a request whose disk read failed succeeded")
+        check("offset" in err and "Input/output error" in err, f"the error does not name the offset: {err[-300:]!r}")
+        check(time.time() - t0 < 60, f"the failed request took {time.time() - t0:.1f} s")
+        st = status()
+        check(st and st["stages"]["cpud"]["restarts"] == 0 and st["stages"]["loaderd"]["restarts"] == 0,
+              "a stage died over a read error")
+        d = disk()
+        check(d and d["loaderd_errors"] == 1, f"loaderd's error count: {d}")
+        got = generate(0, "after-error")
+        check(got == refs.get(0), "the request after the read error differs")
 finally:
     run("stop", "--name", name, timeout=60)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -5,7 +5,7 @@
  *    neurons, the k hottest), GPU neurons first, a budget below the dense part refused;
  *  - the neuron cache in the evaluator: logits bitwise the all-in-RAM run's with most neurons on
  *    disk (pread, a late out-of-order reader, and io_uring), misses read, prefetches counted, the
- *    window evicting; an injected read error fails the step naming the file offset; a bundle
+ *    window evicting, consecutive neurons read together; an injected read error fails the step naming the file offset; a bundle
  *    changed on disk is detected. */
 #include <errno.h>
 #include <fcntl.h>
@@ -241,6 +241,12 @@ static void test_stream(const char *dir, uint32_t type, const struct ncache_io *
               (unsigned long long)st.reads, (unsigned long long)st.in_flight, (unsigned long long)st.tokens);
         if (io)
             CHECK(st.prefetched > 0, "with asynchronous reads some neurons arrive from a prefetch");
+        /* consecutive neurons are read together: fewer reads than records (the prompt's chunks of 4
+         * tokens have dense mask unions); without prefetch every record read is a miss */
+        const uint64_t recs = (st.bytes_read - st.pinned_bytes) / h.stride;
+        CHECK(st.reads < recs && (st.bytes_read - st.pinned_bytes) % h.stride == 0 && (io || recs == st.misses),
+              "%llu reads for %llu records (%llu misses)", (unsigned long long)st.reads, (unsigned long long)recs,
+              (unsigned long long)st.misses);
         printf("stream %s%s window %d: bitwise = in RAM; %llu needed, %llu hits, %llu prefetched, %llu misses, "
                "%.1f KiB read/token\n",
                quant_traits(type)->name, io ? " (io)" : "", window, (unsigned long long)st.needed,

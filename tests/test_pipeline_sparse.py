@@ -101,6 +101,24 @@ try:
           f"{s['audit']['predicted'] / s['audit']['tokens']:.1f} of {s['n_ff']} neurons predicted per token-layer")
     p = run("profile", "--name", name)
     check(b"predictor audit" in p.stdout, "pictl profile shows no audit table")
+    check(b"# per step (all layers): gpud compute" in p.stdout, "pictl profile shows no per-step split")
+    # --json-stats' decode_profile: decode only (the first token to the last), per layer and per token
+    with open(os.path.join(tmp, "plain.json")) as f:
+        dp = json.load(f).get("decode_profile") or {}
+    rows, pt = dp.get("per_layer") or [], dp.get("per_token") or {}
+    check(len(rows) == s["n_layer"] and dp.get("tokens", 0) > 0 and dp["tokens"] < N,
+          f"decode_profile: {len(rows)} layers, {dp.get('tokens')} tokens")
+    # the first copy is taken when the client sees the first token: gpud may be a step further by then
+    check(all(r["gpud_items"] >= dp.get("tokens", 1) - 2 and r["gpud_compute_us"] > 0 for r in rows),
+          f"decode_profile: a layer without gpud items or time: {[r['gpud_items'] for r in rows]}, "
+          f"{dp.get('tokens')} tokens")
+    some_cold = s["vram"]["hot_neurons"] < s["vram"]["neurons"]
+    check(any(r["cpud_items"] > 0 for r in rows) == some_cold and
+          all(r["cpud_mb"] > 0 for r in rows if r["cpud_items"]),
+          f"decode_profile: cpud's rows {[(r['cpud_items'], r['cpud_mb']) for r in rows]} "
+          f"({s['vram']['hot_neurons']} of {s['vram']['neurons']} neurons on gpud)")
+    check(pt.get("wall_ms", 0) > 0 and pt.get("pcie_d2h_mb", -1) == 0 and pt.get("pcie_h2d_mb", -1) == 0,
+          f"decode_profile per token {pt} (no PCIe on the CPU backend)")
     before = status()["stages"]["predictord"]["items"]
     out = os.path.join(tmp, "dense-req.json")
     p = run("generate", "--name", name, "-p", prompt, "-n", str(N), "--temp", "0", "--ignore-eos", "--dense",

@@ -18,6 +18,96 @@ static void random_logits(float *l, uint64_t seed)
         l[i] = (float)(samp_uniform(seed, (uint64_t)i) * 6.0 - 3.0);
 }
 
+/* the reference order of candidates: logit descending, then id ascending (-0 == +0) */
+static const float *cmp_row;
+static int cmp_ids(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (cmp_row[x] != cmp_row[y])
+        return cmp_row[x] < cmp_row[y] ? 1 : -1;
+    return x - y;
+}
+
+/* samp_sample_top on the row's k best tokens picks what samp_sample picks from the whole row, for
+ * rows full of ties (a coarse grid), banned tokens, signed zeros and all-banned rows */
+static void test_top(struct samp_state *s)
+{
+    static const float temps[] = { 0.0f, 0.5f, 1.0f, 1.7f };
+    static const int32_t ks[] = { 0, 1, 2, 5, 40 };
+    static const float tps[] = { 1.0f, 0.9f, 0.5f }, mps[] = { 0.0f, 0.05f, 0.3f };
+    float l[V];
+    int32_t order[V], ids[V];
+    float vals[V];
+    int checked = 0, same = 0, needed_ok = 1;
+    for (int row = 0; row < 12; row++) {
+        for (int i = 0; i < V; i++) {
+            const double u = samp_uniform(100 + (uint64_t)row, (uint64_t)i);
+            l[i] = row % 3 == 0 ? (float)floor(u * 8.0) * 0.5f - 2.0f : (float)(u * 6.0 - 3.0); /* ties */
+            if (samp_uniform(200 + (uint64_t)row, (uint64_t)i) < (row == 5 ? 0.995 : 0.05))
+                l[i] = -INFINITY;
+            if (row % 4 == 1 && i % 7 == 0)
+                l[i] = (i & 8) ? -0.0f : 0.0f;
+        }
+        if (row == 7)
+            for (int i = 0; i < V; i++)
+                l[i] = -INFINITY;
+        for (int i = 0; i < V; i++)
+            order[i] = i;
+        cmp_row = l;
+        qsort(order, V, sizeof *order, cmp_ids);
+        for (size_t a = 0; a < sizeof temps / sizeof *temps; a++)
+            for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
+                for (size_t c = 0; c < sizeof tps / sizeof *tps; c++)
+                    for (size_t d = 0; d < sizeof mps / sizeof *mps; d++) {
+                        struct samp_params p;
+                        samp_defaults(&p);
+                        p.temp = temps[a], p.top_k = ks[b], p.top_p = tps[c], p.min_p = mps[d];
+                        p.seed = 11 + (uint64_t)row;
+                        const int32_t k = samp_top_needed(&p);
+                        needed_ok &= k == (p.temp <= 0.0f ? 1 : p.top_k);
+                        if (k == 0)
+                            continue;
+                        for (int extra = 0; extra <= 3; extra += 3) { /* exactly k, and a few more */
+                            const int32_t n = k + extra;
+                            for (int32_t i = 0; i < n; i++)
+                                ids[i] = order[i], vals[i] = l[order[i]];
+                            for (uint64_t pos = 0; pos < 24; pos++) {
+                                checked++;
+                                same += samp_sample_top(s, &p, ids, vals, n, pos) == samp_sample(s, &p, l, NULL, 0, pos);
+                            }
+                        }
+                    }
+    }
+    CHECK(needed_ok, "samp_top_needed: 1 for greedy, top_k with top-k on");
+    /* samp_best = the reference order's first k, on the same kinds of rows */
+    int best_ok = 1;
+    for (int row = 0; row < 12; row++) {
+        for (int i = 0; i < V; i++) {
+            const double u = samp_uniform(300 + (uint64_t)row, (uint64_t)i);
+            l[i] = row % 2 ? (float)floor(u * 6.0) - 3.0f : (float)(u * 6.0 - 3.0);
+            if (i % 11 == 0)
+                l[i] = row % 3 ? -INFINITY : -0.0f;
+        }
+        for (int i = 0; i < V; i++)
+            order[i] = i;
+        cmp_row = l;
+        qsort(order, V, sizeof *order, cmp_ids);
+        for (int32_t k = 1; k <= SAMP_BEST_MAX; k += 9) {
+            samp_best(l, V, k, ids, vals);
+            for (int32_t i = 0; i < k; i++)
+                best_ok &= ids[i] == order[i] && (vals[i] == l[order[i]] || (vals[i] != vals[i]));
+        }
+    }
+    CHECK(best_ok, "samp_best returns the k best in order (ties: lower id first)");
+    CHECK(same == checked, "samp_sample_top = samp_sample: %d of %d draws", same, checked);
+    struct samp_params p;
+    samp_defaults(&p);
+    p.repeat_penalty = 1.1f;
+    CHECK(samp_top_needed(&p) == 0, "penalties need the whole row");
+    p.repeat_penalty = 1.0f, p.top_k = 0;
+    CHECK(samp_top_needed(&p) == 0, "sampling without top-k needs the whole row");
+}
+
 int main(void)
 {
     struct samp_state *s = NULL;
@@ -260,6 +350,7 @@ int main(void)
         sum += u;
     }
     CHECK(fabs(sum / 10000 - 0.5) < 0.02, "uniform mean %f", sum / 10000);
+    test_top(s);
     samp_free(s);
     return tu_finish("sampling");
 }

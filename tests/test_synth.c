@@ -6,6 +6,7 @@
  *   test_synth PICTL */
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,59 @@ out:
     model_free(mp);
 }
 
+/* The --pwri file's act_freq is each neuron's true firing frequency: in every layer neuron i fires
+ * for token t iff gate_i · embd_t > 0 (the gate reads only dims attention and the FFN never write,
+ * rmsnorm scales by a positive number), so counting that over the whole vocabulary measures it. The
+ * dense file has no act_freq (it carries no sparse statistics). */
+#define N_CONTROL 3 /* <unk> <s> </s>: never sampled as tokens */
+#define FREQ_MEAN_TOL 0.02 /* mean |measured - act_freq| over neurons; sampling noise alone ~0.005 */
+static void check_act_freq(const char *dense, const char *pwri, int32_t sub_dim)
+{
+    struct pi_model *md = NULL, *mp = NULL;
+    CHECK_OK(model_load(&md, dense));
+    CHECK_OK(model_load(&mp, pwri));
+    if (!md || !mp)
+        goto out;
+    const int64_t E = mp->hp.n_embd, F = mp->hp.n_ff, V = mp->hp.n_vocab;
+    float *emb = malloc((size_t)(V * E) * sizeof *emb), *gate = malloc((size_t)(F * E) * sizeof *gate);
+    REQUIRE(emb && gate, "out of memory");
+    const struct pi_tensor *te = &mp->token_embd;
+    for (int64_t t = 0; t < V; t++)
+        quant_traits(te->type)->to_float((const char *)te->data + (size_t)t * te->row_bytes, emb + t * E, E);
+    for (int l = 0; l < mp->hp.n_layer; l++) {
+        CHECK(md->layers[l].act_freq == NULL, "layer %d: the dense file has act_freq", l);
+        const float *af = mp->layers[l].act_freq;
+        REQUIRE(af, "layer %d: the --pwri file has no act_freq", l);
+        const struct pi_tensor *tg = &mp->layers[l].ffn_gate;
+        for (int64_t i = 0; i < F; i++)
+            quant_traits(tg->type)->to_float((const char *)tg->data + (size_t)i * tg->row_bytes, gate + i * E, E);
+        double diff = 0.0, sum = 0.0;
+        for (int64_t i = 0; i < F; i++) {
+            int64_t fired = 0;
+            for (int64_t t = N_CONTROL; t < V; t++) {
+                double dot = 0.0;
+                for (int64_t e = 0; e < SYNTH_SUB_OFF + sub_dim; e++) /* the gate is 0 past the subspace */
+                    dot += (double)gate[i * E + e] * emb[t * E + e];
+                fired += dot > 0.0;
+            }
+            const double meas = (double)fired / (double)(V - N_CONTROL);
+            CHECK(af[i] >= 0.0f && af[i] <= 1.0f, "layer %d neuron %lld: act_freq %g", l, (long long)i, af[i]);
+            diff += fabs(meas - af[i]);
+            sum += af[i];
+        }
+        CHECK(diff / (double)F < FREQ_MEAN_TOL, "layer %d: act_freq is off the measured frequency by %.4f on average",
+              l, diff / (double)F);
+        CHECK(fabs(sum / (double)F - (1.0 - 0.9)) < 0.005, "layer %d: mean act_freq %.4f", l, sum / (double)F);
+        if (l == 0)
+            fprintf(stderr, "act_freq layer 0: mean |measured - act_freq| %.4f\n", diff / (double)F);
+    }
+    free(emb);
+    free(gate);
+out:
+    model_free(md);
+    model_free(mp);
+}
+
 static bool same_file(const char *a, const char *b)
 {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -285,6 +339,7 @@ int main(int argc, char **argv)
     write_tiny(PI_TYPE_Q4_0, true, q4p);
 
     check_twin(dense, pwri);
+    check_act_freq(dense, pwri, d.sub_dim);
     measure("f16 dense", dense, NULL, d.hot_share);
     measure("f16 twin predictor", dense, pwri, d.hot_share);
     measure("f16 pwri", pwri, NULL, d.hot_share);

@@ -49,6 +49,54 @@ static void sum_fn(void *arg, int ith, int nth)
     j->partial[ith] = s;
 }
 
+/* pool_run_n: each of n_slices slices exactly once per run, every one told n_slices */
+#define SLICES_MAX 97
+struct slice_job {
+    _Atomic int calls[SLICES_MAX];
+    _Atomic int bad_nth;
+};
+
+static void slice_fn(void *arg, int ith, int nth)
+{
+    struct slice_job *j = arg;
+    if (ith < 0 || ith >= SLICES_MAX || nth < 1 || nth > SLICES_MAX) {
+        atomic_fetch_add(&j->bad_nth, 1);
+        return;
+    }
+    atomic_fetch_add_explicit(&j->calls[ith], 1, memory_order_relaxed);
+}
+
+static void test_slices(int n_threads)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, n_threads));
+    static const int counts[] = { 1, 2, 3, 5, 16, 64, SLICES_MAX };
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        const int ns = counts[c];
+        struct slice_job j;
+        memset(&j, 0, sizeof j);
+        const int runs = 300;
+        for (int r = 0; r < runs; r++)
+            pool_run_n(p, slice_fn, &j, ns); /* alternating with pool_run below: the counts never mix */
+        int ok = atomic_load(&j.bad_nth) == 0;
+        for (int i = 0; i < SLICES_MAX; i++)
+            ok &= atomic_load(&j.calls[i]) == (i < ns ? runs : 0);
+        CHECK(ok, "%d threads, %d slices: each slice once per run", n_threads, ns);
+        struct count_job cj;
+        memset(&cj, 0, sizeof cj);
+        pool_run(p, count_fn, &cj);
+        int once = 1;
+        for (int i = 0; i < n_threads; i++)
+            once &= cj.calls[i] == 1 && cj.nth_seen[i] == n_threads;
+        CHECK(once, "%d threads: pool_run after %d-slice runs still runs one slice per thread", n_threads, ns);
+    }
+    /* the slice count for a job: 4 per thread, none smaller than min_items, never fewer than threads */
+    CHECK(pool_slices_for(p, 100000, 16) == n_threads * POOL_SLICES_PER_THREAD, "slices for a big job");
+    CHECK(pool_slices_for(p, 16 * n_threads, 16) == n_threads, "a small job gets one slice a thread");
+    CHECK(pool_slices_for(p, 8, 16) == n_threads, "never fewer slices than threads");
+    pool_free(p);
+}
+
 static double now_ms(clockid_t clk)
 {
     struct timespec ts;
@@ -223,8 +271,10 @@ int main(int argc, char **argv)
         v[i] = (uint32_t)(i * 2654435761u);
         sum += v[i];
     }
-    for (int n = 1; n <= MAX_THREADS; n++)
+    for (int n = 1; n <= MAX_THREADS; n++) {
         test_pool(n, v, sum);
+        test_slices(n);
+    }
 
     struct pi_pool *p = (struct pi_pool *)&sum;
     CHECK(pool_new(&p, 0) == -PI_E_INVAL && p == NULL, "zero threads rejected");

@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "cudev.h"
 #include "pi_err.h"
+#include "sampling.h"
 
 struct be {
     const struct pi_model *m;
@@ -22,7 +23,8 @@ struct be {
     bool *all_held;   /* (n_layer) */
     uint8_t *held;    /* (n_layer, n_ff) copy of the placement, or NULL = all */
     uint8_t *mask;    /* (n_batch, n_ff) host mask scratch (placement ∧ masks) */
-    int32_t *ids;     /* (n_batch) argmax scratch */
+    int32_t *ids;     /* (n_batch, SAMP_BEST_MAX) topk scratch */
+    float *vals;
     bool dev_mask;    /* the batch's masks are on the device (predict / set_mask since the last ffn) */
 };
 
@@ -35,6 +37,7 @@ static void cu_close(struct be *b)
     free(b->held);
     free(b->mask);
     free(b->ids);
+    free(b->vals);
     free(b);
 }
 
@@ -52,8 +55,9 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
     int rc = 0;
     b->all_held = calloc(L, sizeof *b->all_held);
     b->mask = malloc((size_t)b->n_batch * F);
-    b->ids = malloc((size_t)b->n_batch * sizeof *b->ids);
-    if (!b->all_held || !b->mask || !b->ids)
+    b->ids = malloc((size_t)b->n_batch * SAMP_BEST_MAX * sizeof *b->ids);
+    b->vals = malloc((size_t)b->n_batch * SAMP_BEST_MAX * sizeof *b->vals);
+    if (!b->all_held || !b->mask || !b->ids || !b->vals)
         rc = pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
     for (size_t l = 0; !rc && l < L; l++)
         b->all_held[l] = true;
@@ -190,18 +194,23 @@ static int cu_output(struct be *b, const struct pi_batch *bt, float *logits)
     return rc;
 }
 
-static int cu_argmax(struct be *b, const struct pi_batch *bt, int32_t *ids)
+static int cu_topk(struct be *b, const struct pi_batch *bt, int32_t k, int32_t *ids, float *vals)
 {
+    if (k < 1 || k > SAMP_BEST_MAX || k > b->m->hp.n_vocab)
+        return pi_fail(PI_E_RANGE, "cuda backend: top %d of %d logits (1..%d)", k, b->m->hp.n_vocab, SAMP_BEST_MAX);
     const int32_t first = first_wanted(bt);
     if (first < 0)
         return 0;
-    int32_t *all = b->ids;
+    /* the logits stay on the device; only the wanted rows' k candidates come back */
     int rc = cudev_output(b->d, bt->n, first, NULL);
     if (!rc)
-        rc = cudev_argmax(b->d, bt->n, first, all);
+        rc = cudev_topk(b->d, bt->n, first, k, b->ids, b->vals);
     for (int32_t i = first, o = 0; !rc && i < bt->n; i++)
-        if (batch_wants(bt, i))
-            ids[o++] = all[i - first];
+        if (batch_wants(bt, i)) {
+            memcpy(ids + (size_t)o * k, b->ids + (size_t)(i - first) * k, (size_t)k * sizeof *ids);
+            memcpy(vals + (size_t)o * k, b->vals + (size_t)(i - first) * k, (size_t)k * sizeof *vals);
+            o++;
+        }
     return rc;
 }
 
@@ -234,7 +243,7 @@ const struct be_ops be_cuda_ops = {
     .ffn = cu_ffn,
     .ffn_add = cu_ffn_add,
     .output = cu_output,
-    .argmax = cu_argmax,
+    .topk = cu_topk,
     .seq_clear = cu_seq_clear,
     .sync = cu_sync,
     .idle = NULL,

@@ -15,6 +15,10 @@
 
 #include "cuk.h"
 #include "cuk_place.h"
+#include "cuk_topk.h"
+#include "sampling.h"
+
+_Static_assert(CUK_TOPK_MAX == SAMP_BEST_MAX, "the device returns as many candidates as the sampler takes");
 #include "pi_err.h"
 #include "predictor.h"
 #include "quant.h"
@@ -138,7 +142,8 @@ struct cudev {
     int32_t *idx, *cnt;      /* (n_batch, n_ff), (n_batch) */
     float *part;             /* AXPY chunk sums, CUK_AXPY_MAX_B tokens */
     float *logits;           /* (n_batch, n_vocab) */
-    int32_t *ids, *h_ids;    /* (n_batch) device, pinned host */
+    int32_t *ids, *h_ids;    /* (n_batch, CUK_TOPK_MAX) device, pinned host: argmax and topk ids */
+    float *tvals, *h_tvals;  /* (n_batch, CUK_TOPK_MAX) topk's logits */
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
     void *xq;                /* (n_batch) rows of quantized activations for the Q-type GEMV */
     float *apart;            /* attention chunk partials */
@@ -482,7 +487,8 @@ static void place_scratch(struct cudev *d)
     d->cnt = take(s, u, B * 4);
     d->part = take(s, u, cuk_axpy_part_floats((int64_t)F, (int64_t)E, (int)Bg) * 4);
     d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
-    d->ids = take(s, u, B * 4);
+    d->ids = take(s, u, B * CUK_TOPK_MAX * 4);
+    d->tvals = take(s, u, B * CUK_TOPK_MAX * 4);
     d->xq = take(s, u, B * cuk_xq_row_bytes(max_n_in(d)));
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
@@ -543,6 +549,7 @@ void cudev_close(struct cudev *d)
     cudaFree(d->s_arena);
     cudaFreeHost(d->h_batch);
     cudaFreeHost(d->h_ids);
+    cudaFreeHost(d->h_tvals);
     cudaFreeHost(d->h_cnt);
     if (d->st)
         cudaStreamDestroy(d->st);
@@ -656,7 +663,9 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_batch, 3 * (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
-        rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * sizeof(int32_t)));
+        rc = CU(cudaMallocHost((void **)&d->h_ids, (size_t)d->p.n_batch * CUK_TOPK_MAX * sizeof(int32_t)));
+    if (!rc)
+        rc = CU(cudaMallocHost((void **)&d->h_tvals, (size_t)d->p.n_batch * CUK_TOPK_MAX * sizeof(float)));
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_cnt, (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
@@ -907,7 +916,7 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
     TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (masked)
         TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
-    if (n > CUDEV_GEMV_MAX) {
+    if (use_blas(d, n)) { /* benchmarks' cuBLAS prefill only: without it g/u/xh do not exist */
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
         TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * H, (int)hp->act, d->st)));
@@ -921,11 +930,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
         idx = d->idx, cnt = d->cnt;
         d->mask_valid = false; /* idx/cnt now list hot rows, not the layer's neurons */
         if (d->active) { /* counting (benchmarks): a sync per layer */
-            int32_t k[CUDEV_GEMV_MAX];
-            TRY(CU(cudaMemcpyAsync(k, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+            TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
             TRY(CU(cudaStreamSynchronize(d->st)));
             for (int32_t i = 0; i < n; i++)
-                d->active[layer] += (uint64_t)k[i];
+                d->active[layer] += (uint64_t)d->h_cnt[i];
         }
     }
     TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));
@@ -1049,6 +1057,19 @@ int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids)
     TRY(CU(cudaMemcpyAsync(d->h_ids, d->ids, (size_t)k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
     memcpy(ids, d->h_ids, (size_t)k * sizeof(int32_t));
+    return 0;
+}
+
+int cudev_topk(struct cudev *d, int32_t n, int32_t first, int32_t k, int32_t *ids, float *vals)
+{
+    const int32_t rows = n - first;
+    const size_t cells = (size_t)rows * (size_t)k;
+    TRY(CK(cuk_topk(d->logits, rows, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st)));
+    TRY(CU(cudaMemcpyAsync(d->h_ids, d->ids, cells * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+    TRY(CU(cudaMemcpyAsync(d->h_tvals, d->tvals, cells * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    memcpy(ids, d->h_ids, cells * sizeof(int32_t));
+    memcpy(vals, d->h_tvals, cells * sizeof(float));
     return 0;
 }
 

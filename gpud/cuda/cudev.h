@@ -18,6 +18,7 @@
  *   ffn_add(n, y_cold)        x += pending (+ y_cold from the host)
  *   output(n, first, logits)  logits of tokens first..n-1 (to the host when logits != NULL)
  *   argmax(n, first, ids)     greedy ids of those tokens, computed on the device
+ *   topk(n, first, k, ...)    their k best candidates, computed on the device
  *
  * Batch invariance: every matrix product of every batch is the project's own GEMV kernel (up to
  * CUDEV_GEMV_MAX tokens a GEMV, more the same kernel tiled as a GEMM, cuk.h), each output element
@@ -94,6 +95,8 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
 int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold);
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits);
 int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids);
+/* the k best of the logits rows [first, n) that cudev_output left on the device (cuk_topk.h) */
+int cudev_topk(struct cudev *d, int32_t n, int32_t first, int32_t k, int32_t *ids, float *vals);
 int cudev_sync(struct cudev *d);
 /* Pin [ptr, ptr + bytes) for DMA (cudaHostRegister; unregistered at close; at most 4 ranges).
  * ffn_add's y_cold inside a registered range is copied without waiting for it. */

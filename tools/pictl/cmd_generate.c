@@ -18,7 +18,9 @@
 #include "pictl.h"
 #include "supervisor.h"
 #include "quant.h"
+#include "prof_snap.h"
 #include "run_opts.h"
+#include "stage.h"
 #include "tokenizer.h"
 
 #define STREAM_WAIT_MS 200  /* futex wait slice: check the supervisor between slices */
@@ -27,9 +29,50 @@
 struct gen_result {
     int32_t n_prompt, n_gen;
     double prefill_ms, decode_ms;
+    uint32_t queued_steps;
     bool hit_context_end;
     json_t *ids;
+    /* the stages' profile counters when the first token came (the end of the prefill), and then */
+    const struct pi_ctl *ctl;
+    struct prof_snap *first;
+    uint64_t first_ns;
+    uint32_t first_n;
+    uint64_t end_ns;
+    json_t *dprof; /* prof_snap_span of the decode, or NULL */
 };
+
+/* The decode's profile span (prof_snap.h), once the request is done; NULL without a first copy. */
+static json_t *decode_profile(const struct pi_ctl *ctl, const struct gen_result *g)
+{
+    struct prof_snap *end = g->first && g->first_ns ? malloc(sizeof *end) : NULL;
+    json_t *j = NULL;
+    if (end) {
+        prof_snap_take(ctl, end);
+        j = prof_snap_span(g->first, end, ctl->n_layer, g->n_gen - (int32_t)g->first_n, g->end_ns - g->first_ns);
+    }
+    free(end);
+    return j;
+}
+
+/* "[perf]"'s split of a layer between gpud and cpud and the hand-off's PCIe traffic, when the FFN
+ * was split (cpud computed) or went over PCIe; "" otherwise. */
+static void split_text(const struct pi_ctl *ctl, json_t *dprof, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    json_t *pt = json_object_get(dprof, "per_token");
+    const double cc = json_real_value(json_object_get(pt, "cpud_compute_ms"));
+    const double pcie = json_real_value(json_object_get(pt, "pcie_d2h_mb")) + json_real_value(json_object_get(pt, "pcie_h2d_mb"));
+    if (!pt || ctl->n_layer < 1 || (cc <= 0 && pcie <= 0))
+        return;
+    const double us = 1e3 / ctl->n_layer;
+    char link[64] = ""; /* no PCIe on the CPU backend */
+    if (pcie > 0)
+        snprintf(link, sizeof link, " | PCIe %.1f KiB/token (%.2f GB/s)", pcie * 1e6 / 1024,
+                 json_real_value(json_object_get(dprof, "pcie_gb_s")));
+    snprintf(buf, cap, " | per layer: gpud %.0f us + wait %.0f us, cpud %.0f us%s",
+             json_real_value(json_object_get(pt, "gpud_compute_ms")) * us,
+             json_real_value(json_object_get(pt, "gpud_wait_ms")) * us, cc * us, link);
+}
 
 static int write_stats(const char *path, const struct pi_model *m, const struct pi_ctl *ctl,
                        const struct gen_result *g)
@@ -42,8 +85,14 @@ static int write_stats(const char *path, const struct pi_model *m, const struct 
     if (st) { /* the instance's device memory by kind and its hot set */
         json_object_set(j, "vram", json_object_get(st, "vram"));
         json_object_set(j, "backend", json_object_get(st, "backend"));
+        if (json_object_get(st, "disk")) /* the pipeline's disk tier: bytes/token, hit rate, waits, fallbacks */
+            json_object_set(j, "disk", json_object_get(st, "disk"));
         json_decref(st);
     }
+    if (j) /* steps the oldest waiting request spent queued behind busy sequences */
+        json_object_set_new(j, "queued_steps", json_integer(g->queued_steps));
+    if (j && g->dprof) /* decode only: from the first token to the last */
+        json_object_set(j, "decode_profile", g->dprof);
     if (!j)
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
@@ -97,6 +146,11 @@ static int stream(const struct pic_stream *st, const struct pi_model *m, const v
         int rc = pic_wait(st, &n, STREAM_WAIT_MS);
         if (rc < 0)
             return rc;
+        if (n > 0 && g->first && !g->first_ns) {
+            prof_snap_take(g->ctl, g->first);
+            g->first_ns = stage_now_ns();
+            g->first_n = n;
+        }
         for (; printed < n; printed++) {
             const int32_t tok = pic_token(st, printed);
             char buf[PIECE_MAX];
@@ -108,6 +162,7 @@ static int stream(const struct pic_stream *st, const struct pi_model *m, const v
         fflush(stdout);
         if (rc == PIC_DONE) {
             g->n_gen = (int32_t)n;
+            g->end_ns = stage_now_ns();
             return 0;
         }
         if (interrupted && *interrupted)
@@ -138,6 +193,11 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
         goto out;
     }
     json_object_del(req, "cmd");
+    g.ctl = ctl;
+    if (!(g.first = malloc(sizeof *g.first))) {
+        rc = pi_fail(PI_E_NOMEM, "out of memory");
+        goto out;
+    }
     if ((rc = pic_generate(&conn, req, &st)))
         goto out;
     rc = stream(&st, m, interrupted, &g);
@@ -146,6 +206,7 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     const struct pi_request *r = st.r;
     g.n_prompt = r->n_prompt;
     g.prefill_ms = r->prefill_ns / 1e6;
+    g.queued_steps = r->queued_steps;
     g.decode_ms = r->decode_ns / 1e6;
     /* gen_run's rule: the context filled up when a token had no KV slot left */
     g.hit_context_end = rc == 0 && g.n_prompt + g.n_gen > ctl->n_ctx;
@@ -157,6 +218,10 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     if (rc)
         goto out;
+    /* the decode's split between the stages (with other clients on the instance, theirs too) */
+    g.dprof = decode_profile(ctl, &g);
+    char split[192];
+    split_text(ctl, g.dprof, split, sizeof split);
     /* the GPU's share: VRAM allocated (+ the CUDA context) against the budget, hot neurons */
     char vram[256] = "";
     const uint64_t ours = ctl->vram_weights + ctl->vram_hot + ctl->vram_pred + ctl->vram_kv + ctl->vram_scratch;
@@ -173,19 +238,21 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     }
     fprintf(stderr,
             "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
-            "%.1f ms, %.2f tok/s%s%s\n",
+            "%.1f ms, %.2f tok/s%s%s%s\n",
             m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) ? ", sparse" : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? ", " : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? (int)sizeof ctl->backend_used : 0,
             ctl->backend_used, ctl->n_threads, g.n_prompt, g.prefill_ms,
             g.prefill_ms > 0 ? g.n_prompt * 1e3 / g.prefill_ms : 0.0, g.n_gen, g.decode_ms,
-            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, vram,
+            g.decode_ms > 0 ? g.n_gen * 1e3 / g.decode_ms : 0.0, vram, split,
             g.hit_context_end ? " (stopped: context full)" : "");
     if (o->json_stats)
         rc = write_stats(o->json_stats, m, ctl, &g);
 out:
     json_decref(req);
     json_decref(g.ids);
+    free(g.first);
+    json_decref(g.dprof);
     model_free(m);
     pic_close(&conn);
     return rc;

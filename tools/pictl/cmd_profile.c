@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "instance.h"
+#include "run_disk_status.h"
 #include "pi_err.h"
 #include "pictl.h"
+#include "prof_snap.h"
 #include "stage.h"
 
 #define NS_PER_MS 1e6
@@ -43,7 +45,21 @@ static json_t *profile_json(const struct pi_ctl *ctl)
                                       "mb_read", atomic_load_explicit(&in->bytes, memory_order_relaxed) / MB,
                                       "layers", layers));
     }
+    /* the hand-off over PCIe (gpud beside a device) and per-layer time per item, gpud against cpud */
+    struct prof_snap *now = malloc(sizeof *now);
+    if (now) {
+        prof_snap_take(ctl, now);
+        const struct pi_stage_info *g = &ctl->stages[PI_STAGE_GPUD];
+        const uint64_t span = atomic_load_explicit(&g->compute_ns, memory_order_relaxed) +
+                              atomic_load_explicit(&g->wait_ns, memory_order_relaxed);
+        const int64_t tok = (int64_t)atomic_load_explicit(&g->layers[0].items, memory_order_relaxed);
+        json_object_set_new(j, "split", prof_snap_span(NULL, now, ctl->n_layer, tok, span));
+        free(now);
+    }
     json_object_set_new(j, "audit", inst_audit_json(ctl));
+    json_t *disk = run_disk_status_json(ctl);
+    if (disk)
+        json_object_set_new(j, "disk", disk);
     return j;
 }
 
@@ -52,7 +68,7 @@ static void print_table(json_t *prof)
     const char *stage;
     json_t *st;
     json_object_foreach(prof, stage, st) {
-        if (!strcmp(stage, "audit"))
+        if (!strcmp(stage, "audit") || !strcmp(stage, "split") || !strcmp(stage, "disk"))
             continue;
         printf("# %s: %lld items, compute %.1f ms, wait %.1f ms, %.1f MB read\n", stage,
                (long long)json_integer_value(json_object_get(st, "items")),
@@ -171,7 +187,17 @@ int cmd_profile(int argc, char **argv)
         free(text);
     } else {
         print_table(prof);
+        json_t *pt = json_object_get(json_object_get(prof, "split"), "per_token");
+        if (pt)
+            printf("# per step (all layers): gpud compute %.3f ms, wait %.3f ms | cpud compute %.3f ms, wait %.3f ms | "
+                   "PCIe %.3f MB to the host, %.3f MB back\n",
+                   json_real_value(json_object_get(pt, "gpud_compute_ms")),
+                   json_real_value(json_object_get(pt, "gpud_wait_ms")),
+                   json_real_value(json_object_get(pt, "cpud_compute_ms")),
+                   json_real_value(json_object_get(pt, "cpud_wait_ms")), json_real_value(json_object_get(pt, "pcie_d2h_mb")),
+                   json_real_value(json_object_get(pt, "pcie_h2d_mb")));
         print_audit(json_object_get(prof, "audit"));
+        run_disk_status_print(stdout, json_object_get(prof, "disk"));
     }
     json_decref(prof);
     if (rc)

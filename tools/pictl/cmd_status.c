@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "instance.h"
+#include "run_disk_status.h"
 #include "pi_err.h"
 #include "pictl.h"
 #include "stage.h"
@@ -204,7 +205,12 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "parallel", json_integer(ctl->n_parallel));
     json_object_set_new(j, "slots", slots);
     json_object_set_new(j, "queued", json_integer(queued));
+    json_object_set_new(j, "slot_waits",
+                        json_integer((json_int_t)atomic_load_explicit(&ctl->slot_waits, memory_order_relaxed)));
     json_object_set_new(j, "audit", inst_audit_json(ctl));
+    json_t *disk = run_disk_status_json(ctl);
+    if (disk)
+        json_object_set_new(j, "disk", disk);
     return j;
 }
 
@@ -242,6 +248,10 @@ static void print_text(FILE *out, json_t *st)
     print_section(out, "Load", json_object_get(st, "load"));
     fputc('\n', out);
     print_section(out, "VRAM", json_object_get(st, "vram"));
+    if (json_object_get(st, "disk")) {
+        fputc('\n', out);
+        print_section(out, "Disk tier", json_object_get(st, "disk"));
+    }
     fprintf(out, "\n# Stages\n");
     const char *name;
     json_t *stage;

@@ -36,7 +36,7 @@ enum syn_ftype { SYN_FTYPE_F32 = 0, SYN_FTYPE_F16 = 1, SYN_FTYPE_Q4_0 = 2, SYN_F
  * the end. */
 enum syn_kind {
     SK_EMBD = 1, SK_OUTPUT = 2, SK_NORM = 3, SK_Q = 4, SK_K = 5, SK_V = 6, SK_O = 7,
-    SK_GATE = 8, SK_UP = 9, SK_DOWN = 10, SK_DOWN_T = 11, SK_FC1 = 12, SK_FC2 = 13,
+    SK_GATE = 8, SK_UP = 9, SK_DOWN = 10, SK_DOWN_T = 11, SK_FC1 = 12, SK_FC2 = 13, SK_ACT_FREQ = 14,
 };
 
 struct syn_tensor {
@@ -239,6 +239,10 @@ static void syn_row(const struct syn_gen *g, const struct syn_tensor *t, int64_t
         else if (r <= 2 * (int64_t)g->d.sub_dim)
             row[SYNTH_SUB_OFF + (r - 1) / 2] = (r - 1) % 2 ? -1.0f : 1.0f;
         break;
+    case SK_ACT_FREQ: /* each neuron's firing probability, the law its gate bias realizes */
+        for (int64_t i = 0; i < n; i++)
+            row[i] = (float)g->rank_p[g->perm[i]];
+        break;
     case SK_FC2: { /* neuron r: (b, +â_m, -â_m) of the stored gate row */
         float *gate = s->row2;
         syn_gate_row(g, t->gate_type, t->layer, r, gate, s->q);
@@ -347,7 +351,11 @@ static int syn_plan_build(struct syn_plan *p, const struct syn_gen *g)
                 return rc;
         } else if ((rc = syn_add(p, SK_DOWN_T, l, "ffn_down_t.weight", ty, g->E, g->F)) ||
                    (rc = syn_add(p, SK_FC1, l, "fc1.weight", g->o->pred_type, g->E, g->d.rank)) ||
-                   (rc = syn_add(p, SK_FC2, l, "fc2.weight", g->o->pred_type, g->d.rank, g->F))) {
+                   (rc = syn_add(p, SK_FC2, l, "fc2.weight", g->o->pred_type, g->d.rank, g->F)) ||
+                   /* the true activation frequencies, where pictl calibrate puts measured ones: the
+                    * split solver ranks neurons by them (without them it would rank by index over
+                    * the random permutation of ranks, and the GPU's neurons would not be the hot ones) */
+                   (rc = syn_add(p, SK_ACT_FREQ, l, "act_freq", PI_TYPE_F32, g->F, 1))) {
             return rc;
         }
     }

@@ -17,7 +17,9 @@
  * ranks per layer, p_i = min(1, C rank^-s), with mean 1 - sparsity. Per token, the fraction of
  * active neurons is then 1 - sparsity in expectation for every token.
  *
- * The PowerInfer file (--pwri) has ffn_down_t (the same down projection, transposed) and an exact
+ * The PowerInfer file (--pwri) also has blk.N.act_freq, each neuron's p_i (the true activation
+ * frequency, where pictl calibrate writes measured ones, so the split solver places the hot neurons),
+ * ffn_down_t (the same down projection, transposed) and an exact
  * predictor of rank r >= 2d + 1: fc1 rows e_0, +e_{S+j}, -e_{S+j}; fc2 row i = (b_i, +â_ij, -â_ij),
  * so fc2 · relu(fc1 · h) = b_i h_0 + Σ_j â_ij h_{S+j} (relu(x) - relu(-x) = x, h_0 > 0), the gate's
  * pre-activation up to the positive rmsnorm scale. It misses only neurons whose gate value is within

@@ -1,0 +1,109 @@
+#!/bin/bash
+# bench/gpu/final_check.sh — one GPU-machine call that checks a merged tree end to end:
+#   1. the CUDA tests (per-op against f64, the tensor-core kernels, the host-side traits, the device
+#      top-k, mixed batches = alone) and test_hybrid on the calibrated tiny model
+#   2. pipeline_checks.sh greedy + fault: gpud on cuda, greedy tokens vs cpu, kill -9 of each stage
+#   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
+#   4. the CPU table of issue 9 (bench_sparse.py --pipeline: dense / sparse, in-process / pipeline,
+#      against the floors) on the host's 16 cores, release binaries
+#   5. the disk tier on the host's disk: a 7B q4_0 file and its bundle, --ram-budget at 25 % of the
+#      FFN in process, tokens against all-in-RAM
+#
+#   bench/gpu/final_check.sh DIR CAL   DIR/gpu: a -Dcuda=enabled build tree (tools/pictl, the stages,
+#   tests/*), DIR/rel: a release -Dcuda=disabled tree (tools/pictl, stages, bench/bench_gemv), DIR/lib:
+#   .so files; both trees may come packed as DIR/trees.tgz. CAL: the calibrated tiny model.
+#   env OUT, DEADLINE (seconds, default 330). Results: $OUT/final.log and $OUT/final.tgz.
+set -u
+D=$1
+CAL=$2
+FINAL=${OUT:-/tmp/final-out}
+W=/tmp/final-work
+mkdir -p "$FINAL" "$W"
+T0=$(date +%s)
+DEADLINE=${DEADLINE:-330}
+left() { echo $((DEADLINE - ($(date +%s) - T0))); }
+log() { echo "[$(date +%T)] $*" | tee -a "$W/final.log"; }
+[ -f "$D/trees.tgz" ] && tar -xzf "$D/trees.tgz" -C "$D"
+export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+G=$D/gpu
+TINY=models/tiny-relu-llama-f16.gguf
+log "start: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# 1. CUDA tests
+for t in test_cuda_ops test_backend_ops test_backend_ops_random test_cuda_mma test_cuk_traits; do
+    [ -x "$G/tests/$t" ] || continue
+    timeout 90 "$G/tests/$t" "$TINY" >"$W/$t.log" 2>&1
+    log "$t rc=$? ($(tail -1 "$W/$t.log"))"
+    grep -m5 "failed:" "$W/$t.log" | tee -a "$W/final.log"
+done
+timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
+log "test_hybrid rc=$? ($(tail -1 "$W/test_hybrid.log"))"
+grep -m5 "failed:" "$W/test_hybrid.log" | tee -a "$W/final.log"
+
+# 2. the pipeline on cuda: greedy vs cpu, kill -9 of each stage
+mkdir -p "$W/pc"
+OUT="$W/pc" CHECKS="greedy fault" timeout $(($(left) > 200 ? 90 : 45)) bash bench/gpu/pipeline_checks.sh "$G/tools" "$CAL" \
+    >"$W/pc.out" 2>&1
+log "pipeline_checks rc=$?"
+grep -hE "rc=|equal|differ|DIFFER|same|FAIL" "$W/pc/checks.log" 2>/dev/null | tail -15 | tee -a "$W/final.log"
+
+# 3. hybrid on the tiny model: budgets and kills (the stages beside pictl: a flat dir of the tree)
+H=$W/hy
+mkdir -p "$H/lib" "$W/hyo"
+cp "$G/tools/pictl" "$G/gpud/gpud" "$G/cpud/cpud" "$G/predictord/predictord" "$G/loaderd/loaderd" \
+    "$G/tests/test_hybrid" "$H/" 2>/dev/null
+cp bench/gpu/hybrid_kill.py bench/gpu/hybrid_poll.py "$H/"
+cp "$D"/lib/* "$H/lib/" 2>/dev/null
+[ -x "$G/bench/ipc_exit" ] && cp "$G/bench/ipc_exit" "$H/"
+OUT="$W/hyo" SKIP_7B=1 DEADLINE=80 timeout 95 bash bench/gpu/hybrid.sh "$H" "$CAL" >"$W/hy.out" 2>&1
+log "hybrid tiny rc=$?"
+grep -hE "rc=|equal|DIFFERENT|kill|bitwise|FAIL" "$W/hyo/run.log" 2>/dev/null | tail -25 | tee -a "$W/final.log"
+
+# 4. issue 9's CPU table (release binaries; the files in /dev/shm)
+R=$D/rel
+if [ "$(left)" -gt 100 ]; then
+    timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" --type q4_0 --pred-type q4_0 -t 16 -n 32 \
+        --reps 3 --pipeline --dir /dev/shm --keep >"$W/table.jsonl" 2>"$W/table.err"
+    log "bench_sparse rc=$?"
+    grep -E '"decode"|pipeline_ratio|bandwidth|speedup' "$W/table.jsonl" | python3 -c '
+import json,sys
+for l in sys.stdin:
+    d=json.loads(l); print({k:d[k] for k in ("step","mode","decode_tok_s","all_tok_s","floor_tok_s","of_floor","pipeline_over_inproc","read_gbps","sparse_over_dense") if k in d})' |
+        tee -a "$W/final.log"
+else
+    log "bench_sparse skipped: $(left) s left"
+fi
+
+# 5. the disk tier on this host's disk (O_DIRECT needs a real file system, not /dev/shm)
+S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1)
+if [ -n "$S4" ] && [ "$(left)" -gt 40 ]; then
+    DK=/var/tmp/pinfer-disk
+    mkdir -p "$DK"
+    cp "$S4" "$DK/s4.gguf"
+    timeout 60 "$R/tools/pictl" bundle "$DK/s4.gguf" >"$W/bundle.log" 2>&1
+    log "bundle rc=$? $(ls -l "$DK" | tail -2 | tr '\n' ' ')"
+    # 25 % of the FFN in RAM: what is always resident (dense weights + the cache, as pictl says for
+    # a budget of 0) + a quarter of the bundle's FFN bytes, as bench/bench_disk.py computes it
+    B25=$("$R/tools/pictl" run --inproc -m "$DK/s4.gguf" -p x -n 1 --ram-budget 0 2>&1 | python3 -c '
+import struct,sys
+msg=sys.stdin.read(); dense=float(msg.split("resident: ")[1].split(" GiB")[0]); cache=float(msg.split("+ ")[1].split(" GiB")[0])
+hdr=open(sys.argv[1],"rb").read(4096); nl,nf=struct.unpack_from("<II",hdr,8); st=struct.unpack_from("<Q",hdr,64)[0]
+print("%.4f" % (dense+cache+0.25*nl*nf*st/2**30))' "$DK/s4.gguf.ffnbundle" 2>>"$W/bundle.log")
+    log "budget at 25 % of the FFN: ${B25:-?} GiB"
+    run_disk() { # tag args
+        local tag=$1
+        shift
+        timeout 60 "$R/tools/pictl" run --inproc -m "$DK/s4.gguf" -p "Once upon a time" -n 24 --temp 0 --ignore-eos \
+            -c 256 -t 16 --json-stats "$W/$tag.json" "$@" >"$W/$tag.txt" 2>"$W/$tag.err"
+        log "disk $tag rc=$? $(grep -h '\[perf\]\|disk' "$W/$tag.err" | tail -2 | tr '\n' ' ')"
+    }
+    run_disk ram
+    [ -n "$B25" ] && run_disk budget25 --ram-budget "$B25" --disk-floor
+    python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; print("disk tier tokens vs all in RAM:", "equal (%d)" % len(a) if a==b else "DIFFERENT")' \
+        "$W/ram.json" "$W/budget25.json" 2>&1 | tee -a "$W/final.log"
+    rm -rf "$DK"
+fi
+
+log "done in $(($(date +%s) - T0)) s"
+cp "$W/final.log" "$FINAL/"
+tar -czf "$FINAL/final.tgz" -C "$W" --exclude='*.bin' --exclude='*.gguf' --exclude='*.logits' .

@@ -1,0 +1,16 @@
+/* cuk_topk.h — the k best logits of each row on the device (cuk_topk.cu), for sampling without
+ * copying whole rows to the host. */
+#ifndef PI_CUK_TOPK_H
+#define PI_CUK_TOPK_H
+
+#include <stdint.h>
+
+/* Rows b in [0, B) of logits (n each): ids[b*k..] the k best (1 <= k <= CUK_TOPK_MAX, k <= n) in
+ * samp_best's order (common/sampling.c: logit descending with -0 = +0 and NaN lowest, then the
+ * lower id), vals[b*k..] their logits as stored. Enqueued on stream st; 0 or a negative cudaError. */
+#define CUK_TOPK_MAX 64
+int cuk_topk(const float *logits, int B, int64_t n, int k, int32_t *ids, float *vals, void *st);
+/* The same from and to host memory, synchronously, on the current device (tests). */
+int cuk_topk_host(const float *rows, int B, int64_t n, int k, int32_t *ids, float *vals);
+
+#endif
