@@ -170,6 +170,20 @@ static float rng_unit(void)
 static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps, uint8_t *W,
                        size_t copies, const float *x, void *x_vd, float *y, double *times);
 
+struct quant_job {
+    const struct pi_type_traits *t;
+    const float *f;
+    uint8_t *W;
+    size_t row_bytes;
+};
+
+static void quant_rows(void *arg, int ith, int nth)
+{
+    const struct quant_job *j = arg;
+    for (int r = gemv_rows * ith / nth; r < gemv_rows * (ith + 1) / nth; r++)
+        j->t->from_float(j->f + (size_t)r * GEMV_COLS, j->W + (size_t)r * j->row_bytes, GEMV_COLS);
+}
+
 static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t type, double read_gbps,
                       const int *levels, int n_levels)
 {
@@ -186,12 +200,18 @@ static int bench_type(struct pi_pool *pool, int threads, int iters, uint32_t typ
         rc = pi_fail(PI_E_NOMEM, "bench: %zu bytes for %s weights", mat_bytes * copies, t->name);
         goto fail;
     }
-    float row[GEMV_COLS];
-    for (int r = 0; r < gemv_rows; r++) {
-        for (int c = 0; c < GEMV_COLS; c++)
-            row[c] = rng_unit();
-        t->from_float(row, W + (size_t)r * row_bytes, GEMV_COLS);
+    /* the values in one sequence, then quantized over the pool (the K-quants' reference quantizers
+     * run ~3 M weights/s a core: one thread would take longer than the benchmark) */
+    float *f = malloc((size_t)gemv_rows * GEMV_COLS * sizeof *f);
+    if (!f) {
+        rc = pi_fail(PI_E_NOMEM, "bench: the f32 matrix");
+        goto fail;
     }
+    for (size_t i = 0; i < (size_t)gemv_rows * GEMV_COLS; i++)
+        f[i] = rng_unit();
+    struct quant_job qj = { .t = t, .f = f, .W = W, .row_bytes = row_bytes };
+    pool_run(pool, quant_rows, &qj);
+    free(f);
     for (size_t c = 1; c < copies; c++)
         memcpy(W + c * mat_bytes, W, mat_bytes);
     for (int c = 0; c < GEMV_COLS; c++)

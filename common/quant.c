@@ -198,7 +198,8 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 #endif
 #if defined(PI_HAVE_AVX2_UNIT)
     if (l == PI_CPU_AVX2 && (quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
-                             quant_avx2_kdot_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1)))
+                             quant_avx2_kdot_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
+                             quant_avx2_v32_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1)))
         return;
 #endif
     const pi_vec_dot_fn dot = t->vec_dot;

@@ -226,6 +226,66 @@ static inline void kvec_vec_dot(int64_t n, float *s, const void *vx, const void 
     *s = sumf;
 }
 
+/* Up to two rows against one Q8_K activation: each row's operations are kvec_vec_dot's in its
+ * order (so its bits), the activation's quants loaded once per super-block for both. */
+static inline __attribute__((always_inline)) void kvec_rows(int64_t n, int nr, const void *const *vx, const void *vy,
+                                                            float *s, size_t bsize, kvec_unpack_fn unpack)
+{
+    const struct block_q8_K *y = vy;
+    struct kvec u;
+    float sumf[2] = { 0.0f, 0.0f };
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i qy[CHUNKS];
+        for (int c = 0; c < CHUNKS; c++)
+            qy[c] = load256(y[i].qs + 32 * c);
+        for (int r = 0; r < nr; r++) {
+            const char *xb = (const char *)vx[r] + (size_t)i * bsize;
+            for (size_t k = 0; k < bsize; k += CACHE_LINE)
+                _mm_prefetch(xb + PREFETCH_BYTES + k, _MM_HINT_T0);
+            unpack(xb, &u);
+            __m256i acc = _mm256_setzero_si256();
+            for (int c = 0; c < CHUNKS; c++) {
+                const __m256i p16 = u.nonneg ? _mm256_maddubs_epi16(u.q[c], qy[c])
+                                             : _mm256_maddubs_epi16(_mm256_sign_epi8(u.q[c], u.q[c]),
+                                                                    _mm256_sign_epi8(qy[c], u.q[c]));
+                const __m256i scv = u.len == 32 ? _mm256_set1_epi16(u.sc[c])
+                                                : _mm256_set_m128i(_mm_set1_epi16(u.sc[2 * c + 1]),
+                                                                   _mm_set1_epi16(u.sc[2 * c]));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, scv));
+            }
+            const int32_t isum = hsum_i32x8(acc);
+            int32_t msum = 0;
+            const int per = u.len / SUB16;
+            for (int sb = 0; sb < QK_K / u.len; sb++) {
+                int32_t ys = 0;
+                for (int k = 0; k < per; k++)
+                    ys += y[i].bsums[sb * per + k];
+                msum += u.m[sb] * ys;
+            }
+            sumf[r] += (u.d * y[i].d) * (float)isum - (u.dmin * y[i].d) * (float)msum;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        s[r] = sumf[r];
+}
+
+/* rows [r0, r1) two at a time (the last one alone) */
+static inline __attribute__((always_inline)) void kvec_gemv(const void *W, size_t row_bytes, int64_t n,
+                                                            const void *x_vd, float *y, int64_t r0, int64_t r1,
+                                                            size_t bsize, kvec_unpack_fn unpack)
+{
+    const uint8_t *w = W;
+    int64_t r = r0;
+    for (; r + 1 < r1; r += 2) {
+        const void *rows[2] = { w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes };
+        kvec_rows(n, 2, rows, x_vd, y + r, bsize, unpack);
+    }
+    if (r < r1) {
+        const void *rows[1] = { w + (size_t)r * row_bytes };
+        kvec_rows(n, 1, rows, x_vd, y + r, bsize, unpack);
+    }
+}
+
 /* y[e] = fma(a d sc, q, y[e]) - a dmin m, per sub-block (the reference's operations) */
 static inline void kvec_axpy(int64_t n, float *y, float a, const void *vx, size_t bsize, kvec_unpack_fn unpack)
 {
@@ -281,6 +341,12 @@ static inline void kvec_to_float(const void *src, float *dst, int64_t n, size_t 
     static void T##_to_float_avx2(const void *src, float *dst, int64_t n)                          \
     {                                                                                              \
         kvec_to_float(src, dst, n, sizeof(struct block_##T), T##_unpack);                          \
+    }                                                                                              \
+    /* unused for Q4_K/Q5_K/Q6_K: quant_avx2_kdot.c has their multi-row GEMV */                 \
+    __attribute__((unused)) static void T##_gemv_avx2(const void *W, size_t rb, int64_t n, const void *x, float *y, \
+                                                      int64_t r0, int64_t r1)                      \
+    {                                                                                              \
+        kvec_gemv(W, rb, n, x, y, r0, r1, sizeof(struct block_##T), T##_unpack);                   \
     }
 
 KVEC_KERNELS(q2_K)
@@ -409,6 +475,55 @@ static inline void v32_to_float(const void *src, float *dst, int64_t n, size_t b
     }
 }
 
+/* Up to two rows against one activation: each row's operations are v32_vec_dot's in its order
+ * (so its bits), the activation block's quants, scale and sum loaded once for both. */
+static inline __attribute__((always_inline)) void v32_rows(int64_t n, int nr, const void *const *vx, const void *vy,
+                                                           float *s, size_t bsize, v32_unpack_fn unpack)
+{
+    const struct block_q8_0 *y = vy;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    struct v32 u;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        const __m256i qy = load256(y[i].qs);
+        const float dy = _cvtsh_ss(y[i].d);
+        for (int r = 0; r < nr; r++) {
+            unpack((const char *)vx[r] + (size_t)i * bsize, &u);
+            const __m256i p16 = u.nonneg ? _mm256_maddubs_epi16(u.q, qy)
+                                         : _mm256_maddubs_epi16(_mm256_sign_epi8(u.q, u.q), _mm256_sign_epi8(qy, u.q));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(u.d * dy), _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)),
+                                     acc[r]);
+            if (u.m != 0.0f) {
+                const __m256i ys = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qy), ones16);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(u.m * dy), _mm256_cvtepi32_ps(ys), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        s[r] = _mm_cvtss_f32(h);
+    }
+}
+
+/* rows [r0, r1) two at a time (the last one alone) */
+static inline __attribute__((always_inline)) void v32_gemv(const void *W, size_t row_bytes, int64_t n, const void *x_vd,
+                                                           float *y, int64_t r0, int64_t r1, size_t bsize,
+                                                           v32_unpack_fn unpack)
+{
+    const uint8_t *w = W;
+    int64_t r = r0;
+    for (; r + 1 < r1; r += 2) {
+        const void *rows[2] = { w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes };
+        v32_rows(n, 2, rows, x_vd, y + r, bsize, unpack);
+    }
+    if (r < r1) {
+        const void *rows[1] = { w + (size_t)r * row_bytes };
+        v32_rows(n, 1, rows, x_vd, y + r, bsize, unpack);
+    }
+}
+
 #define V32_KERNELS(T)                                                                             \
     static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *y)                \
     {                                                                                              \
@@ -421,12 +536,31 @@ static inline void v32_to_float(const void *src, float *dst, int64_t n, size_t b
     static void T##_to_float_avx2(const void *src, float *dst, int64_t n)                          \
     {                                                                                              \
         v32_to_float(src, dst, n, sizeof(struct block_##T), T##_v);                                \
+    }                                                                                              \
+    static void T##_gemv_avx2(const void *W, size_t rb, int64_t n, const void *x, float *y, int64_t r0, int64_t r1) \
+    {                                                                                              \
+        v32_gemv(W, rb, n, x, y, r0, r1, sizeof(struct block_##T), T##_v);                         \
     }
 
 V32_KERNELS(q4_1)
 V32_KERNELS(q5_0)
 V32_KERNELS(q5_1)
 V32_KERNELS(iq4_nl)
+
+bool quant_avx2_v32_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd, float *y,
+                              int64_t r0, int64_t r1)
+{
+    switch (type) {
+    case PI_TYPE_Q4_1: q4_1_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_Q5_0: q5_0_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_Q5_1: q5_1_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_IQ4_NL: iq4_nl_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_IQ4_XS: iq4_xs_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_Q2_K: q2_K_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    case PI_TYPE_Q3_K: q3_K_gemv_avx2(W, row_bytes, n, x_vd, y, r0, r1); return true;
+    default: return false;
+    }
+}
 
 void quant_avx2_kquants_install(struct pi_type_traits *traits, size_t count)
 {

@@ -20,6 +20,10 @@ void quant_avx2_kquants_install(struct pi_type_traits *traits, size_t count);
 void quant_avx2_kdot_install(struct pi_type_traits *traits, size_t count);
 bool quant_avx2_kdot_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                                float *y, int64_t r0, int64_t r1);
+/* quant_avx2_kquants.c: the two-row GEMV of Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K and Q3_K (false,
+ * computing nothing, for the other types; Q4_K/Q5_K/Q6_K are quant_avx2_kdot's) */
+bool quant_avx2_v32_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd, float *y,
+                              int64_t r0, int64_t r1);
 
 /* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves the integer in the low
  * mantissa bits (the float addition does the rounding). The quantizers use this rounding (not

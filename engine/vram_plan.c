@@ -21,31 +21,58 @@
 
 static uint64_t al(uint64_t n) { return (n + VRAM_ALIGN - 1) / VRAM_ALIGN * VRAM_ALIGN; }
 
-/* elements per 16-byte lane load and quant bytes per lane group, as cuk.cu's lane_elems/qbytes */
+/* elements per 16-byte lane load and quant bytes per lane group, as cuk.cu's lane_elems/qbytes
+ * (cuk_traits.cuh: E, 16 NQ); every quantized type but Q8_0 is one 16-byte word per 32 elements */
 static bool lane(uint32_t type, int *elems, int *qbytes)
 {
     switch (type) {
     case PI_TYPE_F32: *elems = 4, *qbytes = 16; return true;
     case PI_TYPE_F16: case PI_TYPE_BF16: *elems = 8, *qbytes = 16; return true;
     case PI_TYPE_Q8_0: *elems = 32, *qbytes = 32; return true;
-    case PI_TYPE_Q4_0: *elems = 32, *qbytes = 16; return true;
+    case PI_TYPE_Q4_0: case PI_TYPE_Q4_1: case PI_TYPE_Q5_0: case PI_TYPE_Q5_1: case PI_TYPE_IQ4_NL:
+    case PI_TYPE_Q2_K: case PI_TYPE_Q3_K: case PI_TYPE_Q4_K: case PI_TYPE_Q5_K: case PI_TYPE_Q6_K:
+    case PI_TYPE_IQ4_XS: *elems = 32, *qbytes = 16; return true;
     default: return false;
     }
 }
 
-static bool has_scales(uint32_t type) { return type == PI_TYPE_Q8_0 || type == PI_TYPE_Q4_0; }
+static uint64_t r16(uint64_t n) { return (n + 15) / 16 * 16; }
+
+/* side bytes of one row of nb lane blocks (cuk_traits.cuh sbytes: scales, mins, high bits; the
+ * K-quants' per-super-block parts take ceil(nb / 8)) */
+static uint64_t side_row(uint32_t type, uint64_t nb)
+{
+    const uint64_t sb = (nb + 7) / 8;
+    switch (type) {
+    case PI_TYPE_Q8_0: case PI_TYPE_Q4_0: return 2 * nb;
+    case PI_TYPE_Q4_1: return r16(4 * nb);
+    case PI_TYPE_Q5_0: return r16(6 * nb);
+    case PI_TYPE_Q5_1: return r16(8 * nb);
+    case PI_TYPE_IQ4_NL: return r16(2 * nb);
+    case PI_TYPE_Q2_K: return r16(4 * sb);
+    case PI_TYPE_Q3_K: return r16(2 * sb);
+    case PI_TYPE_Q4_K: return r16(2 * nb + 4 * sb);
+    case PI_TYPE_Q5_K: return r16(6 * nb + 4 * sb);
+    case PI_TYPE_Q6_K: return r16(10 * nb + 2 * sb);
+    case PI_TYPE_IQ4_XS: return r16(nb + 2 * sb);
+    default: return 0;
+    }
+}
+
+static bool has_scales(uint32_t type) { return side_row(type, 1) > 0; }
 
 static uint64_t q_bytes(uint32_t type, int64_t n_in, int64_t n_out)
 {
     int e, qb;
-    if (!lane(type, &e, &qb) || n_in % e)
+    const struct pi_type_traits *tt = quant_traits(type);
+    if (!lane(type, &e, &qb) || n_in % e || (tt && n_in % tt->blck_size))
         return 0;
     return (uint64_t)(n_in / e) * (uint64_t)qb * (uint64_t)n_out;
 }
 
 static uint64_t d_bytes(uint32_t type, int64_t n_in, int64_t n_out)
 {
-    return has_scales(type) ? (uint64_t)(n_in / QBLOCK) * 2 * (uint64_t)n_out : 0;
+    return side_row(type, (uint64_t)(n_in / QBLOCK)) * (uint64_t)n_out;
 }
 
 uint64_t vram_tensor_bytes(uint32_t type, int64_t n_in, int64_t n_out)

@@ -88,7 +88,7 @@ static struct pi_model *make_model(uint32_t type, const char *path, struct pwri_
 static void test_type(uint32_t type)
 {
     const char *tn = quant_traits(type)->name;
-    const bool qt = type == PI_TYPE_Q8_0 || type == PI_TYPE_Q4_0;
+    const bool qt = type != PI_TYPE_F32 && type != PI_TYPE_F16 && type != PI_TYPE_BF16;
     const double tol = qt ? 1e-3 : 1e-8;
     char path[64];
     snprintf(path, sizeof path, "/tmp/test_cuda_ops_%d_%s.gguf", (int)getpid(), tn);
@@ -380,7 +380,9 @@ int main(int argc, char **argv)
     char why[160];
     if (!cudev_available(why, sizeof why))
         SKIP("%s", why);
-    const uint32_t types[] = { PI_TYPE_F32, PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
+    const uint32_t types[] = { PI_TYPE_F32,  PI_TYPE_F16,    PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0,
+                               PI_TYPE_Q4_1, PI_TYPE_Q5_0,   PI_TYPE_Q5_1, PI_TYPE_IQ4_NL, PI_TYPE_Q2_K,
+                               PI_TYPE_Q3_K, PI_TYPE_Q4_K,   PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
     test_topk();

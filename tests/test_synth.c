@@ -288,6 +288,29 @@ static void check_progress(const char *pictl)
           n, last_pct, bad, layer_seen);
 }
 
+/* --type q4_k_m: the mixture's types written directly (what pictl quantize picks: Q6_K for the
+ * output and some attn_v / ffn_down_t, Q4_K elsewhere), predictors at --pred-type; it runs */
+static void check_mix(const char *pictl, const char *path)
+{
+    struct synth_opts o;
+    tiny_opts(&o, PI_TYPE_Q4_K, true, path);
+    o.mix = "q4_k_m";
+    o.pred_type = PI_TYPE_Q8_0;
+    CHECK_OK(synth_write(&o));
+    struct pi_model *m = NULL;
+    REQUIRE(model_load(&m, path) == 0, "load %s: %s", path, pi_errmsg());
+    CHECK(m->output.type == PI_TYPE_Q6_K, "q4_k_m output: %s", quant_traits(m->output.type)->name);
+    CHECK(m->layers[0].ffn_gate.type == PI_TYPE_Q4_K && m->layers[0].wq.type == PI_TYPE_Q4_K, "q4_k_m gate/q: %s/%s",
+          quant_traits(m->layers[0].ffn_gate.type)->name, quant_traits(m->layers[0].wq.type)->name);
+    const int last = m->hp.n_layer - 1; /* llama.cpp's use_more_bits: the last eighth of the layers */
+    CHECK(m->layers[last].wv.type == PI_TYPE_Q6_K && m->layers[last].ffn_down_t.type == PI_TYPE_Q6_K,
+          "q4_k_m last attn_v / ffn_down_t: %s / %s", quant_traits(m->layers[last].wv.type)->name,
+          quant_traits(m->layers[last].ffn_down_t.type)->name);
+    CHECK(m->layers[0].fc1.type == PI_TYPE_Q8_0 && m->layers[0].fc2.type == PI_TYPE_Q8_0, "predictors keep q8_0");
+    model_free(m);
+    check_run(pictl, path);
+}
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2, "usage: test_synth PICTL");
@@ -324,6 +347,10 @@ int main(int argc, char **argv)
     check_run(argv[1], dense);
     check_run(argv[1], q4p);
     check_progress(argv[1]);
+    char mix[PATH_CAP];
+    path_in_tmp(mix, "tiny-q4_k_m-pwri.gguf");
+    check_mix(argv[1], mix);
+    unlink(mix);
 
     unlink(dense), unlink(dense2), unlink(pwri), unlink(q4), unlink(q4p);
     rmdir(tmp_root);

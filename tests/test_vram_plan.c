@@ -64,7 +64,12 @@ static void test_tensor_bytes(void)
           (unsigned long long)vram_tensor_bytes(PI_TYPE_Q4_0, 64, 3));
     /* Q8_0 4096 x 11008: quants 4096 x 11008, scales 128 x 2 x 11008 */
     CHECK(vram_tensor_bytes(PI_TYPE_Q8_0, 4096, 11008) == al(4096ull * 11008) + al(128ull * 2 * 11008), "q8_0 7B");
-    CHECK(vram_tensor_bytes(PI_TYPE_Q4_K, 256, 4) == 0, "q4_k is not a GPU type");
+    /* Q4_K 256 x 4: quants 8 lane blocks x 16 bytes x 4 rows = 512; side per row 8 x (scale, min) + one
+     * super-block's (d, dmin) = 20 -> 32 bytes, x 4 = 128 -> 256 (cuk_traits.cuh) */
+    CHECK(vram_tensor_bytes(PI_TYPE_Q4_K, 256, 4) == 512 + 256, "q4_k: %llu",
+          (unsigned long long)vram_tensor_bytes(PI_TYPE_Q4_K, 256, 4));
+    CHECK(vram_tensor_bytes(PI_TYPE_Q4_K, 128, 4) == 0, "a row of 128 is not whole Q4_K super-blocks");
+    CHECK(vram_tensor_bytes(PI_TYPE_Q8_K, 256, 4) == 0, "q8_k is no weight type");
     CHECK(vram_tensor_bytes(PI_TYPE_Q4_0, 48, 4) == 0, "a row of 48 is not whole Q4_0 blocks");
     CHECK(vram_default_budget(VRAM_FREE_MARGIN / 2) == 0 &&
               vram_default_budget((uint64_t)10 << 30) == ((uint64_t)10 << 30) - VRAM_FREE_MARGIN,

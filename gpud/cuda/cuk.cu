@@ -1,7 +1,8 @@
 /* cuk.cu — the GPU executor's kernels (interface and layouts: cuk.h).
  *
  * Memory-bound decode kernels: one warp per output row, each lane loads whole 16-byte words of the
- * weight row (a "lane block": 4 f32, 8 f16/bf16, or one 32-element Q8_0/Q4_0 block after repacking)
+ * weight row (a "lane block": 4 f32, 8 f16/bf16, or 32 elements of a quantized type after repacking,
+ * cuk_traits.cuh)
  * and dots them with up to 8 tokens' f32 activations, so a weight row is read once per launch for
  * all of them. Every multiply-add is an explicit fmaf in a fixed order, so a token's result does
  * not depend on how many other tokens share the launch (no compiler re-association either). */
@@ -29,126 +30,23 @@ static int launched(void)
 
 static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 
-/* ---- block-type traits: NQ 16-byte words hold E elements (times a scale when HAS_D) ---- */
-
-struct TF32 {
-    enum { E = 4, NQ = 1, HAS_D = 0, QX = 0 };
-    __device__ static void deq(const uint4 *q, float *o)
-    {
-        o[0] = __uint_as_float(q[0].x), o[1] = __uint_as_float(q[0].y);
-        o[2] = __uint_as_float(q[0].z), o[3] = __uint_as_float(q[0].w);
-    }
-};
-
-__device__ static inline float h_lo(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffff))); }
-__device__ static inline float h_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
-
-struct TF16 {
-    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
-    __device__ static void deq(const uint4 *q, float *o)
-    {
-        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            o[2 * i] = h_lo(w[i]), o[2 * i + 1] = h_hi(w[i]);
-    }
-};
-
-struct TBF16 {
-    enum { E = 8, NQ = 1, HAS_D = 0, QX = 0 };
-    __device__ static void deq(const uint4 *q, float *o)
-    {
-        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            o[2 * i] = __uint_as_float(w[i] << 16), o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-};
-
-/* Q types dot a Q8-quantized activation (QX): 32 int8 per block with (d, d·Σq), as the CPU's
- * kernels do; the block's integer dot product is 8 dp4a. */
-__device__ static inline int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a((int)a, (int)b, c); }
-
-struct TQ8 {
-    enum { E = 32, NQ = 2, HAS_D = 1, QX = 1 };
-    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
-    {
-        int s = 0;
-        s = dp4a(q[0].x, x[0].x, s), s = dp4a(q[0].y, x[0].y, s), s = dp4a(q[0].z, x[0].z, s), s = dp4a(q[0].w, x[0].w, s);
-        s = dp4a(q[1].x, x[1].x, s), s = dp4a(q[1].y, x[1].y, s), s = dp4a(q[1].z, x[1].z, s), s = dp4a(q[1].w, x[1].w, s);
-        return __fmul_rn(xd.x, (float)s);
-    }
-    __device__ static void deq(const uint4 *q, float *o)
-    {
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const uint32_t w[4] = { q[k].x, q[k].y, q[k].z, q[k].w };
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    o[16 * k + 4 * i + j] = (float)(int8_t)((w[i] >> (8 * j)) & 0xff);
-        }
-    }
-};
-
-struct TQ4 {
-    enum { E = 32, NQ = 1, HAS_D = 1, QX = 1 };
-    __device__ static float dotq(const uint4 *q, const uint4 *x, float2 xd)
-    {
-        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
-        const uint32_t lo[4] = { x[0].x, x[0].y, x[0].z, x[0].w }, hi[4] = { x[1].x, x[1].y, x[1].z, x[1].w };
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            s = dp4a(w[i] & 0x0f0f0f0fu, lo[i], s);
-            s = dp4a((w[i] >> 4) & 0x0f0f0f0fu, hi[i], s);
-        }
-        /* Σ (q - 8) x = Σ q x - 8 Σ x, as explicit roundings: no contraction into an fma that
-         * could differ between the kernel's instantiations */
-        return __fsub_rn(__fmul_rn(xd.x, (float)s), __fmul_rn(8.0f, xd.y));
-    }
-    __device__ static void deq(const uint4 *q, float *o)
-    {
-        const uint32_t w[4] = { q[0].x, q[0].y, q[0].z, q[0].w };
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const uint32_t byte = (w[i] >> (8 * j)) & 0xff;
-                o[4 * i + j] = (float)(int)(byte & 0xf) - 8.0f;
-                o[16 + 4 * i + j] = (float)(int)(byte >> 4) - 8.0f;
-            }
-    }
-};
-
-/* Run the statement with T = the traits of a runtime type; an unsupported type is an error. */
-#define CUK_DISPATCH(type, ...)                                                                   \
-    switch (type) {                                                                                \
-    case PI_TYPE_F32: { typedef TF32 T; __VA_ARGS__; } break;                                             \
-    case PI_TYPE_F16: { typedef TF16 T; __VA_ARGS__; } break;                                             \
-    case PI_TYPE_BF16: { typedef TBF16 T; __VA_ARGS__; } break;                                           \
-    case PI_TYPE_Q8_0: { typedef TQ8 T; __VA_ARGS__; } break;                                             \
-    case PI_TYPE_Q4_0: { typedef TQ4 T; __VA_ARGS__; } break;                                             \
-    default: return -(int)cudaErrorInvalidValue;                                                   \
-    }
+#include "cuk_traits.cuh"
 
 static int lane_elems(uint32_t type)
 {
-    switch (type) {
-    case PI_TYPE_F32: return 4;
-    case PI_TYPE_F16: case PI_TYPE_BF16: return 8;
-    case PI_TYPE_Q8_0: case PI_TYPE_Q4_0: return 32;
-    default: return 0;
-    }
+    CUK_DISPATCH_OR(type, return 0, return T::E);
+    return 0;
 }
 static int lane_qbytes(uint32_t type)
 {
-    switch (type) {
-    case PI_TYPE_Q8_0: return 32;
-    case PI_TYPE_F32: case PI_TYPE_F16: case PI_TYPE_BF16: case PI_TYPE_Q4_0: return 16;
-    default: return 0;
-    }
+    CUK_DISPATCH_OR(type, return 0, return 16 * T::NQ);
+    return 0;
+}
+/* a row must be whole GGUF blocks (256 for the K-quants) */
+static int row_unit(uint32_t type)
+{
+    CUK_DISPATCH_OR(type, return 0, return T::GQ);
+    return 0;
 }
 
 extern "C" bool cuk_type_ok(uint32_t type) { return lane_elems(type) > 0; }
@@ -156,16 +54,15 @@ extern "C" bool cuk_type_ok(uint32_t type) { return lane_elems(type) > 0; }
 extern "C" size_t cuk_w_qbytes(uint32_t type, int64_t n_in, int64_t n_out)
 {
     const int e = lane_elems(type);
-    if (!e || n_in % e)
+    if (!e || n_in % e || n_in % row_unit(type))
         return 0;
     return (size_t)(n_in / e) * (size_t)lane_qbytes(type) * (size_t)n_out;
 }
 
 extern "C" size_t cuk_w_dbytes(uint32_t type, int64_t n_in, int64_t n_out)
 {
-    if (type != PI_TYPE_Q8_0 && type != PI_TYPE_Q4_0)
-        return 0;
-    return (size_t)(n_in / 32) * 2 * (size_t)n_out;
+    CUK_DISPATCH_OR(type, return 0, return (size_t)T::sbytes(n_in / T::E) * (size_t)n_out);
+    return 0;
 }
 
 /* ---- repacking GGUF blocks ---- */
@@ -183,8 +80,33 @@ __global__ void k_repack(const uint8_t *raw, int64_t n, int bsz, int nq, uint8_t
         dst[k] = src[1 + k];
 }
 
+/* The other GGUF types: one thread per GGUF block, its trait's lossless re-encoding into the lane
+ * blocks' words and the row's side array (q and d at row 0 of the rows repacked). */
+template <class T>
+__global__ void k_repack_t(const uint8_t *raw, int64_t n_rows, int64_t n_in, uint8_t *q, uint8_t *d)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, ng = n_in / T::GQ, nb = n_in / T::E;
+    if (i >= n_rows * ng)
+        return;
+    const int64_t r = i / ng;
+    T::repack(raw + i * T::GB, q + r * nb * (16 * T::NQ), d + r * T::sbytes(nb), nb, i % ng);
+}
+
+template <class T> static int repack_t(const struct cuk_w *w, const void *raw, int64_t r0, int64_t n_rows, cudaStream_t st)
+{
+    const int64_t nb = w->n_in / T::E, n = n_rows * (w->n_in / T::GQ);
+    k_repack_t<T><<<(unsigned)((n + 127) / 128), 128, 0, st>>>((const uint8_t *)raw, n_rows, w->n_in,
+                                                               (uint8_t *)w->q + (size_t)r0 * nb * (16 * T::NQ),
+                                                               (uint8_t *)w->d + (size_t)r0 * T::sbytes(nb));
+    return launched();
+}
+
 extern "C" int cuk_repack(const struct cuk_w *w, const void *raw, int64_t r0, int64_t n_rows, void *st)
 {
+    int gb = 0;
+    CUK_DISPATCH(w->type, gb = T::GB);
+    if (gb)
+        CUK_DISPATCH(w->type, if constexpr (T::GB > 0) return repack_t<T>(w, raw, r0, n_rows, S(st)));
     if (w->type != PI_TYPE_Q8_0 && w->type != PI_TYPE_Q4_0) {
         const size_t row = cuk_w_qbytes(w->type, w->n_in, 1);
         cudaError_t e = cudaMemcpyAsync((uint8_t *)w->q + (size_t)r0 * row, raw, row * (size_t)n_rows,
@@ -203,14 +125,14 @@ extern "C" int cuk_repack(const struct cuk_w *w, const void *raw, int64_t r0, in
 
 /* Load lane block b of a row: NQ words, and the scale. */
 template <class T>
-__device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const __half *__restrict__ drow, int64_t b,
-                                      uint4 *qq, float *s)
+__device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const uint8_t *__restrict__ drow, int64_t nb,
+                                      int64_t b, uint4 *qq, typename T::S *s)
 {
     const uint4 *p = (const uint4 *)(qrow + b * (int64_t)(16 * T::NQ));
 #pragma unroll
     for (int i = 0; i < T::NQ; i++)
         qq[i] = __ldg(p + i);
-    *s = T::HAS_D ? __half2float(drow[b]) : 1.0f;
+    T::side(drow, nb, b, *s);
 }
 
 /* A token's activation for lane block b, loaded once and dotted with R rows: f32 [n_in] for float
@@ -242,10 +164,10 @@ __device__ static inline void x_load(const uint8_t *__restrict__ xr, int64_t n_i
 /* acc += dot(lane block, x) in a fixed order: float types Σ_e w_e x_e as an fmaf chain; Q types the
  * integer block dot of the quantized activation, scaled once. */
 template <class T>
-__device__ static inline float dot_x(const uint4 *qq, float s, const XV<T> &xv, float acc)
+__device__ static inline float dot_x(const uint4 *qq, const typename T::S &s, const XV<T> &xv, float acc)
 {
     if constexpr (T::QX) {
-        return __fmaf_rn(s, T::dotq(qq, xv.q, xv.d), acc);
+        return T::dot(qq, s, xv.q, xv.d, acc);
     } else {
         float w[T::E];
         T::deq(qq, w);
@@ -279,7 +201,7 @@ __device__ static inline float dot_w(const float *w, const XV<T> &xv, float acc)
  * quantized activation; float types dequantize each row's block once and reuse it for every token
  * (the conversions are not repeated per token). The same per-(row, token) order either way. */
 template <class T, int NB, int R, int U>
-__device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const float (*s)[U], int u, int64_t b,
+__device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const typename T::S (*s)[U], int u, int64_t b,
                                         const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt,
                                         float (*acc)[NB])
 {
@@ -322,7 +244,7 @@ __device__ static inline float warp_sum(float v)
  * (all lanes get it). The R rows' words are in flight together and each activation word is loaded
  * once for all of them; each (row, token) sum runs in the same order whatever R, NB and nt are. */
 template <class T, int NB, int R>
-__device__ static inline void dot_rows(const uint8_t *const *qrow, const __half *const *drow, int64_t nb,
+__device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t *const *drow, int64_t nb,
                                        const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
                                        float (*acc)[NB])
 {
@@ -337,22 +259,22 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const __half 
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
-        float s[R][U];
+        typename T::S s[R][U];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < U; u++)
-                load_lb<T>(qrow[r], drow[r], b + 32 * u, qq[r][u], &s[r][u]);
+                load_lb<T>(qrow[r], drow[r], nb, b + 32 * u, qq[r][u], &s[r][u]);
 #pragma unroll
         for (int u = 0; u < U; u++)
             dot_block<T, NB, R, U>(qq, s, u, b + 32 * u, x, xs, n_in, nt, acc);
     }
     for (; b < nb; b += 32) {
         uint4 qq[R][1][T::NQ];
-        float s[R][1];
+        typename T::S s[R][1];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            load_lb<T>(qrow[r], drow[r], b, qq[r][0], &s[r][0]);
+            load_lb<T>(qrow[r], drow[r], nb, b, qq[r][0], &s[r][0]);
         dot_block<T, NB, R, 1>(qq, s, 0, b, x, xs, n_in, nt, acc);
     }
 #pragma unroll
@@ -377,7 +299,7 @@ template <class T> struct WideR {
 };
 
 template <class T, int NB, int MODE, int R, bool TG_X>
-__global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const __half *__restrict__ d,
+__global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
                                               void *y, float thr, int B, float *y1, float *y2, int64_t n0, int64_t n1)
 {
@@ -387,13 +309,12 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
     if (r0 >= n_out)
         return;
     const int64_t nb = n_in / T::E;
-    const uint8_t *qr[R];
-    const __half *dr[R];
+    const uint8_t *qr[R], *dr[R];
 #pragma unroll
     for (int i = 0; i < R; i++) { /* a row past the end repeats the last one, and is not stored */
         const int64_t r = r0 + i < n_out ? r0 + i : n_out - 1;
         qr[i] = q + r * nb * (16 * T::NQ);
-        dr[i] = T::HAS_D ? d + r * nb : nullptr;
+        dr[i] = T::HAS_D ? d + r * T::sbytes(nb) : nullptr;
     }
     float acc[R][NB];
     dot_rows<T, NB, R>(qr, dr, nb, x + (int64_t)t0 * xs, xs, n_in, nt, lane, acc);
@@ -456,6 +377,50 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
     }
 }
 
+/* Super-block types (Q2_K..Q6_K, IQ4_XS): x → int8 as the CPU's Q8_K, so that both backends dot
+ * the same integers: per 256 elements the one of largest |x| (the first of equals) gives
+ * iscale = -127 / max, q = round-to-even(iscale x) (at most 127), d = 1 / iscale in f32; the same
+ * layout as k_quant_x, every 32-block's (d, d·Σq) with its super-block's d. One warp per
+ * super-block; lane l holds elements l + 32 k (k < 8). */
+__global__ void k_quant_x8k(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+{
+    const int tok = blockIdx.y, lane = threadIdx.x & 31;
+    const int64_t sb = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (sb >= n_in / 256)
+        return;
+    const float *xr = x + (int64_t)tok * n_in + sb * 256;
+    float v[8], amax = 0.0f, mx = 0.0f;
+    int idx = 0x7fffffff;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        v[k] = xr[lane + 32 * k];
+        const float ax = fabsf(v[k]);
+        if (ax > amax)
+            amax = ax, mx = v[k], idx = lane + 32 * k;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { /* (amax desc, index asc): every lane ends with the first maximum */
+        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx))
+            amax = oa, mx = om, idx = oi;
+    }
+    uint8_t *row = out + (int64_t)tok * xs;
+    const float iscale = amax > 0.0f ? __fdiv_rn(-127.0f, mx) : 0.0f;
+    const float d = amax > 0.0f ? __fdiv_rn(1.0f, iscale) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int t = amax > 0.0f ? __float2int_rn(__fmul_rn(iscale, v[k])) : 0, q = t < 127 ? t : 127;
+        row[sb * 256 + lane + 32 * k] = (uint8_t)(int8_t)q;
+        int sum = q;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            ((float2 *)(row + n_in))[sb * 8 + k] = make_float2(d, d * (float)sum);
+    }
+}
+
 /* the Q types' int8 row or the F16/BF16 tensor-core kernels' split row (cuk_mma.h), whichever is larger */
 extern "C" size_t cuk_xq_row_bytes(int64_t n_in)
 {
@@ -471,7 +436,11 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
         if (!xq)
             return -(int)cudaErrorInvalidValue;
         *xs = (int64_t)cuk_xq_row_bytes(n_in);
-        k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
+        if constexpr (T::GQ == 256) /* the CPU dots these types against Q8_K */
+            k_quant_x8k<<<dim3((unsigned)((n_in / 256 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq,
+                                                                                            *xs);
+        else
+            k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
         *xr = (const uint8_t *)xq;
         return launched();
     } else {
@@ -497,7 +466,7 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
     const int64_t per_block = GEMV_ROWS * (wide ? WR : two ? 2 : 1);
     const unsigned rows = (unsigned)((w->n_out + per_block - 1) / per_block), groups = (unsigned)((B + NB - 1) / NB);
     const uint8_t *q = (const uint8_t *)w->q;
-    const __half *d = (const __half *)w->d;
+    const uint8_t *d = (const uint8_t *)w->d;
     float *y1 = sp ? sp->y1 : nullptr, *y2 = sp ? sp->y2 : nullptr;
     const int64_t n0 = sp ? sp->n0 : 0, n1 = sp ? sp->n1 : 0;
 #define GEMV_L(M)                                                                                                      \
@@ -581,8 +550,8 @@ __device__ static inline float glu(int kind, float g, float u)
  * (group) blockIdx.y, its j-th listed row (NB 1, J 1). TG_X: the token groups on x, as the wide
  * GEMV has them. Each (neuron, token) gate and up sum is the same bits in every shape. */
 template <class T, int NB, int J, bool TG_X>
-__global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, const __half *__restrict__ gd,
-                                             const uint8_t *__restrict__ uq, const __half *__restrict__ ud,
+__global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, const uint8_t *__restrict__ gd,
+                                             const uint8_t *__restrict__ uq, const uint8_t *__restrict__ ud,
                                              int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
                                              float *act, int kind, const int32_t *__restrict__ idx,
                                              const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int B)
@@ -596,8 +565,7 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
         return;
     const uint8_t *xt = x + (int64_t)tok * xs;
     const int64_t nb = n_in / T::E;
-    const uint8_t *qr[2 * J];
-    const __half *dr[2 * J];
+    const uint8_t *qr[2 * J], *dr[2 * J];
     int64_t rr[J];
 #pragma unroll
     for (int i = 0; i < J; i++) { /* a neuron past the end repeats the last one, and is not stored */
@@ -605,7 +573,8 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
         const int64_t r = idx ? idx[tok * idx_stride + j] : j, rq = r * nb * (16 * T::NQ);
         rr[i] = r;
         qr[2 * i] = gq + rq, qr[2 * i + 1] = uq + rq;
-        dr[2 * i] = T::HAS_D ? gd + r * nb : nullptr, dr[2 * i + 1] = T::HAS_D ? ud + r * nb : nullptr;
+        const int64_t rd = r * T::sbytes(nb);
+        dr[2 * i] = T::HAS_D ? gd + rd : nullptr, dr[2 * i + 1] = T::HAS_D ? ud + rd : nullptr;
     }
     float acc[2 * J][NB];
     dot_rows<T, NB, 2 * J>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
@@ -633,7 +602,7 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
                  const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, cudaStream_t st)
 {
     const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
-    const __half *gd = (const __half *)g->d, *ud = (const __half *)u->d;
+    const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
     const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     const uint8_t *xr;
     int64_t xs;
@@ -684,7 +653,7 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
 #define AXPY_THREADS 64
 
 template <class T>
-__global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const __half *__restrict__ d,
+__global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                                        int64_t n_embd, int64_t n_ff, const float *__restrict__ act,
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
@@ -709,14 +678,9 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
             continue;
         const int64_t r = idx ? idx[tok * idx_stride + j] : j;
         uint4 qq[T::NQ];
-        float s;
-        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, pb, qq, &s);
-        float w[T::E];
-        T::deq(qq, w);
-        const float as = aj * s; /* the scale folded first, as the CPU's axpy kernels do */
-#pragma unroll
-        for (int e = 0; e < T::E; e++)
-            acc[e] = __fmaf_rn(as, w[e], acc[e]);
+        typename T::S s;
+        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * T::sbytes(nb) : nullptr, nb, pb, qq, &s);
+        T::axpy(qq, s, aj, acc);
     }
     float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
 #pragma unroll
@@ -759,7 +723,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
         const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)nt);
-        k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const __half *)w->d, n_embd, n_ff, at, it, ct,
+        k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff, at, it, ct,
                                                   idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
@@ -880,24 +844,25 @@ extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, in
 }
 
 template <class T>
-__global__ void k_get_rows(const uint8_t *q, const __half *d, int64_t n_in, const int32_t *ids, float *out)
+__global__ void k_get_rows(const uint8_t *q, const uint8_t *d, int64_t n_in, const int32_t *ids, float *out)
 {
     const int tok = blockIdx.x;
     const int64_t r = ids[tok], nb = n_in / T::E;
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
         uint4 qq[T::NQ];
-        float s, w[T::E];
-        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * nb : nullptr, b, qq, &s);
-        T::deq(qq, w);
+        typename T::S s;
+        float w[T::E];
+        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * T::sbytes(nb) : nullptr, nb, b, qq, &s);
+        T::deqs(qq, s, w);
 #pragma unroll
         for (int e = 0; e < T::E; e++)
-            out[(int64_t)tok * n_in + b * T::E + e] = w[e] * s;
+            out[(int64_t)tok * n_in + b * T::E + e] = w[e];
     }
 }
 
 extern "C" int cuk_get_rows(const struct cuk_w *t, const int32_t *ids, int B, float *out, void *st)
 {
-    CUK_DISPATCH(t->type, k_get_rows<T><<<(unsigned)B, 128, 0, S(st)>>>((const uint8_t *)t->q, (const __half *)t->d,
+    CUK_DISPATCH(t->type, k_get_rows<T><<<(unsigned)B, 128, 0, S(st)>>>((const uint8_t *)t->q, (const uint8_t *)t->d,
                                                                          t->n_in, ids, out));
     return launched();
 }
@@ -1261,25 +1226,27 @@ extern "C" int cuk_to_half(const float *x, void *out, int64_t n, bool bf16, void
 }
 
 template <class T>
-__global__ void k_dequant_f16(const uint8_t *q, const __half *d, int64_t n_in, int64_t n_out, __half *out)
+__global__ void k_dequant_f16(const uint8_t *q, const uint8_t *d, int64_t n_in, int64_t n_out, __half *out)
 {
     const int64_t nb = n_in / T::E, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nb * n_out)
         return;
     uint4 qq[T::NQ];
-    float s, w[T::E];
-    load_lb<T>(q, d, i, qq, &s); /* rows are contiguous: lane block i of the whole matrix */
-    T::deq(qq, w);
+    typename T::S s;
+    float w[T::E];
+    const int64_t r = i / nb;
+    load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * T::sbytes(nb) : nullptr, nb, i % nb, qq, &s);
+    T::deqs(qq, s, w);
 #pragma unroll
     for (int e = 0; e < T::E; e++)
-        out[i * T::E + e] = __float2half_rn(w[e] * s);
+        out[i * T::E + e] = __float2half_rn(w[e]);
 }
 
 extern "C" int cuk_dequant_f16(const struct cuk_w *w, void *out, void *st)
 {
     const int64_t n = w->n_in / lane_elems(w->type) * w->n_out;
     CUK_DISPATCH(w->type, k_dequant_f16<T><<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(
-                              (const uint8_t *)w->q, (const __half *)w->d, w->n_in, w->n_out, (__half *)out));
+                              (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, (__half *)out));
     return launched();
 }
 

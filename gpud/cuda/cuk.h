@@ -5,9 +5,11 @@
  * needed to include this file, so the C side of the backend (cudev.c) and the tests stay C11.
  *
  * Weights on the device (struct cuk_w): F32 / F16 / BF16 rows exactly as in the GGUF (row-major,
- * n_in contiguous); Q8_0 / Q4_0 repacked at upload into two arrays, the quants of every block
- * (16 or 32 bytes, so each lane loads whole 16-byte words) and the f16 block scales, both
- * [n_out][n_in / 32]. One templated GEMV over a block-type traits struct serves all five types.
+ * n_in contiguous); the quantized types repacked at upload into two arrays, the quants of every
+ * 32-element lane block (16 bytes, 32 for Q8_0, so each lane loads whole 16-byte words),
+ * [n_out][n_in / 32], and per row a side array: Q8_0 / Q4_0 their f16 block scales, the other
+ * types (Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS) scales, mins and high bits as
+ * cuk_traits.cuh lays them out. One templated GEMV over a block-type traits struct serves all 15.
  *
  * Batch invariance: every kernel here computes each token (row of the batch) with the same
  * instructions in the same order whatever the other tokens are; reductions are over fixed-shape
@@ -20,11 +22,11 @@
 #include <stdint.h>
 
 struct cuk_w {
-    uint32_t type;  /* enum pi_type: F32, F16, BF16, Q8_0, Q4_0 */
+    uint32_t type;  /* enum pi_type: F32, F16, BF16, Q8_0, Q4_0 and the 10 others of cuk_traits.cuh */
     int64_t n_in;   /* ne[0] */
     int64_t n_out;  /* ne[1] */
     void *q;        /* rows (float types) or block quants (Q types) */
-    void *d;        /* Q types: f16 block scales [n_out][n_in/32]; NULL otherwise */
+    void *d;        /* Q types: per row the side data (Q8_0/Q4_0: f16 block scales [n_in/32]); NULL otherwise */
 };
 
 /* Bytes of a repacked weight's q and d arrays (d 0 for float types); 0 if the type is unsupported
@@ -50,9 +52,10 @@ enum cuk_mode {
  * row read once for all of them), more as the same kernel tiled over groups of 8 tokens (prefill);
  * each (row, token) is reduced in one order whatever B is. For CUK_MASK, y is a uint8_t (B, n_out)
  * array. x and y strides are n_in and n_out. Float weight types dot the f32 x; Q8_0/Q4_0 weights
- * dot x quantized per 32-block to int8 (the CPU's Q8_0 rounding) into xq, a scratch of
- * B × cuk_xq_row_bytes(n_in) bytes (NULL for F32). F16 / BF16 weights go to the tensor-core kernels
- * (cuk_mma.h: the same modes, xq holding the f16/bf16 hi/lo split of x for batches of more than 8). */
+ * (and every other quantized type; the super-block ones against the CPU's Q8_K rounding) dot x
+ * quantized to int8 into xq, a scratch of B × cuk_xq_row_bytes(n_in) bytes (NULL for F32). F16 /
+ * BF16 weights go to the tensor-core kernels (cuk_mma.h: the same modes, xq holding the f16/bf16
+ * hi/lo split of x for batches of more than 8). */
 int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *xq, void *st);
 size_t cuk_xq_row_bytes(int64_t n_in);
 /* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1

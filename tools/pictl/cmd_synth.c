@@ -8,6 +8,7 @@
 #include "pi_err.h"
 #include "pictl.h"
 #include "quant.h"
+#include "quantize.h"
 #include "synth.h"
 
 #define SYNTH_MEASURE_TOKENS 256
@@ -18,7 +19,8 @@ static void synth_usage(FILE *f)
     fprintf(f,
             "usage: pictl synth --shape llama-7b|llama-13b|tiny|E,F,L,H,HKV -o OUT.gguf [options]\n"
             "       pictl synth --measure MODEL [--predictor PWRI] [--tokens N] [-t T]\n"
-            "  --type f32|f16|q8_0|q4_0   weight type (default f16)\n"
+            "  --type T                   weight type (f16 default, f32, q8_0, q4_0, q4_k...), or a quantize\n"
+            "                             mixture (q4_k_m, q5_k_m, q6_k...): its per-tensor types, directly\n"
             "  --sparsity S               fraction of FFN neurons inactive per token (default 0.9)\n"
             "  --zipf X                   exponent of the per-neuron firing law p ∝ rank^-X (default %.2f)\n"
             "  --hot-share H              instead of --zipf: the hottest 30%% of neurons carry H of activations\n"
@@ -53,6 +55,25 @@ static int synth_type(const char *flag, const char *s, uint32_t *out)
         return pi_fail(PI_E_INVAL, "%s %s: expected f32, f16, q8_0 or q4_0", flag, s);
     *out = (uint32_t)t;
     return 0;
+}
+
+/* --type: a type (any with a quantizer) or a quantize mixture ("q4_k_m": the types pictl quantize
+ * would pick, written directly) */
+static int synth_weight_type(const char *s, struct synth_opts *o)
+{
+    const struct qz_mixture *mix = s ? qz_mixture_find(s) : NULL;
+    const int t = s ? quant_type_from_name(s) : -1;
+    const struct pi_type_traits *tt = t >= 0 ? quant_traits((uint32_t)t) : NULL;
+    if (tt && tt->from_float && tt->to_float && t != PI_TYPE_Q8_K) {
+        o->type = (uint32_t)t, o->mix = NULL;
+        return 0;
+    }
+    if (mix) {
+        o->type = mix->type, o->mix = mix->name;
+        return 0;
+    }
+    return pi_fail(PI_E_INVAL, "--type %s: expected a weight type (f32, f16, q8_0, q4_0, q4_k...) or a mixture "
+                   "(q4_k_m, q5_k_m...)", s ? s : "(missing)");
 }
 
 static void synth_print_stats(const char *model, const struct synth_stats *st)
@@ -100,7 +121,7 @@ int cmd_synth(int argc, char **argv)
             else if (!strcmp(a, "-o")) o.out_path = v;
             else if (!strcmp(a, "--measure")) measure = v;
             else if (!strcmp(a, "--predictor")) predictor = v;
-            else if (!strcmp(a, "--type")) rc = synth_type(a, v, &o.type);
+            else if (!strcmp(a, "--type")) rc = synth_weight_type(v, &o);
             else if (!strcmp(a, "--pred-type")) rc = synth_type(a, v, &o.pred_type);
             else if (!strcmp(a, "--sparsity")) rc = synth_num(a, v, 0, 1, &o.sparsity);
             else if (!strcmp(a, "--zipf")) rc = synth_num(a, v, 0, 20, &o.zipf);

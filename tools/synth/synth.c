@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "pi_err.h"
 #include "quant.h"
+#include "quantize.h"
 #include "synth_internal.h"
 #include "threadpool.h"
 
@@ -43,6 +44,7 @@ struct syn_tensor {
     enum syn_kind kind;
     int layer;
     uint32_t type;
+    uint32_t gate_type; /* SK_FC2: the type of its layer's ffn_gate (fc2 is derived from its stored rows) */
     uint32_t n_dims;
     int64_t ne[2]; /* ne[0] = row length; ne[1] = rows (1 for a vector) */
 };
@@ -243,7 +245,7 @@ static void syn_row(const struct syn_gen *g, const struct syn_tensor *t, int64_t
         break;
     case SK_FC2: { /* neuron r: (b, +â_m, -â_m) of the stored gate row */
         float *gate = s->row2;
-        syn_gate_row(g, g->o->type, t->layer, r, gate, s->q);
+        syn_gate_row(g, t->gate_type, t->layer, r, gate, s->q);
         memset(row, 0, (size_t)n * sizeof *row);
         row[0] = gate[0];
         for (int32_t m = 0; m < g->d.sub_dim; m++) {
@@ -298,6 +300,35 @@ static int syn_add(struct syn_plan *p, enum syn_kind kind, int layer, const char
     return 0;
 }
 
+/* The mixture's per-tensor types (tools/quantize/plan.c, as pictl quantize picks them for the same
+ * tensors); predictors keep --pred-type. */
+static int syn_plan_mix(struct syn_plan *p, const struct synth_opts *o)
+{
+    const struct qz_mixture *mix = qz_mixture_find(o->mix);
+    if (!mix)
+        return pi_fail(PI_E_INVAL, "synth: unknown mixture '%s'", o->mix);
+    struct qz_tensor *qt = calloc(p->n, sizeof *qt);
+    uint32_t *out = calloc(p->n, sizeof *out);
+    bool *fb = calloc(p->n, sizeof *fb);
+    int rc = qt && out && fb ? 0 : pi_fail(PI_E_NOMEM, "synth: out of memory");
+    for (size_t i = 0; !rc && i < p->n; i++) {
+        const bool pred = p->t[i].kind == SK_FC1 || p->t[i].kind == SK_FC2;
+        qt[i] = (struct qz_tensor){ .name = p->t[i].name, .n_dims = p->t[i].n_dims,
+                                    .ne = { p->t[i].ne[0], p->t[i].ne[1], 1, 1 },
+                                    .type = pred ? p->t[i].type : PI_TYPE_F32 };
+    }
+    const struct qz_params qp = { .mix = mix, .output_type = QZ_TYPE_AUTO, .token_embd_type = QZ_TYPE_AUTO,
+                                  .keep_predictors = true };
+    const struct qz_model qm = { .arch = "llama", .n_layer = o->shape.n_layer, .n_head = o->shape.n_head,
+                                 .n_head_kv = o->shape.n_head_kv, .powerinfer = o->pwri };
+    if (!rc && !(rc = qz_plan(&qp, &qm, qt, p->n, out, fb)))
+        for (size_t i = 0; i < p->n; i++)
+            if (p->t[i].ne[1] > 1)
+                p->t[i].type = out[i];
+    free(qt), free(out), free(fb);
+    return rc;
+}
+
 static int syn_plan_build(struct syn_plan *p, const struct syn_gen *g)
 {
     const struct synth_shape *s = &g->o->shape;
@@ -331,6 +362,13 @@ static int syn_plan_build(struct syn_plan *p, const struct syn_gen *g)
     if ((rc = syn_add(p, SK_NORM, -1, "output_norm.weight", ty, g->E, 1)) ||
         (rc = syn_add(p, SK_OUTPUT, -1, "output.weight", ty, g->E, s->n_vocab)))
         return rc;
+    if (g->o->mix && (rc = syn_plan_mix(p, g->o)))
+        return rc;
+    for (size_t i = 0; i < p->n; i++) /* fc2 follows its layer's gate, which precedes it */
+        if (p->t[i].kind == SK_FC2)
+            for (size_t k = 0; k < i; k++)
+                if (p->t[k].kind == SK_GATE && p->t[k].layer == p->t[i].layer)
+                    p->t[i].gate_type = p->t[k].type;
     return 0;
 }
 
@@ -351,13 +389,15 @@ static int syn_write_keys(struct gguf_writer *w, const struct syn_gen *g)
     const struct synth_opts *o = g->o;
     const struct synth_shape *s = &o->shape;
     char name[SYN_NAME_MAX];
-    snprintf(name, sizeof name, "synth-%s-%s%s", s->name, quant_traits(o->type)->name, o->pwri ? "-pwri" : "");
+    const struct qz_mixture *mix = o->mix ? qz_mixture_find(o->mix) : NULL;
+    snprintf(name, sizeof name, "synth-%s-%s%s", s->name, mix ? mix->name : quant_traits(o->type)->name,
+             o->pwri ? "-pwri" : "");
     const uint32_t head_dim = (uint32_t)(s->n_embd / s->n_head);
     int rc;
     if ((rc = gguf_writer_set_str(w, "general.architecture", "llama")) ||
         (rc = gguf_writer_set_str(w, "general.name", name)) ||
         (rc = gguf_writer_set_u32(w, "general.alignment", SYN_ALIGNMENT)) ||
-        (rc = gguf_writer_set_u32(w, "general.file_type", (uint32_t)syn_ftype(o->type))) ||
+        (rc = gguf_writer_set_u32(w, "general.file_type", mix ? mix->ftype : (uint32_t)syn_ftype(o->type))) ||
         (rc = gguf_writer_set_u32(w, "general.quantization_version", SYN_QUANT_VERSION)) ||
         (rc = gguf_writer_set_u32(w, "llama.context_length", (uint32_t)s->n_ctx)) ||
         (rc = gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)s->n_embd)) ||

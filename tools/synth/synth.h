@@ -49,7 +49,10 @@ int synth_shape_parse(struct synth_shape *s, const char *spec);
 
 struct synth_opts {
     struct synth_shape shape;
-    uint32_t type;      /* weight type of the 2-D tensors: f32, f16, q8_0, q4_0 */
+    uint32_t type;      /* weight type of the 2-D tensors (any type with a quantizer) */
+    const char *mix;    /* a quantize mixture ("q4_k_m"): each 2-D tensor gets the type pictl quantize
+                         * (and llama-quantize) would pick for it, type the mixture's default; NULL: type
+                         * everywhere. Written directly: no F16 file to re-quantize */
     double sparsity;    /* fraction of neurons inactive per token, in (0, 1) */
     double zipf;        /* exponent s of p(rank) ∝ rank^-s */
     double hot_share;   /* > 0: choose s so that the hottest 30 % carry this share (overrides zipf) */

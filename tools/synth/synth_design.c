@@ -143,9 +143,9 @@ int synth_design_get(const struct synth_opts *o, struct synth_design *d)
         return pi_fail(PI_E_INVAL, "synth: %d heads (%d kv) do not split n_embd %d into even head dims", s->n_head,
                        s->n_head_kv, s->n_embd);
     const struct pi_type_traits *tt = quant_traits(o->type);
-    if (!tt || (o->type != PI_TYPE_F32 && o->type != PI_TYPE_F16 && o->type != PI_TYPE_Q8_0 &&
-                o->type != PI_TYPE_Q4_0))
-        return pi_fail(PI_E_INVAL, "synth: type %u: expected f32, f16, q8_0 or q4_0", o->type);
+    if (!tt || (o->type != PI_TYPE_F32 && (!tt->from_float || !tt->to_float || o->type == PI_TYPE_Q8_K)))
+        return pi_fail(PI_E_INVAL, "synth: type %u: expected a weight type with a quantizer (f32, f16, q8_0, q4_k...)",
+                       o->type);
     if (s->n_embd % tt->blck_size || s->n_ff % tt->blck_size || s->n_embd % SYNTH_SUB_OFF)
         return pi_fail(PI_E_INVAL, "synth: n_embd %d and n_ff %d must be multiples of %d", s->n_embd, s->n_ff,
                        SYNTH_SUB_OFF);
