@@ -13,7 +13,7 @@
 #
 #   bench/gpu/final_check.sh DIR CAL   DIR/gpu: a -Dcuda=enabled build tree (tools/pictl, the stages,
 #   tests/*), DIR/rel: a release -Dcuda=disabled tree (tools/pictl, stages, bench/bench_gemv), DIR/lib:
-#   .so files; both trees may come packed as DIR/trees.tgz. CAL: the calibrated tiny model.
+#   .so files; both trees may come packed as DIR/trees.txz (pack_trees.sh). CAL: the calibrated tiny model.
 #   env OUT, DEADLINE (seconds, default 330). Results: $OUT/final.log and $OUT/final.tgz.
 set -u
 D=$1
@@ -25,7 +25,7 @@ T0=$(date +%s)
 DEADLINE=${DEADLINE:-330}
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 log() { echo "[$(date +%T)] $*" | tee -a "$W/final.log"; }
-[ -f "$D/trees.tgz" ] && tar -xzf "$D/trees.tgz" -C "$D"
+[ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
 export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 G=$D/gpu
 TINY=models/tiny-relu-llama-f16.gguf
