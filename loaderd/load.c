@@ -219,7 +219,8 @@ static int check_same_file(int dfd, int fd)
 /* Read the file into the image, choosing io_uring O_DIRECT, io_uring buffered or pread (see load.h)
  * and writing the choice and its reason to method. fd is the file opened without O_DIRECT. */
 static int read_image(const struct loader_weights *w, const char *path, int fd, uint64_t size,
-                      const struct loader_progress *prog, char *method, size_t method_cap)
+                      const struct loader_progress *prog, const uint64_t (*skip)[2], size_t n_skip, char *method,
+                      size_t method_cap)
 {
     enum loader_force force;
     struct uring_reader r = {0}; /* uring_fini is a no-op unless uring_init succeeded */
@@ -230,6 +231,8 @@ static int read_image(const struct loader_weights *w, const char *path, int fd, 
         .progress_arg = (void *)done,
         .cancel = prog ? prog->cancel : NULL,
         .cancel_arg = prog ? prog->cancel_arg : NULL,
+        .skip = skip,
+        .n_skip = n_skip,
     };
     int dfd = -1;
     int rc = read_hooks(&force, &o.fail_at_read);
@@ -323,9 +326,58 @@ out:
     return rc;
 }
 
+static int cmp_range(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* The whole pages of the tensors `skip_tensor` names, as sorted file ranges (*out, malloc'd): read
+ * from the file's header alone (its data pages are not touched). */
+static int skip_ranges(const char *path, bool (*skip_tensor)(const char *name), uint64_t (**out)[2], size_t *n_out)
+{
+    struct gguf_file *gf = NULL;
+    *out = NULL;
+    *n_out = 0;
+    int rc = gguf_open(&gf, path);
+    if (rc)
+        return rc;
+    const size_t nt = gguf_n_tensors(gf);
+    uint64_t(*r)[2] = malloc((nt ? nt : 1) * sizeof *r);
+    if (!r) {
+        gguf_close(gf);
+        return pi_fail(PI_E_NOMEM, "out of memory for %zu tensor ranges", nt);
+    }
+    size_t n = 0;
+    const uint64_t base = gguf_data_offset(gf);
+    for (size_t i = 0; i < nt; i++) {
+        const struct gguf_tensor *t = gguf_tensor(gf, i);
+        if (!skip_tensor(t->name))
+            continue;
+        /* whole pages inside the tensor only: a neighbour's bytes are read */
+        const uint64_t a = (base + t->offset + URING_ALIGN - 1) / URING_ALIGN * URING_ALIGN;
+        const uint64_t b = (base + t->offset + t->nbytes) / URING_ALIGN * URING_ALIGN;
+        if (b > a)
+            r[n][0] = a, r[n][1] = b, n++;
+    }
+    gguf_close(gf);
+    qsort(r, n, sizeof *r, cmp_range);
+    *out = r;
+    *n_out = n;
+    return 0;
+}
+
 int loader_load(const struct loader_weights *w, const char *path, const struct loader_progress *prog,
                 enum loader_outcome *outcome)
 {
+    return loader_load_except(w, path, prog, NULL, outcome);
+}
+
+int loader_load_except(const struct loader_weights *w, const char *path, const struct loader_progress *prog,
+                       bool (*skip_tensor)(const char *name), enum loader_outcome *outcome)
+{
+    uint64_t(*skip)[2] = NULL;
+    size_t n_skip = 0;
     struct pi_weights_info *wi = w->info;
     char method[LOADER_METHOD_CAP] = "";
     struct stat st, st2;
@@ -371,7 +423,10 @@ int loader_load(const struct loader_weights *w, const char *path, const struct l
     }
     set_u64(prog ? prog->total_bytes : NULL, size);
     set_u64(prog ? prog->done_bytes : NULL, 0);
-    if ((rc = read_image(w, path, fd, size, prog, method, sizeof method)) != 0)
+    if (skip_tensor && (rc = skip_ranges(path, skip_tensor, &skip, &n_skip)) != 0)
+        goto fail;
+    rc = read_image(w, path, fd, size, prog, skip, n_skip, method, sizeof method);
+    if (rc)
         goto fail;
     /* The O_DIRECT tail read may have left disk bytes past the end of the file in the slack. */
     memset((char *)w->image + size, 0, (size_t)(uring_dst_bytes(size) - size));
@@ -390,6 +445,14 @@ int loader_load(const struct loader_weights *w, const char *path, const struct l
      * loads READY with acquire (stage_attach_weights). */
     atomic_store_explicit(&wi->state, PI_WEIGHTS_READY, memory_order_release);
     close(fd);
+    if (n_skip) {
+        uint64_t skipped = 0;
+        for (size_t k = 0; k < n_skip; k++)
+            skipped += skip[k][1] - skip[k][0];
+        fprintf(stderr, "loaderd: %.3f GiB of %zu tensors not read (their pages stay unallocated)\n",
+                (double)skipped / (1 << 30), n_skip);
+    }
+    free(skip);
     fprintf(stderr, "loaderd: loaded '%s': %llu bytes, %u tensors in %.3f s (%.2f GB/s, %s)\n", path,
             (unsigned long long)size, wi->n_tensors, (double)dt / NS_PER_S,
             dt ? (double)size / (double)dt : 0.0, method);
@@ -405,6 +468,7 @@ fail: {
         fprintf(stderr, "%s\n", pi_errmsg());
         if (fd >= 0)
             close(fd);
+        free(skip);
         return rc;
     }
 }

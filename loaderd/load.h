@@ -77,5 +77,11 @@ enum loader_outcome {
  * info->error holds the message (also pi_errmsg) naming the file, and a negative code is returned. */
 int loader_load(const struct loader_weights *w, const char *path, const struct loader_progress *prog,
                 enum loader_outcome *outcome);
+/* The same, except that the whole pages of the tensors skip_tensor(name) names are neither read from
+ * the file nor written: they stay as the segment had them (zero). A disk tier's FFN rows come from
+ * the bundle, so the load reads only the dense tensors' bytes. The directory still describes every
+ * tensor. */
+int loader_load_except(const struct loader_weights *w, const char *path, const struct loader_progress *prog,
+                       bool (*skip_tensor)(const char *name), enum loader_outcome *outcome);
 
 #endif

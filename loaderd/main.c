@@ -40,7 +40,10 @@ int main(int argc, char **argv)
     };
     what = "load model";
     serve_trim_decide(&rt);
-    if ((rc = loader_load(&w, rt.ctl->model_path, &prog, &outcome)) != 0)
+    /* trimmed: the FFN rows are not even read (the load reads the dense tensors only); the punch
+     * then frees their pages, which the supervisor allocated with the segment */
+    const bool trimmed = atomic_load_explicit(&rt.ctl->weights_trimmed, memory_order_acquire) != 0;
+    if ((rc = loader_load_except(&w, rt.ctl->model_path, &prog, trimmed ? serve_is_ffn_tensor : NULL, &outcome)) != 0)
         goto fail;
     what = "trim weights";
     if ((rc = serve_trim_punch(&rt, &w)) != 0)

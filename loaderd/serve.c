@@ -197,7 +197,7 @@ void serve_trim_decide(struct stage_rt *rt)
 }
 
 /* blk.N.ffn_{gate,up,down,down_t}.weight */
-static bool ffn_tensor(const char *name)
+bool serve_is_ffn_tensor(const char *name)
 {
     const char *p = strstr(name, ".ffn_");
     if (strncmp(name, "blk.", 4) || !p)
@@ -219,7 +219,7 @@ int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w)
         char name[sizeof d->name + 1];
         memcpy(name, d->name, sizeof d->name);
         name[sizeof d->name] = 0;
-        if (!ffn_tensor(name))
+        if (!serve_is_ffn_tensor(name))
             continue;
         /* whole pages inside the tensor only: a neighbour's bytes stay */
         const uint64_t a = (base + d->offset + 4095) / 4096 * 4096, b = (base + d->offset + d->nbytes) / 4096 * 4096;

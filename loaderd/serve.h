@@ -38,6 +38,9 @@ struct serve {
  * weights segment (FALLOC_FL_PUNCH_HOLE), so the segment holds only what is read densely. */
 void serve_trim_decide(struct stage_rt *rt);
 int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w);
+/* blk.N.ffn_{gate,up,down,down_t}.weight: what a trimmed load leaves unread (loader_load_except)
+ * and serve_trim_punch punches out (the pages a tensor shares with a neighbour) */
+bool serve_is_ffn_tensor(const char *name);
 
 void serve_init(struct serve *s, struct stage_rt *rt);
 /* One round: (re-)attach, take requests, submit, reap; sleeps at most idle_ms when there is

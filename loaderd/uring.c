@@ -22,6 +22,27 @@ static uint64_t align_up(uint64_t x) { return align_down(x + URING_ALIGN - 1); }
 
 uint64_t uring_dst_bytes(uint64_t size) { return align_up(size); }
 
+/* The first byte at or after `at` that is not in a skip range (skipped bytes reported as done), and
+ * in *stop the start of the next skip range after it (or `size`). */
+static uint64_t skip_past(const struct uring_read_opts *o, uint64_t at, uint64_t size, uint64_t *stop)
+{
+    *stop = size;
+    for (size_t k = 0; k < o->n_skip; k++) {
+        const uint64_t a = o->skip[k][0], b = o->skip[k][1] < size ? o->skip[k][1] : size;
+        if (b <= at)
+            continue;
+        if (a <= at) {
+            if (o->progress)
+                o->progress(b - at, o->progress_arg);
+            at = b;
+            continue;
+        }
+        *stop = a;
+        break;
+    }
+    return at;
+}
+
 int uring_init(struct uring_reader *r, unsigned qd)
 {
     memset(r, 0, sizeof *r);
@@ -151,9 +172,13 @@ int uring_read(struct uring_reader *r, int fd, void *dst, uint64_t size, const s
             struct uring_slot *s = &slots[i];
             if (s->busy)
                 continue;
+            uint64_t stop;
+            next = skip_past(o, next, size, &stop);
+            if (next >= size)
+                break;
             s->busy = true;
             s->done = next;
-            s->end = size - next > r->chunk ? next + r->chunk : size;
+            s->end = stop - next > r->chunk ? next + r->chunk : stop;
             next = s->end;
             slot_queue(r, fd, dst, s, o->direct);
             inflight++;
@@ -202,8 +227,12 @@ int uring_pread_file(int fd, void *dst, uint64_t size, const struct uring_read_o
     char *d = dst;
     uint64_t done = 0, n = 0;
     while (done < size) {
+        uint64_t stop;
+        done = skip_past(o, done, size, &stop);
+        if (done >= size)
+            break;
         uint64_t off = o->direct ? align_down(done) : done;
-        uint64_t want = size - done > URING_PREAD_CHUNK ? URING_PREAD_CHUNK : size - done;
+        uint64_t want = stop - done > URING_PREAD_CHUNK ? URING_PREAD_CHUNK : stop - done;
         uint64_t len = o->direct ? align_up(done + want) - off : want;
         ssize_t got = pread(fd, d + off, len, (off_t)off);
         if (o->fail_at_read && ++n == o->fail_at_read) {
@@ -218,7 +247,7 @@ int uring_pread_file(int fd, void *dst, uint64_t size, const struct uring_read_o
         if (off + (uint64_t)got <= done) /* nothing new: end of file */
             return pi_fail(PI_E_TRUNCATED, "pread: file truncated: end of file at offset %llu, expected %llu bytes",
                            (unsigned long long)done, (unsigned long long)size);
-        uint64_t new_done = off + (uint64_t)got < size ? off + (uint64_t)got : size;
+        uint64_t new_done = off + (uint64_t)got < stop ? off + (uint64_t)got : stop;
         if (o->progress)
             o->progress(new_done - done, o->progress_arg);
         done = new_done;

@@ -40,6 +40,10 @@ struct uring_read_opts {
     void *cancel_arg;
     uint64_t fail_at_read;     /* test hook: the Nth completion (1-based) fails; 0 = never */
     int fail_errno;            /* ... with this errno (0: EIO) */
+    /* file ranges [skip[k][0], skip[k][1]) not to read (their bytes of dst are left untouched, and
+     * count as done for progress): sorted, disjoint, URING_ALIGN-aligned; NULL / 0: none */
+    const uint64_t (*skip)[2];
+    size_t n_skip;
 };
 
 struct uring_stats {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -258,6 +259,75 @@ static void test_methods(const char *model)
     check_load_fails(&s, model, LOADER_ENV_FORCE);
     wseg_destroy(&s);
     unsetenv(LOADER_ENV_FORCE);
+}
+
+static bool is_ffn(const char *name) { return strstr(name, ".ffn_") != NULL; }
+
+/* loader_load_except: the FFN tensors' whole pages are neither read nor even touched (mincore: not
+ * resident in the segment), every other byte equals the file, progress still ends at the file size,
+ * and the directory lists every tensor; with each reading method. */
+static void test_skip(const char *model)
+{
+    size_t fsize;
+    char *want = slurp(model, &fsize);
+    REQUIRE(want, "cannot read %s", model);
+    struct gguf_file *gf = NULL;
+    REQUIRE(gguf_open(&gf, model) == 0, "gguf_open %s: %s", model, pi_errmsg());
+    const uint64_t base = gguf_data_offset(gf);
+    uint8_t *skipped = calloc(fsize, 1);
+    uint64_t n_skipped = 0;
+    for (size_t i = 0; i < gguf_n_tensors(gf); i++) {
+        const struct gguf_tensor *t = gguf_tensor(gf, i);
+        if (!is_ffn(t->name))
+            continue;
+        const uint64_t a = (base + t->offset + 4095) / 4096 * 4096, b = (base + t->offset + t->nbytes) / 4096 * 4096;
+        for (uint64_t o = a; o < b; o++)
+            skipped[o] = 1;
+        n_skipped += b > a ? b - a : 0;
+    }
+    const size_t n_tensors = gguf_n_tensors(gf);
+    gguf_close(gf);
+    REQUIRE(n_skipped > fsize / 4, "the tiny model's FFN is most of it (%llu of %zu bytes)", (unsigned long long)n_skipped,
+            fsize);
+    static const char *const forces[] = { NULL, "buffered", "pread" };
+    for (size_t f = 0; f < sizeof forces / sizeof *forces; f++) {
+        if (forces[f])
+            setenv(LOADER_ENV_FORCE, forces[f], 1);
+        else
+            unsetenv(LOADER_ENV_FORCE);
+        struct wseg s;
+        enum loader_outcome out;
+        REQUIRE(wseg_create(&s, model) == 0, "segment: %s", pi_errmsg());
+        CHECK_OK(loader_load_except(&s.w, model, &s.prog, is_ffn, &out));
+        /* the skipped pages were never touched: not resident in the segment (before any read of them) */
+        const long pg = sysconf(_SC_PAGESIZE);
+        uint64_t first = 0;
+        while (first < fsize && !skipped[first])
+            first++;
+        CHECK(first < fsize, "a skipped page exists");
+        unsigned char vec[4] = { 1, 1, 1, 1 };
+        const uintptr_t at = ((uintptr_t)s.w.image + first) / (uintptr_t)pg * (uintptr_t)pg;
+        CHECK(mincore((void *)at, (size_t)pg * 4, vec) == 0 && !(vec[0] & 1) && !(vec[3] & 1),
+              "%s: a skipped page is resident (mincore %d %d)", s.method, vec[0] & 1, vec[3] & 1);
+        const char *img = s.w.image;
+        bool same = true, zero = true;
+        for (size_t o = 0; o < fsize; o++) {
+            if (skipped[o])
+                zero &= img[o] == 0;
+            else
+                same &= img[o] == want[o];
+        }
+        CHECK(same, "%s: the bytes outside the skipped pages differ from the file", s.method);
+        CHECK(zero, "%s: skipped pages hold data", s.method);
+        CHECK(atomic_load(&s.done) == fsize, "%s: progress %llu of %zu", s.method,
+              (unsigned long long)atomic_load(&s.done), fsize);
+        CHECK(s.w.info->n_tensors == n_tensors, "%s: directory of %u tensors, want %zu", s.method,
+              s.w.info->n_tensors, n_tensors);
+        wseg_destroy(&s);
+    }
+    unsetenv(LOADER_ENV_FORCE);
+    free(skipped);
+    free(want);
 }
 
 /* Write a small GGUF with one tensor named `name` of n f32 elements. */
@@ -534,6 +604,7 @@ int main(int argc, char **argv)
 
     test_layout();
     test_methods(model);
+    test_skip(model);
     test_reattach(model);
     test_odd_size();
     test_failures(model);
