@@ -190,44 +190,7 @@ static inline int32_t hsum_i32x8(__m256i v)
 
 typedef void (*kvec_unpack_fn)(const void *blk, struct kvec *u);
 
-/* s = Σ_superblocks (dx dy) isum - (dmin dy) msum, with isum = Σ_sub sc Σ qx qy exact (see top) */
-static inline void kvec_vec_dot(int64_t n, float *s, const void *vx, const void *vy, size_t bsize,
-                                kvec_unpack_fn unpack)
-{
-    const struct block_q8_K *y = vy;
-    struct kvec u;
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const char *xb = (const char *)vx + (size_t)i * bsize;
-        for (size_t k = 0; k < bsize; k += CACHE_LINE)
-            _mm_prefetch(xb + PREFETCH_BYTES + k, _MM_HINT_T0);
-        unpack(xb, &u);
-        __m256i acc = _mm256_setzero_si256();
-        for (int c = 0; c < CHUNKS; c++) {
-            const __m256i qy = load256(y[i].qs + 32 * c);
-            const __m256i p16 = u.nonneg ? _mm256_maddubs_epi16(u.q[c], qy)
-                                         : _mm256_maddubs_epi16(_mm256_sign_epi8(u.q[c], u.q[c]),
-                                                                _mm256_sign_epi8(qy, u.q[c]));
-            const __m256i scv = u.len == 32 ? _mm256_set1_epi16(u.sc[c])
-                                            : _mm256_set_m128i(_mm_set1_epi16(u.sc[2 * c + 1]), _mm_set1_epi16(u.sc[2 * c]));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, scv));
-        }
-        const int32_t isum = hsum_i32x8(acc);
-        int32_t msum = 0;
-        const int per = u.len / SUB16;
-        for (int sb = 0; sb < QK_K / u.len; sb++) {
-            int32_t ys = 0;
-            for (int k = 0; k < per; k++)
-                ys += y[i].bsums[sb * per + k];
-            msum += u.m[sb] * ys;
-        }
-        sumf += (u.d * y[i].d) * (float)isum - (u.dmin * y[i].d) * (float)msum;
-    }
-    *s = sumf;
-}
-
-/* Up to two rows against one Q8_K activation: each row's operations are kvec_vec_dot's in its
- * order (so its bits), the activation's quants loaded once per super-block for both. */
+/* Up to two rows against one Q8_K activation: each row's operations in one order whatever nr is (so its bits), the activation's quants loaded once per super-block for both. */
 static inline __attribute__((always_inline)) void kvec_rows(int64_t n, int nr, const void *const *vx, const void *vy,
                                                             float *s, size_t bsize, kvec_unpack_fn unpack)
 {
@@ -267,6 +230,15 @@ static inline __attribute__((always_inline)) void kvec_rows(int64_t n, int nr, c
     }
     for (int r = 0; r < nr; r++)
         s[r] = sumf[r];
+}
+
+/* s = Σ_superblocks (dx dy) isum - (dmin dy) msum, with isum = Σ_sub sc Σ qx qy exact (see top):
+ * the multi-row body with one row, so a row's bits are the same through either */
+static inline void kvec_vec_dot(int64_t n, float *s, const void *vx, const void *vy, size_t bsize,
+                                kvec_unpack_fn unpack)
+{
+    const void *rows[1] = { vx };
+    kvec_rows(n, 1, rows, vy, s, bsize, unpack);
 }
 
 /* rows [r0, r1) two at a time (the last one alone) */
