@@ -161,29 +161,8 @@ __device__ static inline void x_load(const uint8_t *__restrict__ xr, int64_t n_i
     }
 }
 
-/* acc += dot(lane block, x) in a fixed order: float types Σ_e w_e x_e as an fmaf chain; Q types the
- * integer block dot of the quantized activation, scaled once. */
-template <class T>
-__device__ static inline float dot_x(const uint4 *qq, const typename T::S &s, const XV<T> &xv, float acc)
-{
-    if constexpr (T::QX) {
-        return T::dot(qq, s, xv.q, xv.d, acc);
-    } else {
-        float w[T::E];
-        T::deq(qq, w);
-#pragma unroll
-        for (int k = 0; k < T::E / 4; k++) {
-            acc = __fmaf_rn(w[4 * k], xv.f[k].x, acc);
-            acc = __fmaf_rn(w[4 * k + 1], xv.f[k].y, acc);
-            acc = __fmaf_rn(w[4 * k + 2], xv.f[k].z, acc);
-            acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
-        }
-        return acc;
-    }
-}
-
-/* The float types' chain of dot_x with the lane block already dequantized (w, E floats): the same
- * fmaf in the same order, so that a dequantized block can serve every token of the launch. */
+/* The float types' fmaf chain over a lane block already dequantized (w, E floats): dot_x's, and
+ * the kernels' that dequantize a block once for every token of the launch. */
 template <class T>
 __device__ static inline float dot_w(const float *w, const XV<T> &xv, float acc)
 {
@@ -195,6 +174,20 @@ __device__ static inline float dot_w(const float *w, const XV<T> &xv, float acc)
         acc = __fmaf_rn(w[4 * k + 3], xv.f[k].w, acc);
     }
     return acc;
+}
+
+/* acc += dot(lane block, x) in a fixed order: float types Σ_e w_e x_e as an fmaf chain; Q types the
+ * integer block dot of the quantized activation, scaled once. */
+template <class T>
+__device__ static inline float dot_x(const uint4 *qq, const typename T::S &s, const XV<T> &xv, float acc)
+{
+    if constexpr (T::QX) {
+        return T::dot(qq, s, xv.q, xv.d, acc);
+    } else {
+        float w[T::E];
+        T::deq(qq, w);
+        return dot_w<T>(w, xv, acc);
+    }
 }
 
 /* acc[r][t] op= lane block u of row r · x_t for the tokens t < nt: Q types dot each token's
