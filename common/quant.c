@@ -179,16 +179,27 @@ size_t quant_row_size(uint32_t type, int64_t n)
     return (size_t)(n / t->blck_size) * t->type_size;
 }
 
+/* the level's kernels of a known type, or NULL */
+static const struct pi_type_traits *traits_at(uint32_t type, enum pi_cpu_level l)
+{
+    return type < PI_TYPE_COUNT && traits_ref[type].name ? &traits_lv[l][type] : NULL;
+}
+
+/* The loader rejects tensors without kernels; if one slips through, poison the output rather than crash. */
+static void poison(float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = NAN;
+}
+
 /* y[r] = W[r,:] · x for r in [r0, r1) */
 void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                      float *y, int64_t r0, int64_t r1)
 {
     const enum pi_cpu_level l = level_now();
-    const struct pi_type_traits *t = type < PI_TYPE_COUNT && traits_ref[type].name ? &traits_lv[l][type] : NULL;
+    const struct pi_type_traits *t = traits_at(type, l);
     if (t == NULL || t->vec_dot == NULL) {
-        /* The loader rejects such tensors; if one slips through, poison the output rather than crash. */
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = NAN;
+        poison(y + r0, r1 - r0);
         return;
     }
     /* each level's multi-row path computes its rows as that level's vec_dot does */
@@ -206,6 +217,48 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
     const char *w = W;
     for (int64_t r = r0; r < r1; r++)
         dot(n, &y[r], w + (size_t)r * row_bytes, x_vd);
+}
+
+#define CACHE_LINE 64
+#define GATHER_PREFETCH_CAP 4096 /* bytes of the next row fetched ahead; the hardware takes over along it */
+
+void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows, float *y)
+{
+    const enum pi_cpu_level l = level_now();
+    const struct pi_type_traits *t = traits_at(type, l);
+    if (t == NULL || t->vec_dot == NULL) {
+        poison(y, nrows);
+        return;
+    }
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (l == PI_CPU_AVX2 && quant_avx2_gemv_gather(type, n, x_vd, rows, nrows, y))
+        return;
+#endif
+    const size_t row_bytes = quant_row_size(type, n);
+    for (int64_t r = 0; r < nrows; r++) {
+        if (r + 1 < nrows)
+            for (size_t o = 0; o < row_bytes && o < GATHER_PREFETCH_CAP; o += CACHE_LINE)
+                __builtin_prefetch((const char *)rows[r + 1] + o, 0, 3);
+        t->vec_dot(n, &y[r], rows[r], x_vd);
+    }
+}
+
+void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
+{
+    const enum pi_cpu_level l = level_now();
+    const struct pi_type_traits *t = traits_at(type, l);
+    if (t == NULL || t->axpy == NULL) {
+        poison(y, n);
+        return;
+    }
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (l == PI_CPU_AVX2 && quant_avx2_axpy_rows(type, n, y, a, rows, nr, init))
+        return;
+#endif
+    if (init)
+        memset(y, 0, (size_t)n * sizeof *y);
+    for (int k = 0; k < nr; k++)
+        t->axpy(n, y, a[k], rows[k]);
 }
 
 /* the fallback tile: rows that stay in L1/L2 while every token of the batch passes */

@@ -111,6 +111,18 @@ pi_bf16 pi_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                      float *y, int64_t r0, int64_t r1);
 
+/* y[r] = dot(rows[r], x) for r in [0, nrows): the multi-row GEMV over rows at any addresses (a sparse
+ * FFN's live neurons, each of quant_row_size(type, n) bytes), the activation prepared once per call
+ * where the kernels do that; bitwise vec_dot's per row at the same level. Each row is prefetched
+ * while the one before it is computed, and no prefetch reaches past a row's end. */
+void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
+                       float *y);
+
+/* y += Σ_k a[k] * rows[k] for k in [0, nr), each element's updates in order k: bitwise nr calls of
+ * the type's axpy in that order (at the same level), after a memset of y to 0 if init. The sparse
+ * FFN's down_t rows of one neuron group; the kernels keep a chunk of y in registers over a few rows. */
+void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init);
+
 /* Y_b[r] = dot(W row r, X_b) for rows [r0, r1) and the B activations X_b = X_vd + b * x_stride
  * (bytes, each in W's vec_dot_type), Y_b = Y + b * y_stride (floats): the batched matmul's tile,
  * which unpacks each weight block once for several tokens where the kernels can. Every value is
@@ -127,6 +139,12 @@ void quant_avx2_install(struct pi_type_traits *traits, size_t count);
  * for the other types (and rows too long for its stack buffers); same preconditions as above. */
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                           float *y, int64_t r0, int64_t r1);
+/* and its gather (quant_gemv_gather's contract): false, computing nothing, for the types it lacks */
+bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
+                            float *y);
+/* and its multi-row AXPY (quant_axpy_rows' contract): false, computing nothing, for the types it lacks */
+bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
+                          bool init);
 /* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same two
  * entry points; only after cpuid has reported AVX-512 F/BW/VL/DQ/VNNI (quant_init does). */
 void quant_avx512_install(struct pi_type_traits *traits, size_t count);

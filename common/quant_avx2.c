@@ -86,9 +86,23 @@ static inline float elem_bf16(const void *p, int64_t i)
     return f;
 }
 
-/* s = Σ x[i]*y[i], x of type T, y f32; UNROLL accumulators, then 8-wide, then a scalar tail */
+/* Where the software prefetch may reach: past the row's end into the next row (a dense GEMV's rows
+ * are contiguous), or only inside it (a single dot, or a gathered row: the bytes after it belong to
+ * a neuron that is most likely inactive, and fetching them would waste read bandwidth). */
+enum prefetch_reach { PF_ROW, PF_PAST };
+
+/* prefetch the line PREFETCH_BYTES past byte `at` of a row of `row` bytes, if within the reach */
+static inline void prefetch_ahead(const char *x, size_t at, size_t row, enum prefetch_reach reach)
+{
+    if (reach == PF_PAST || at + PREFETCH_BYTES < row)
+        _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
+}
+
+/* s = Σ x[i]*y[i], x of type T, y f32; UNROLL accumulators, then 8-wide, then a scalar tail; the
+ * single dot and the dense GEMV's rows (which prefetch into the next row) */
 #define VEC_DOT_F(T)                                                                               \
-    static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *vy)              \
+    static inline __attribute__((always_inline)) void T##_dot_body(int64_t n, float *s, const void *x, \
+                                                                    const void *vy, enum prefetch_reach reach) \
     {                                                                                              \
         const float *y = vy;                                                                       \
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
@@ -96,7 +110,7 @@ static inline float elem_bf16(const void *p, int64_t i)
         int64_t i = 0;                                                                             \
         for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                         \
             for (int k = 0; k < F32_PER_ITER * ELEM_##T; k += CACHE_LINE)                          \
-                _mm_prefetch((const char *)x + i * ELEM_##T + PREFETCH_BYTES + k, _MM_HINT_T0);    \
+                prefetch_ahead(x, (size_t)(i * ELEM_##T + k), (size_t)(n * ELEM_##T), reach);      \
             acc0 = _mm256_fmadd_ps(load8_##T(x, i), _mm256_loadu_ps(y + i), acc0);                 \
             acc1 = _mm256_fmadd_ps(load8_##T(x, i + 8), _mm256_loadu_ps(y + i + 8), acc1);         \
             acc2 = _mm256_fmadd_ps(load8_##T(x, i + 16), _mm256_loadu_ps(y + i + 16), acc2);       \
@@ -108,6 +122,10 @@ static inline float elem_bf16(const void *p, int64_t i)
         for (; i < n; i++)                                                                         \
             sum += elem_##T(x, i) * y[i];                                                          \
         *s = sum;                                                                                  \
+    }                                                                                              \
+    static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *vy)              \
+    {                                                                                              \
+        T##_dot_body(n, s, x, vy, PF_ROW);                                                         \
     }
 
 VEC_DOT_F(f32)
@@ -251,6 +269,129 @@ static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
     }
 }
 
+/* ---- multi-row AXPY: y += Σ_k a[k] x_k over a few rows at a time ---------------------------------
+ * A chunk of y (one block) stays in registers while AXPY_CHUNK rows are added into it, each element's
+ * FMAs in row order: the same operations, in the same order, as one axpy call per row, with y loaded
+ * and stored once per chunk instead of once per row. init: y starts at zero, as after a memset (the
+ * first chunk then adds into a zero register instead of loading y). The rows after the chunk are
+ * fetched while it is computed, a line at a time as the chunk advances through its block. */
+#define AXPY_CHUNK 4
+
+static inline void prefetch_line_of(const void *const *rows, int k0, int k1, size_t at)
+{
+    for (int k = k0; k < k1; k++)
+        _mm_prefetch((const char *)rows[k] + at, _MM_HINT_T0);
+}
+
+static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
+{
+    const __m256i nib = _mm256_set1_epi32(NIBBLE), off = _mm256_set1_epi32(Q4_0_OFFSET);
+    for (int k0 = 0; k0 < nr; k0 += AXPY_CHUNK) {
+        const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;
+        const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr; /* the next chunk, prefetched */
+        const bool zero = init && k0 == 0;
+        for (int64_t i = 0; i < n / QK4_0; i++) {
+            const size_t at = (size_t)i * sizeof(struct block_q4_0);
+            if (at % CACHE_LINE < sizeof(struct block_q4_0)) /* this block starts a new line */
+                prefetch_line_of(rows, k1, p1, at - at % CACHE_LINE);
+            float *yb = y + i * QK4_0;
+            __m256 acc[4];
+            for (int c = 0; c < 4; c++)
+                acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yb + c * F32_PER_VEC);
+            for (int k = k0; k < k1; k++) {
+                const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i;
+                const __m256 sc = _mm256_set1_ps(a[k] * f16_to_f32(x->d));
+                for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high) */
+                    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * h)));
+                    acc[h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, nib), off)),
+                                             acc[h]);
+                    acc[2 + h] = _mm256_fmadd_ps(
+                        sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
+                }
+            }
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
+        }
+    }
+}
+
+static void q8_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
+{
+    for (int k0 = 0; k0 < nr; k0 += AXPY_CHUNK) {
+        const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;
+        const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr;
+        const bool zero = init && k0 == 0;
+        for (int64_t i = 0; i < n / QK8_0; i++) {
+            const size_t at = (size_t)i * sizeof(struct block_q8_0);
+            if (at % CACHE_LINE < sizeof(struct block_q8_0))
+                prefetch_line_of(rows, k1, p1, at - at % CACHE_LINE);
+            float *yb = y + i * QK8_0;
+            __m256 acc[4];
+            for (int c = 0; c < 4; c++)
+                acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yb + c * F32_PER_VEC);
+            for (int k = k0; k < k1; k++) {
+                const struct block_q8_0 *x = (const struct block_q8_0 *)rows[k] + i;
+                const __m256 sc = _mm256_set1_ps(a[k] * f16_to_f32(x->d));
+                for (int c = 0; c < 4; c++)
+                    acc[c] = _mm256_fmadd_ps(
+                        sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)))),
+                        acc[c]);
+            }
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
+        }
+    }
+}
+
+/* the float types: chunks of F32_PER_ITER elements */
+#define AXPY_ROWS_F(T)                                                                             \
+    static void T##_axpy_rows_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init) \
+    {                                                                                              \
+        for (int k0 = 0; k0 < nr; k0 += AXPY_CHUNK) {                                              \
+            const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;                            \
+            const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr;                            \
+            const bool zero = init && k0 == 0;                                                     \
+            int64_t i = 0;                                                                         \
+            for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                     \
+                for (int o = 0; o < F32_PER_ITER * ELEM_##T; o += CACHE_LINE)                      \
+                    prefetch_line_of(rows, k1, p1, (size_t)(i * ELEM_##T + o));                    \
+                __m256 acc[UNROLL];                                                                \
+                for (int c = 0; c < UNROLL; c++)                                                   \
+                    acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(y + i + c * F32_PER_VEC); \
+                for (int k = k0; k < k1; k++) {                                                    \
+                    const __m256 va = _mm256_set1_ps(a[k]);                                        \
+                    for (int c = 0; c < UNROLL; c++)                                               \
+                        acc[c] = _mm256_fmadd_ps(va, load8_##T(rows[k], i + c * F32_PER_VEC), acc[c]); \
+                }                                                                                  \
+                for (int c = 0; c < UNROLL; c++)                                                   \
+                    _mm256_storeu_ps(y + i + c * F32_PER_VEC, acc[c]);                             \
+            }                                                                                      \
+            for (; i < n; i++) {                                                                   \
+                float v = zero ? 0.0f : y[i];                                                      \
+                for (int k = k0; k < k1; k++)                                                      \
+                    v = fmaf(a[k], elem_##T(rows[k], i), v);                                       \
+                y[i] = v;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+AXPY_ROWS_F(f32)
+AXPY_ROWS_F(f16)
+AXPY_ROWS_F(bf16)
+
+bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
+                          bool init)
+{
+    switch (type) {
+    case PI_TYPE_Q4_0: q4_0_axpy_rows_avx2(n, y, a, rows, nr, init); return true;
+    case PI_TYPE_Q8_0: q8_0_axpy_rows_avx2(n, y, a, rows, nr, init); return true;
+    case PI_TYPE_F32: f32_axpy_rows_avx2(n, y, a, rows, nr, init); return true;
+    case PI_TYPE_F16: f16_axpy_rows_avx2(n, y, a, rows, nr, init); return true;
+    case PI_TYPE_BF16: bf16_axpy_rows_avx2(n, y, a, rows, nr, init); return true;
+    default: return false;
+    }
+}
+
 /* ---- multi-row GEMV: the activation prepared once per call ----------------------------------
  *
  * Per block the single-row dots above spend as much work on the two f16 scales (load, convert,
@@ -364,7 +505,8 @@ static inline void q4_0_ab(const struct gemv_act *a, const struct block_q8_0 *y,
 #define GEMM_TOKENS 4
 static inline __attribute__((always_inline)) void q4_0_rows(const struct block_q4_0 *x, int nt,
                                                            const struct block_q8_0 *const *y,
-                                                           const struct gemv_act *const *a, int64_t nb, float *out)
+                                                           const struct gemv_act *const *a, int64_t nb, float *out,
+                                                           enum prefetch_reach reach)
 {
     __m256 acc[GEMM_TOKENS], corr[GEMM_TOKENS];
     for (int t = 0; t < nt; t++)
@@ -373,7 +515,7 @@ static inline __attribute__((always_inline)) void q4_0_rows(const struct block_q
     int64_t b = 0;
     for (; b + Q4_GROUP <= nb; b += Q4_GROUP) {
         for (int k = 0; k < Q4_GROUP * (int)sizeof *x; k += CACHE_LINE)
-            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
+            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach);
         const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16(
             (short)x[b].d, (short)x[b + 2].d, (short)x[b + 4].d, (short)x[b + 6].d,
             (short)x[b + 1].d, (short)x[b + 3].d, (short)x[b + 5].d, (short)x[b + 7].d));
@@ -447,7 +589,8 @@ static inline __m256 reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
  * GEMV and the GEMM tile, each token's operations independent of nt (as q4_0_rows) */
 static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q8_0 *x, int nt,
                                                            const struct block_q8_0 *const *y,
-                                                           const struct gemv_act *const *a, int64_t nb, float *out)
+                                                           const struct gemv_act *const *a, int64_t nb, float *out,
+                                                           enum prefetch_reach reach)
 {
     __m256 acc[GEMM_TOKENS];
     for (int t = 0; t < nt; t++)
@@ -455,7 +598,7 @@ static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q
     int64_t b = 0;
     for (; b + Q8_GROUP <= nb; b += Q8_GROUP) {
         for (int k = 0; k < Q8_GROUP * (int)sizeof *x; k += CACHE_LINE)
-            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
+            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach);
         const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x[b].d, (short)x[b + 1].d, (short)x[b + 2].d,
                                                       (short)x[b + 3].d, 0, 0, 0, 0));
         for (int t = 0; t < nt; t++) {
@@ -482,13 +625,13 @@ static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q
 static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s);
+    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s, PF_ROW);
 }
 
 static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s);
+    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s, PF_ROW);
 }
 
 static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)
@@ -499,26 +642,63 @@ static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct blo
         gemv_act_prepare_q8_0(a, y, nb);
 }
 
-/* rows [r0, r1) against nt prepared activations (nt a constant where inlined) */
+/* rows [r0, r1) against nt prepared activations (nt a constant where inlined): row r at
+ * w + r * row_bytes, or at rowp[r] (a gather; each row's prefetch then stays inside it, and the next
+ * row is fetched while this one is computed) */
 static inline __attribute__((always_inline)) void rows_prepared(uint32_t type, const uint8_t *w, size_t row_bytes,
-                                                               int64_t nb, int nt, const struct block_q8_0 *const *y,
+                                                               const void *const *rowp, int64_t nb, int nt,
+                                                               const struct block_q8_0 *const *y,
                                                                const struct gemv_act *const *a, float *Y,
                                                                size_t y_stride, int64_t r0, int64_t r1)
 {
+    const enum prefetch_reach reach = rowp ? PF_ROW : PF_PAST;
     for (int64_t r = r0; r < r1; r++) {
         float out[GEMM_TOKENS];
+        const void *x = rowp ? rowp[r] : (const void *)(w + (size_t)r * row_bytes);
+        if (rowp && r + 1 < r1)
+            for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
+                _mm_prefetch((const char *)rowp[r + 1] + o, _MM_HINT_T0);
         if (type == PI_TYPE_Q4_0)
-            q4_0_rows((const void *)(w + (size_t)r * row_bytes), nt, y, a, nb, out);
+            q4_0_rows(x, nt, y, a, nb, out, reach);
         else
-            q8_0_rows((const void *)(w + (size_t)r * row_bytes), nt, y, a, nb, out);
+            q8_0_rows(x, nt, y, a, nb, out, reach);
         for (int t = 0; t < nt; t++)
             Y[(size_t)t * y_stride + (size_t)r] = out[t];
     }
 }
 
-bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
-                          float *y, int64_t r0, int64_t r1)
+/* the float types' rows, dense (row r at W + r * row_bytes, prefetching into the next) or gathered */
+static bool float_rows(uint32_t type, const char *W, size_t row_bytes, const void *const *rowp, int64_t n,
+                       const void *x, float *y, int64_t r0, int64_t r1)
 {
+    const enum prefetch_reach reach = rowp ? PF_ROW : PF_PAST;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *w = rowp ? rowp[r] : (const void *)(W + (size_t)r * row_bytes);
+        if (rowp && r + 1 < r1)
+            for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
+                _mm_prefetch((const char *)rowp[r + 1] + o, _MM_HINT_T0);
+        switch (type) {
+        case PI_TYPE_F32: f32_dot_body(n, &y[r], w, x, reach); break;
+        case PI_TYPE_F16: f16_dot_body(n, &y[r], w, x, reach); break;
+        case PI_TYPE_BF16: bf16_dot_body(n, &y[r], w, x, reach); break;
+        default: return false;
+        }
+    }
+    return true;
+}
+
+static bool is_float_type(uint32_t type)
+{
+    return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16;
+}
+
+/* one activation against rows [r0, r1), dense (rowp NULL) or gathered: the float types' dots, or the
+ * q8_0 / q4_0 rows against the activation prepared once; false for the other types */
+static bool gemv_one(uint32_t type, const void *W, size_t row_bytes, const void *const *rowp, int64_t n,
+                     const void *x_vd, float *y, int64_t r0, int64_t r1)
+{
+    if (is_float_type(type))
+        return float_rows(type, W, row_bytes, rowp, n, x_vd, y, r0, r1);
     const int64_t nb = n / QK8_0;
     if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
         return false;
@@ -529,8 +709,20 @@ bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_
     const struct gemv_act *a[1] = { &act };
     const struct block_q8_0 *ys[1] = { x_vd };
     gemv_act_prepare(type, &act, x_vd, nb);
-    rows_prepared(type, W, row_bytes, nb, 1, ys, a, y, 0, r0, r1);
+    rows_prepared(type, W, row_bytes, rowp, nb, 1, ys, a, y, 0, r0, r1);
     return true;
+}
+
+bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
+                          float *y, int64_t r0, int64_t r1)
+{
+    return gemv_one(type, W, row_bytes, NULL, n, x_vd, y, r0, r1);
+}
+
+bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
+                            float *y)
+{
+    return gemv_one(type, NULL, quant_row_size(type, n), rows, n, x_vd, y, 0, nrows);
 }
 
 /* The GEMM tile: rows [r0, r1) against B activations, all prepared once per call (B x 40 bytes per
@@ -563,10 +755,10 @@ bool quant_avx2_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_
         for (int b0 = 0; b0 < B; b0 += GEMM_TOKENS) {
             float *Yb = Y + (size_t)b0 * y_stride;
             if (B - b0 >= GEMM_TOKENS)
-                rows_prepared(type, W, row_bytes, nb, GEMM_TOKENS, ys + b0, a + b0, Yb, y_stride, t0, t1);
+                rows_prepared(type, W, row_bytes, NULL, nb, GEMM_TOKENS, ys + b0, a + b0, Yb, y_stride, t0, t1);
             else
                 for (int t = b0; t < B; t++)
-                    rows_prepared(type, W, row_bytes, nb, 1, ys + t, a + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
+                    rows_prepared(type, W, row_bytes, NULL, nb, 1, ys + t, a + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
         }
     }
     free(buf), free(act), free(a), free(ys);

@@ -222,13 +222,27 @@ static void act_worker(void *arg, int ith, int nth)
 #define AXPY_GROUP 256
 #define AXPY_TOKENS 16
 
-/* This thread's groups [g0, g1): the activations of their neurons, then their AXPYs. */
+/* The live neurons of group [lo, hi): their indices and gate/up rows, for the gathered GEMVs */
+struct group_rows {
+    int32_t n;
+    int64_t idx[AXPY_GROUP];
+    const void *gate[AXPY_GROUP], *up[AXPY_GROUP];
+    float g[AXPY_GROUP], u[AXPY_GROUP];
+    uint8_t live[AXPY_GROUP]; /* the neuron is added for some token (its down_t row is read) */
+};
+
+/* This thread's groups [g0, g1): the activations of their neurons (one gathered GEMV per token and
+ * kind: the activation is prepared once for the group's rows, and no prefetch strays past a row),
+ * then their AXPYs in ascending neuron order. */
 static void group_worker(void *arg, int ith, int nth)
 {
     const struct ffn_job *j = arg;
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
     const int64_t g0 = j->n_groups * ith / nth, g1 = j->n_groups * (ith + 1) / nth;
     const int32_t nt = j->t1 - j->t0;
+    const uint32_t gate_type = lw_tensor(j->w, PI_ROW_GATE)->type;
+    struct group_rows gr;
+    memset(gr.live, 0, sizeof gr.live);
     /* first run that may reach group g0 (runs are sorted and disjoint): a binary search, as a
      * slice is one group and there are ~n_ff / 10 runs */
     int32_t k = 0, hi_k = j->runs->n;
@@ -247,35 +261,53 @@ static void group_worker(void *arg, int ith, int nth)
         int64_t rows = 0;
         while (k < j->runs->n && j->runs->run[k][0] + j->runs->run[k][1] <= lo)
             k++;
+        gr.n = 0;
         for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
             const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
             const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
-            /* the next run's rows are fetched while this one computes: a sparse mask leaves
-             * runs of one or two neurons, too short for the hardware prefetcher to catch on */
-            const int64_t next = q + 1 < j->runs->n && j->runs->run[q + 1][0] < hi ? j->runs->run[q + 1][0] : -1;
-            prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, s), j->dt->row_bytes);
-            act_segment(j, s, e, next);
             for (int64_t i = s; i < e; i++) {
-                const char *row = lw_row(j->w, PI_ROW_DOWN_T, i);
-                if (i + 1 < e)
-                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, i + 1), j->dt->row_bytes);
-                else if (next >= 0)
-                    prefetch_bytes(lw_row(j->w, PI_ROW_DOWN_T, next), j->dt->row_bytes);
-                bool read = false;
-                for (int32_t t = 0; t < nt; t++) {
-                    const float a = j->act[(size_t)(j->t0 + t) * F + i];
-                    if (a == 0.0f)
-                        continue;
-                    float *at = acc + (size_t)t * E;
-                    if (!used[t]) {
-                        memset(at, 0, (size_t)E * sizeof *at);
-                        used[t] = 1;
-                    }
-                    j->axpy(E, at, a, row);
-                    read = true;
-                }
-                rows += read;
+                gr.idx[gr.n] = i;
+                gr.gate[gr.n] = lw_row(j->w, PI_ROW_GATE, i);
+                gr.up[gr.n] = lw_row(j->w, PI_ROW_UP, i);
+                gr.n++;
             }
+        }
+        if (gr.n == 0) {
+            j->grows[g] = 0;
+            continue;
+        }
+        for (int32_t t = j->t0; t < j->t1; t++) {
+            const char *x = j->xq + (size_t)t * j->xq_stride;
+            quant_gemv_gather(gate_type, E, x, gr.gate, gr.n, gr.g);
+            quant_gemv_gather(gate_type, E, x, gr.up, gr.n, gr.u);
+            const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
+            float *a = j->act + (size_t)t * F;
+            for (int32_t r = 0; r < gr.n; r++) {
+                const int64_t i = gr.idx[r];
+                a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, gr.g[r], gr.u[r]);
+            }
+        }
+        /* each token's live neurons in ascending order, added into its accumulator (which starts at
+         * zero with the first of them) a few rows per pass */
+        for (int32_t t = 0; t < nt; t++) {
+            const float *a = j->act + (size_t)(j->t0 + t) * F;
+            int32_t nl = 0;
+            for (int32_t r = 0; r < gr.n; r++) {
+                const int64_t i = gr.idx[r];
+                if (a[i] == 0.0f)
+                    continue;
+                gr.g[nl] = a[i];
+                gr.gate[nl] = lw_row(j->w, PI_ROW_DOWN_T, i); /* gate's slots reused for down_t rows */
+                gr.live[r] = 1;
+                nl++;
+            }
+            used[t] = nl > 0;
+            if (nl)
+                quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.g, gr.gate, nl, true);
+        }
+        for (int32_t r = 0; r < gr.n; r++) {
+            rows += gr.live[r];
+            gr.live[r] = 0;
         }
         j->grows[g] = rows;
     }

@@ -23,6 +23,7 @@
 #define QUANT_DOT_TOL 1e-6 /* relative to Σ_blocks |dx*dy|*Σ|qx*qy|: integer sums, float across blocks */
 #define F16_REL_ERR (1.0 / 2048) /* half an ulp at 11 significant bits */
 #define BF16_REL_ERR (1.0 / 256) /* half an ulp at 8 significant bits */
+#define F16_SUBNORMAL_HALF_ULP 0x1p-25 /* below 2^-14 f16's spacing is 2^-24 whatever the magnitude */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -434,7 +435,7 @@ static void test_random_type(uint32_t type, int64_t n, bool avx2)
         double tol = type == PI_TYPE_F16 ? F16_REL_ERR : type == PI_TYPE_BF16 ? BF16_REL_ERR : 0.0;
         int bad = 0;
         for (int64_t i = 0; i < n; i++)
-            if (fabs((double)dq[i] - x[i]) > tol * fabs(x[i]))
+            if (fabs((double)dq[i] - x[i]) > fmax(tol * fabs(x[i]), type == PI_TYPE_F16 ? F16_SUBNORMAL_HALF_ULP : 0.0))
                 bad++;
         CHECK(bad == 0, "%s n=%ld: %d elements beyond half an ulp", ref->name, (long)n, bad);
     }
@@ -565,6 +566,71 @@ static void test_gemv_rows(void)
     free(wf), free(x), free(wdq), free(xdq), free(w), free(xq);
 }
 
+/* quant_gemv_gather and quant_axpy_rows at the level in use, every type with kernels: bitwise that
+ * level's vec_dot per row, and nr axpy calls in order (after a memset when init), on rows at
+ * scattered addresses and for every chunk shape (nr across the kernels' chunks of a few rows) */
+static void check_gather_axpy_rows(const char *level)
+{
+    enum { NR = 11, N_MAX = 4096 };
+    const int64_t lengths[] = { 512, N_MAX };
+    float *wf = malloc(N_MAX * sizeof *wf), *x = malloc(N_MAX * sizeof *x);
+    float *y1 = malloc(N_MAX * sizeof *y1), *y2 = malloc(N_MAX * sizeof *y2);
+    uint8_t *xq = malloc(N_MAX * sizeof(float) + 64);
+    REQUIRE(wf && x && y1 && y2 && xq, "alloc");
+    for (uint32_t type = 0; type < PI_TYPE_COUNT; type++) {
+        const struct pi_type_traits *ref = quant_traits_ref(type), *fast = quant_traits(type);
+        if (!ref || !ref->name || !ref->vec_dot || !ref->axpy)
+            continue;
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            const int64_t n = lengths[l];
+            const size_t rb = quant_row_size(type, n);
+            /* rows apart from each other, in the order of neither their addresses nor their index */
+            void *rows[NR];
+            for (int r = 0; r < NR; r++) {
+                rows[(r * 7) % NR] = malloc(rb + 64 * (size_t)r);
+                REQUIRE(rows[(r * 7) % NR], "alloc");
+            }
+            for (int r = 0; r < NR; r++) {
+                for (int64_t i = 0; i < n; i++)
+                    wf[i] = rng_unit() * (1.0f + (float)((i / 32) % 5));
+                ref->from_float(wf, rows[r], n);
+            }
+            for (int64_t i = 0; i < n; i++)
+                x[i] = rng_unit();
+            const struct pi_type_traits *vt = quant_traits_ref(ref->vec_dot_type);
+            vt->from_float(x, xq, n);
+            const void *xv = ref->vec_dot_type == PI_TYPE_F32 ? (const void *)x : xq;
+            float g[NR], want;
+            quant_gemv_gather(type, n, xv, (const void *const *)rows, NR, g);
+            int bad = 0;
+            for (int r = 0; r < NR; r++) {
+                fast->vec_dot(n, &want, rows[r], xv);
+                bad += memcmp(&want, &g[r], sizeof want) != 0;
+            }
+            CHECK(bad == 0, "%s %s n=%ld: %d gathered rows differ from vec_dot", level, ref->name, (long)n, bad);
+            float a[NR];
+            for (int r = 0; r < NR; r++)
+                a[r] = rng_unit() * 2.0f - 1.0f;
+            for (int nr = 1; nr <= NR; nr++) {
+                for (int init = 0; init < 2; init++) {
+                    for (int64_t i = 0; i < n; i++)
+                        y1[i] = y2[i] = init ? NAN : rng_unit();
+                    if (init)
+                        memset(y1, 0, (size_t)n * sizeof *y1);
+                    for (int r = 0; r < nr; r++)
+                        fast->axpy(n, y1, a[r], rows[r]);
+                    quant_axpy_rows(type, n, y2, a, (const void *const *)rows, nr, init);
+                    CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0, "%s %s n=%ld nr=%d init=%d: axpy_rows differs",
+                          level, ref->name, (long)n, nr, init);
+                }
+            }
+            for (int r = 0; r < NR; r++)
+                free(rows[r]);
+        }
+    }
+    free(wf), free(x), free(y1), free(y2), free(xq);
+}
+
 /* every level up to the best this CPU has, forced with quant_set_level; levels above it refused */
 static void test_levels(void)
 {
@@ -579,6 +645,7 @@ static void test_levels(void)
         }
         CHECK(rc == 0 && quant_level() == (enum pi_cpu_level)l, "set level %d", l);
         ql_check_level(quant_level_name((enum pi_cpu_level)l), quant_traits, quant_gemv_rows, quant_gemm_rows);
+        check_gather_axpy_rows(quant_level_name((enum pi_cpu_level)l));
         fprintf(stderr, "level %s: checked\n", quant_level_name((enum pi_cpu_level)l));
     }
     CHECK(quant_level_from_name("avx512") == PI_CPU_AVX512 && quant_level_from_name("sse") == -1, "level names");

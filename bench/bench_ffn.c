@@ -1,0 +1,133 @@
+/* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
+ *
+ *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS]
+ *
+ * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
+ * in decode) over a random mask keeping FRACTION of the neurons (default 0.1, a fixed seed: every
+ * run and thread count sees the same masks), one token (or B tokens with their own masks). Reports
+ * per layer microseconds and the weight bytes ffn_partial says it read, as GB/s, one JSON line.
+ * -L: only the first LAYERS layers (one layer's live rows fit in the last-level cache: the kernels'
+ * cost without DRAM). */
+#include "ffn_split.h"
+#include "model.h"
+#include "pi_err.h"
+#include "threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 1, iters = 5;
+    int32_t B = 1;
+    int n_layers = 0; /* 0: all */
+    double frac = 0.1;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc)
+            frac = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-B") && i + 1 < argc)
+            B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-L") && i + 1 < argc)
+            n_layers = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else {
+            fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS]\n");
+            return 2;
+        }
+    }
+    if (!path || threads < 1 || iters < 1 || B < 1 || frac <= 0 || frac > 1) {
+        fprintf(stderr, "bench_ffn: need a model path, -t >= 1, -n >= 1, -B >= 1 and 0 < -p <= 1\n");
+        return 2;
+    }
+    struct pi_model *m;
+    struct pi_pool *pool;
+    int rc = model_load(&m, path);
+    if (rc) {
+        fprintf(stderr, "bench_ffn: %s: %s\n", path, pi_errmsg());
+        return 1;
+    }
+    if ((rc = pool_new(&pool, threads))) {
+        fprintf(stderr, "bench_ffn: %s\n", pi_errmsg());
+        return 1;
+    }
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    const int L = n_layers > 0 && n_layers < m->hp.n_layer ? n_layers : m->hp.n_layer;
+    float *xn = malloc((size_t)B * E * sizeof *xn), *y = malloc((size_t)B * E * sizeof *y);
+    uint8_t *mask = malloc((size_t)L * B * F), *sel = calloc((size_t)F, 1);
+    struct ffn_runs *runs = calloc((size_t)L, sizeof *runs);
+    if (!xn || !y || !mask || !sel || !runs) {
+        fprintf(stderr, "bench_ffn: out of memory\n");
+        return 1;
+    }
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < B * E; i++)
+        xn[i] = (float)((double)(rng_next(&seed) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    const uint64_t cut = (uint64_t)(frac * 18446744073709551615.0);
+    for (size_t i = 0; i < (size_t)L * B * F; i++)
+        mask[i] = rng_next(&seed) <= cut;
+    for (int l = 0; l < L; l++)
+        if ((rc = ffn_runs_build(&runs[l], sel, 0, mask + (size_t)l * B * F, B, F))) {
+            fprintf(stderr, "bench_ffn: %s\n", pi_errmsg());
+            return 1;
+        }
+    struct ffn_scratch s = { 0 };
+    double best = 1e300, sum = 0;
+    uint64_t bytes_total = 0;
+    for (int it = -1; it < iters; it++) { /* it = -1: warm-up */
+        uint64_t bytes_it = 0;
+        const double t0 = now_us();
+        for (int l = 0; l < L; l++) {
+            const struct pi_layer_weights w = model_layer_weights(m, l);
+            uint64_t b;
+            if ((rc = ffn_partial(pool, &s, m, &w, xn, B, &runs[l], mask + (size_t)l * B * F, y, &b))) {
+                fprintf(stderr, "bench_ffn: layer %d: %s\n", l, pi_errmsg());
+                return 1;
+            }
+            bytes_it += b;
+        }
+        const double dt = now_us() - t0;
+        if (it < 0)
+            continue;
+        best = dt < best ? dt : best;
+        sum += dt;
+        bytes_total = bytes_it;
+    }
+    printf("{\"model\":\"%s\",\"threads\":%d,\"tokens\":%d,\"fraction\":%.3f,\"layers\":%d,\"down_t\":%s,"
+           "\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,\"gb_s_best\":%.2f}\n",
+           path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", best / L, sum / iters / L,
+           bytes_total / 1e6 / L, bytes_total / best / 1e3);
+    ffn_scratch_fini(&s);
+    for (int l = 0; l < L; l++)
+        ffn_runs_fini(&runs[l]);
+    pool_free(pool);
+    model_free(m);
+    free(xn);
+    free(y);
+    free(mask);
+    free(sel);
+    free(runs);
+    return 0;
+}

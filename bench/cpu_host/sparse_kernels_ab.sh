@@ -1,0 +1,43 @@
+#!/bin/bash
+# bench/cpu_host/sparse_kernels_ab.sh — the sparse FFN's CPU kernels, old tree vs new, in one run on the
+# GPU machine's host (issue 9's s4 and the hybrid's F16 cold rows):
+#   1. the read bandwidth (bench_gemv's STREAM read, -t 16)
+#   2. bench_ffn (ffn_partial alone over the 32 layers, 10 % random masks) old/new, q4_0 and F16, -t 16 and -t 8
+#   3. decode of s4 (7B q4_0, q4_0 predictors), `pictl run --inproc -t 16`, 3 interleaved rounds old/new,
+#      and whether the logits of old and new are the same bytes (the new kernels change no operation)
+#   bench/cpu_host/sparse_kernels_ab.sh DIR   DIR/old, DIR/new: release trees (tools/pictl, bench/bench_ffn,
+#   bench/bench_gemv), DIR/lib: .so files (all may come packed as DIR/trees.txz). Results in $OUT/ab.log.
+set -u
+D=$1
+[ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
+export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+O=${OUT:-/tmp/ab-out}
+R=/tmp/ab-work
+mkdir -p "$O" "$R"
+L=$O/ab.log
+log() { echo "[$(date +%T)] $*" | tee -a "$L"; }
+log "start: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+P=$D/new/tools/pictl
+$P synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t 16 -q -o /dev/shm/s4.gguf 2>&1 | tail -1
+log "s4 synth done"
+timeout 60 "$D/new/bench/bench_gemv" -t 16 -n 3 -T q4_0 2>/dev/null | grep -E '"read|"op":"read' | tee -a "$L"
+ffn() { # tree model threads
+    timeout 60 "$D/$1/bench/bench_ffn" "/dev/shm/$2.gguf" -t "$3" -n 5 | sed "s/^/$1 /" | tee -a "$L"
+}
+for r in 1 2; do for t in 16 8; do ffn old s4 $t; ffn new s4 $t; done; done
+dec() { # tree round
+    local n=$1-r$2
+    timeout 60 "$D/$1/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n 64 -c 256 -p "Once upon a time" --temp 0 \
+        --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
+    log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s')" 2>&1 | tail -1)"
+}
+for r in 1 2 3; do dec old $r; dec new $r; done
+cmp -s "$R/old-r1.logits" "$R/new-r1.logits" && log "s4 logits old = new (bytes)" || log "s4 logits DIFFER old vs new"
+rm -f /dev/shm/s4.gguf
+if [ -z "${SKIP_F16:-}" ]; then
+    $P synth --shape llama-7b --type f16 --pwri -t 16 -q -o /dev/shm/s16.gguf 2>&1 | tail -1
+    log "s16 synth done"
+    for r in 1 2; do ffn old s16 16; ffn new s16 16; done
+    rm -f /dev/shm/s16.gguf
+fi
+log "end: load $(cut -d' ' -f1-3 /proc/loadavg)"
