@@ -220,7 +220,10 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 }
 
 #define CACHE_LINE 64
-#define GATHER_PREFETCH_CAP 4096 /* bytes of the next row fetched ahead; the hardware takes over along it */
+#define GATHER_PREFETCH_CAP 4096 /* bytes of a row fetched ahead; the hardware takes over along it */
+#ifndef GATHER_AHEAD /* rows fetched ahead of the one computed (scattered: no hardware prefetcher sees them) */
+#define GATHER_AHEAD 2
+#endif
 
 void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows, float *y)
 {
@@ -236,9 +239,9 @@ void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *c
 #endif
     const size_t row_bytes = quant_row_size(type, n);
     for (int64_t r = 0; r < nrows; r++) {
-        if (r + 1 < nrows)
+        for (int64_t k = r == 0 ? 0 : r + GATHER_AHEAD; k <= r + GATHER_AHEAD && k < nrows; k++)
             for (size_t o = 0; o < row_bytes && o < GATHER_PREFETCH_CAP; o += CACHE_LINE)
-                __builtin_prefetch((const char *)rows[r + 1] + o, 0, 3);
+                __builtin_prefetch((const char *)rows[k] + o, 0, 3);
         t->vec_dot(n, &y[r], rows[r], x_vd);
     }
 }

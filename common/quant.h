@@ -113,8 +113,8 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 
 /* y[r] = dot(rows[r], x) for r in [0, nrows): the multi-row GEMV over rows at any addresses (a sparse
  * FFN's live neurons, each of quant_row_size(type, n) bytes), the activation prepared once per call
- * where the kernels do that; bitwise vec_dot's per row at the same level. Each row is prefetched
- * while the one before it is computed, and no prefetch reaches past a row's end. */
+ * where the kernels do that; bitwise vec_dot's per row at the same level. Rows are prefetched a
+ * few ahead of the one computed, and no prefetch reaches past a row's end. */
 void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
                        float *y);
 

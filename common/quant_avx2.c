@@ -98,6 +98,28 @@ static inline void prefetch_ahead(const char *x, size_t at, size_t row, enum pre
         _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
 }
 
+/* the first PREFETCH_BYTES of a row (the in-row prefetch, or the hardware, takes over along it) */
+static inline void prefetch_row_head(const void *row, size_t row_bytes)
+{
+    for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
+        _mm_prefetch((const char *)row + o, _MM_HINT_T0);
+}
+
+/* Gathered rows are scattered, so no hardware prefetcher sees the next one coming: before row r is
+ * computed, the row GATHER_AHEAD after it is requested (and at the first row, the ones up to there),
+ * which keeps a few rows' reads in flight behind a core's compute. */
+#ifndef GATHER_AHEAD
+#define GATHER_AHEAD 2
+#endif
+static inline void gather_prefetch(const void *const *rows, int64_t r, int64_t r0, int64_t r1, size_t row_bytes)
+{
+    if (r == r0)
+        for (int64_t k = r0; k < r0 + GATHER_AHEAD && k < r1; k++)
+            prefetch_row_head(rows[k], row_bytes);
+    if (r + GATHER_AHEAD < r1)
+        prefetch_row_head(rows[r + GATHER_AHEAD], row_bytes);
+}
+
 /* s = Σ x[i]*y[i], x of type T, y f32; UNROLL accumulators, then 8-wide, then a scalar tail; the
  * single dot and the dense GEMV's rows (which prefetch into the next row) */
 #define VEC_DOT_F(T)                                                                               \
@@ -290,6 +312,9 @@ static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
         const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;
         const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr; /* the next chunk, prefetched */
         const bool zero = init && k0 == 0;
+        if (k0 == 0)
+            for (int k = 0; k < k1; k++)
+                prefetch_row_head(rows[k], quant_row_size(PI_TYPE_Q4_0, n));
         for (int64_t i = 0; i < n / QK4_0; i++) {
             const size_t at = (size_t)i * sizeof(struct block_q4_0);
             if (at % CACHE_LINE < sizeof(struct block_q4_0)) /* this block starts a new line */
@@ -321,6 +346,9 @@ static void q8_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
         const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;
         const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr;
         const bool zero = init && k0 == 0;
+        if (k0 == 0)
+            for (int k = 0; k < k1; k++)
+                prefetch_row_head(rows[k], quant_row_size(PI_TYPE_Q8_0, n));
         for (int64_t i = 0; i < n / QK8_0; i++) {
             const size_t at = (size_t)i * sizeof(struct block_q8_0);
             if (at % CACHE_LINE < sizeof(struct block_q8_0))
@@ -351,6 +379,9 @@ static void q8_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
             const int k1 = k0 + AXPY_CHUNK < nr ? k0 + AXPY_CHUNK : nr;                            \
             const int p1 = k1 + AXPY_CHUNK < nr ? k1 + AXPY_CHUNK : nr;                            \
             const bool zero = init && k0 == 0;                                                     \
+            if (k0 == 0)                                                                           \
+                for (int k = 0; k < k1; k++)                                                       \
+                    prefetch_row_head(rows[k], (size_t)n * ELEM_##T);                              \
             int64_t i = 0;                                                                         \
             for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                     \
                 for (int o = 0; o < F32_PER_ITER * ELEM_##T; o += CACHE_LINE)                      \
@@ -643,8 +674,8 @@ static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct blo
 }
 
 /* rows [r0, r1) against nt prepared activations (nt a constant where inlined): row r at
- * w + r * row_bytes, or at rowp[r] (a gather; each row's prefetch then stays inside it, and the next
- * row is fetched while this one is computed) */
+ * w + r * row_bytes, or at rowp[r] (a gather; each row's prefetch then stays inside it, and the rows
+ * ahead are fetched while this one is computed) */
 static inline __attribute__((always_inline)) void rows_prepared(uint32_t type, const uint8_t *w, size_t row_bytes,
                                                                const void *const *rowp, int64_t nb, int nt,
                                                                const struct block_q8_0 *const *y,
@@ -655,9 +686,8 @@ static inline __attribute__((always_inline)) void rows_prepared(uint32_t type, c
     for (int64_t r = r0; r < r1; r++) {
         float out[GEMM_TOKENS];
         const void *x = rowp ? rowp[r] : (const void *)(w + (size_t)r * row_bytes);
-        if (rowp && r + 1 < r1)
-            for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
-                _mm_prefetch((const char *)rowp[r + 1] + o, _MM_HINT_T0);
+        if (rowp)
+            gather_prefetch(rowp, r, r0, r1, row_bytes);
         if (type == PI_TYPE_Q4_0)
             q4_0_rows(x, nt, y, a, nb, out, reach);
         else
@@ -674,9 +704,8 @@ static bool float_rows(uint32_t type, const char *W, size_t row_bytes, const voi
     const enum prefetch_reach reach = rowp ? PF_ROW : PF_PAST;
     for (int64_t r = r0; r < r1; r++) {
         const void *w = rowp ? rowp[r] : (const void *)(W + (size_t)r * row_bytes);
-        if (rowp && r + 1 < r1)
-            for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
-                _mm_prefetch((const char *)rowp[r + 1] + o, _MM_HINT_T0);
+        if (rowp)
+            gather_prefetch(rowp, r, r0, r1, row_bytes);
         switch (type) {
         case PI_TYPE_F32: f32_dot_body(n, &y[r], w, x, reach); break;
         case PI_TYPE_F16: f16_dot_body(n, &y[r], w, x, reach); break;
