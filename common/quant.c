@@ -55,6 +55,7 @@ static void quant_init_once(void)
         quant_avx2_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
         quant_avx2_kquants_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
         quant_avx2_kdot_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
+        quant_avx2_kquantize_install(traits_lv[PI_CPU_AVX2], PI_TYPE_COUNT);
         level_max = PI_CPU_AVX2;
 #if defined(PI_HAVE_AVX512_UNIT)
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

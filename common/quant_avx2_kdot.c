@@ -7,8 +7,9 @@
  * float operations per super-block are the reference's, in its order. Against quant_avx2_kquants.c's
  * generic bodies these keep the unpacked quants in registers, decode the packed 6-bit scales with a
  * few 32-bit word operations instead of per-scale bit picking, and take the min and offset sums from
- * the activation's bsums with one vpmaddwd. The multi-row GEMV runs two rows per pass over the
- * activation (its quants and sums loaded once for both); a row's bits do not depend on that. The
+ * the activation's bsums with one vpmaddwd. The multi-row GEMV runs four rows per pass over the
+ * activation (its quants and sums loaded once for all four, the tails as lanes of one vector); a
+ * row's bits do not depend on that. The
  * activation's quantizer (Q8_K) is here too, byte for byte the reference's. */
 #include "quant_internal.h"
 
@@ -66,22 +67,57 @@ static inline __m256i chunk_dot(__m256i acc, __m256i q, __m256i y, __m256i scv)
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scv));
 }
 
+/* Up to KROWS rows are dotted against one activation at once: the activation's quants are loaded
+ * once for all of them, and the per-super-block tail of every row (the horizontal integer sums, the
+ * f16 scales, the reference's float operations) runs with the rows as lanes of one vector — the
+ * same operations on each lane as the reference does on its row, so a row's bits do not depend on
+ * the rows beside it (lanes past nr compute zeros and are dropped). */
+#define KROWS 4
+
+/* [Σ a0, Σ a1, Σ a2, Σ a3] of four int32x8 vectors (exact integer sums, any order) */
+static inline __m128i hsum4_i32x8(const __m256i *a)
+{
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* sumf += (d dy) isum - (dmin dy) msum, lane by lane: the reference's per-super-block expression */
+static inline __m128 k_tail(__m128 sumf, __m128 d, __m128 dmin, float dy, __m128i isum, __m128 msum)
+{
+    const __m128 vy = _mm_set1_ps(dy);
+    const __m128 t = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, vy), _mm_cvtepi32_ps(isum)), _mm_mul_ps(_mm_mul_ps(dmin, vy), msum));
+    return _mm_add_ps(sumf, t);
+}
+
+static inline __m128 f16x4(pi_f16 a, pi_f16 b, pi_f16 c, pi_f16 d)
+{
+    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
+}
+
 /* ---- Q4_K / Q5_K ------------------------------------------------------------------------------ */
 
-/* Up to two rows' super-block i against one activation super-block; q5: Q5_K (5th bits in qh) */
+/* nr <= KROWS rows' super-block against one activation super-block; q5: Q5_K (5th bits in qh).
+ * xb[r] for r >= nr repeat row 0 (only their f16 scales are read). */
 static inline __attribute__((always_inline)) void k45_super(bool q5, int nr, const void *const *xb,
-                                                           const struct block_q8_K *y, float *sumf)
+                                                           const struct block_q8_K *y, __m128 *sumf)
 {
-    __m256i acc[2], scall[2], mv[2];
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    const __m256i ys32 = _mm256_madd_epi16(load256(y->bsums), ones16); /* Σy per 32 (chunk order) */
+    __m256i acc[KROWS], scall[KROWS];
+    __m128i mp[KROWS];
+    /* Σy per 32 (chunk order) as int16 (|Σ| <= 32 * 128): one vpmaddwd against the 8 mins gives the
+     * min sum's 4 pair sums */
+    const __m256i ys32 = _mm256_madd_epi16(load256(y->bsums), _mm256_set1_epi16(1));
+    const __m128i ys16 = _mm_packs_epi32(_mm256_castsi256_si128(ys32), _mm256_extracti128_si256(ys32, 1));
+    for (int r = 0; r < KROWS; r++) {
+        acc[r] = _mm256_setzero_si256();
+        mp[r] = _mm_setzero_si128();
+        scall[r] = _mm256_setzero_si256();
+    }
     for (int r = 0; r < nr; r++) {
         const uint8_t *scales = q5 ? ((const struct block_q5_K *)xb[r])->scales : ((const struct block_q4_K *)xb[r])->scales;
         uint64_t sc, m;
         k45_scales8(scales, &sc, &m);
         scall[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        mv[r] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
-        acc[r] = _mm256_setzero_si256();
+        mp[r] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m)), ys16);
     }
     for (int g = 0; g < CHUNKS / 2; g++) {
         const __m256i y0 = load256(y->qs + 64 * g), y1 = load256(y->qs + 64 * g + 32);
@@ -101,35 +137,36 @@ static inline __attribute__((always_inline)) void k45_super(bool q5, int nr, con
             acc[r] = chunk_dot(acc[r], hi, y1, _mm256_shuffle_epi8(scall[r], i1));
         }
     }
-    for (int r = 0; r < nr; r++) {
-        const int32_t isum = hsum_i32x8(acc[r]);
-        const int32_t msum = hsum_i32x8(_mm256_mullo_epi32(mv[r], ys32));
-        const pi_f16 dh = q5 ? ((const struct block_q5_K *)xb[r])->d : ((const struct block_q4_K *)xb[r])->d;
-        const pi_f16 mh = q5 ? ((const struct block_q5_K *)xb[r])->dmin : ((const struct block_q4_K *)xb[r])->dmin;
-        const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
-        sumf[r] += (d * y->d) * (float)isum - (dmin * y->d) * (float)msum;
-    }
+    const __m128i isum = hsum4_i32x8(acc);
+    const __m128i msum = _mm_hadd_epi32(_mm_hadd_epi32(mp[0], mp[1]), _mm_hadd_epi32(mp[2], mp[3]));
+#define K45_F(r, f) (q5 ? ((const struct block_q5_K *)xb[r])->f : ((const struct block_q4_K *)xb[r])->f)
+    const __m128 d = f16x4(K45_F(0, d), K45_F(1, d), K45_F(2, d), K45_F(3, d));
+    const __m128 dmin = f16x4(K45_F(0, dmin), K45_F(1, dmin), K45_F(2, dmin), K45_F(3, dmin));
+#undef K45_F
+    *sumf = k_tail(*sumf, d, dmin, y->d, isum, _mm_cvtepi32_ps(msum));
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------------------- */
 
 static inline __attribute__((always_inline)) void q6_super(int nr, const void *const *xb, const struct block_q8_K *y,
-                                                          float *sumf)
+                                                          __m128 *sumf)
 {
-    __m256i acc[2], sclo[2], schi[2];
-    int32_t corr[2];
+    __m256i acc[KROWS], sch[KROWS];
     const __m256i bsums = load256(y->bsums);
+    for (int r = 0; r < KROWS; r++)
+        acc[r] = _mm256_setzero_si256();
     for (int r = 0; r < nr; r++) {
         const struct block_q6_K *b = xb[r];
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)b->scales);
-        const __m256i s16 = _mm256_cvtepi8_epi16(s8);
-        corr[r] = hsum_i32x8(_mm256_madd_epi16(s16, bsums)); /* Σ_j sc_j Σy_j over 16-element sub-blocks */
-        sclo[r] = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(s16));      /* scales 0..7 */
-        schi[r] = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(s16, 1)); /* 8..15 */
-        acc[r] = _mm256_setzero_si256();
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        /* the quants are stored + 32: start from -32 Σ_j sc_j Σy_j (16-element sub-blocks); the
+         * int32 sums wrap as a ring, so their total is the reference's exact isum */
+        acc[r] = _mm256_sub_epi32(acc[r], _mm256_slli_epi32(_mm256_madd_epi16(s16, bsums), 5));
     }
     const __m256i three = _mm256_set1_epi8(3), nib = _mm256_set1_epi8(NIBBLE);
     for (int h = 0; h < 2; h++) {
+        for (int r = 0; r < nr; r++) /* the 8 scales of this half (sub-blocks 8h..8h+7) as words */
+            sch[r] = _mm256_broadcastsi128_si256(
+                _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(((const struct block_q6_K *)xb[r])->scales + 8 * h))));
         for (int quarter = 0; quarter < 4; quarter++) {
             const int c = 4 * h + quarter; /* chunk: sub-blocks 2c (lane 0 words) and 2c+1 (lane 1) */
             const __m256i yv = load256(y->qs + 32 * c);
@@ -140,16 +177,16 @@ static inline __attribute__((always_inline)) void q6_super(int nr, const void *c
                 const __m256i lo = quarter < 2 ? _mm256_and_si256(l, nib) : _mm256_and_si256(_mm256_srli_epi16(l, 4), nib);
                 const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(load256(b->qh + 32 * h), 2 * quarter), three);
                 const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
-                acc[r] = chunk_dot(acc[r], q, yv, _mm256_shuffle_epi8(c < 4 ? sclo[r] : schi[r], idx));
+                acc[r] = chunk_dot(acc[r], q, yv, _mm256_shuffle_epi8(sch[r], idx));
             }
         }
     }
-    for (int r = 0; r < nr; r++) {
-        const int32_t isum = hsum_i32x8(acc[r]) - Q6_OFFSET * corr[r];
-        const float d = _cvtsh_ss(((const struct block_q6_K *)xb[r])->d), dmin = 0.0f;
-        const int32_t msum = 0; /* the reference's expression, whose min term is zero for Q6_K */
-        sumf[r] += (d * y->d) * (float)isum - (dmin * y->d) * (float)msum;
-    }
+    const __m128i isum = hsum4_i32x8(acc);
+#define Q6_D(r) (((const struct block_q6_K *)xb[r])->d)
+    const __m128 d = f16x4(Q6_D(0), Q6_D(1), Q6_D(2), Q6_D(3));
+#undef Q6_D
+    /* the reference's expression, whose min term (dmin = 0, msum = 0) is a signed zero */
+    *sumf = k_tail(*sumf, d, _mm_setzero_ps(), y->d, isum, _mm_setzero_ps());
 }
 
 /* ---- the activation: Q8_K, byte for byte the reference ----------------------------------------
@@ -211,26 +248,30 @@ static void q8_K_from_float_avx2(const float *x, void *dst, int64_t n)
 
 enum kdot_type { KD_Q4_K, KD_Q5_K, KD_Q6_K };
 
+/* nr <= KROWS rows (x[0..nr)) against one activation of nsb super-blocks */
 static inline __attribute__((always_inline)) void kdot_rows(enum kdot_type kt, int nr, const char *const *x,
                                                            const struct block_q8_K *y, int64_t nsb, float *out)
 {
     const size_t bsize = kt == KD_Q4_K ? sizeof(struct block_q4_K)
                          : kt == KD_Q5_K ? sizeof(struct block_q5_K) : sizeof(struct block_q6_K);
-    float sumf[2] = { 0.0f, 0.0f };
+    __m128 sumf = _mm_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
-        const void *xb[2];
-        for (int r = 0; r < nr; r++) {
-            xb[r] = x[r] + (size_t)i * bsize;
-            for (size_t k = 0; k < bsize; k += CACHE_LINE)
-                _mm_prefetch((const char *)xb[r] + PREFETCH_BYTES + k, _MM_HINT_T0);
+        const void *xb[KROWS];
+        for (int r = 0; r < KROWS; r++) {
+            xb[r] = x[r < nr ? r : 0] + (size_t)i * bsize;
+            if (r < nr)
+                for (size_t k = 0; k < bsize; k += CACHE_LINE)
+                    _mm_prefetch((const char *)xb[r] + PREFETCH_BYTES + k, _MM_HINT_T0);
         }
         if (kt == KD_Q6_K)
-            q6_super(nr, xb, &y[i], sumf);
+            q6_super(nr, xb, &y[i], &sumf);
         else
-            k45_super(kt == KD_Q5_K, nr, xb, &y[i], sumf);
+            k45_super(kt == KD_Q5_K, nr, xb, &y[i], &sumf);
     }
+    _Alignas(16) float s[KROWS];
+    _mm_store_ps(s, sumf);
     for (int r = 0; r < nr; r++)
-        out[r] = sumf[r];
+        out[r] = s[r];
 }
 
 #define KDOT(T, KT)                                                                                \
@@ -242,13 +283,15 @@ static inline __attribute__((always_inline)) void kdot_rows(enum kdot_type kt, i
     static void T##_gemv_avx2k(const uint8_t *w, size_t row_bytes, int64_t n, const void *y, float *out, \
                                int64_t r0, int64_t r1)                                             \
     {                                                                                              \
+        const char *x[KROWS];                                                                      \
         int64_t r = r0;                                                                            \
-        for (; r + 2 <= r1; r += 2) {                                                              \
-            const char *x[2] = { (const char *)w + (size_t)r * row_bytes, (const char *)w + (size_t)(r + 1) * row_bytes }; \
-            kdot_rows(KT, 2, x, y, n / QK_K, out + r);                                             \
+        for (; r + KROWS <= r1; r += KROWS) {                                                      \
+            for (int k = 0; k < KROWS; k++)                                                        \
+                x[k] = (const char *)w + (size_t)(r + k) * row_bytes;                              \
+            kdot_rows(KT, KROWS, x, y, n / QK_K, out + r);                                         \
         }                                                                                          \
-        if (r < r1) {                                                                              \
-            const char *x[1] = { (const char *)w + (size_t)r * row_bytes };                        \
+        for (; r < r1; r++) {                                                                      \
+            x[0] = (const char *)w + (size_t)r * row_bytes;                                        \
             kdot_rows(KT, 1, x, y, n / QK_K, out + r);                                             \
         }                                                                                          \
     }

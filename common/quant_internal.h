@@ -25,6 +25,27 @@ bool quant_avx2_kdot_gemv_rows(uint32_t type, const void *W, size_t row_bytes, i
 bool quant_avx2_v32_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd, float *y,
                               int64_t r0, int64_t r1);
 
+/* The scale searches of the K-quant quantizers, over the nsub sub-blocks (len elements each) of one
+ * super-block at once. quant_kquants.c has the reference (ggml's searches, one sub-block after the
+ * other) and the quantizers around them; quant_avx2_kquantize.c does the same float operations
+ * eight sub-blocks to a vector, so the bytes are the same.
+ *  qkx2: ggml's make_qkx2_quants per sub-block with weights w: L gets quants 0..nmax, scales[j] the
+ *        scale and mins[j] the negated min (>= 0).
+ *  qx:   ggml's make_qx_quants (rmse_type 1, weights x^2): L gets l + nmax, scales[j] the scale. */
+struct quant_ksearch {
+    void (*qkx2)(int nsub, int len, int nmax, const float *x, const float *w, uint8_t *L, float *scales, float *mins,
+                 float rmin, float rdelta, int nstep, bool use_mad);
+    void (*qx)(int nsub, int len, int nmax, const float *x, int8_t *L, float *scales);
+};
+extern const struct quant_ksearch quant_ksearch_ref;
+/* The quantizers of those types (n a multiple of 256) over a search. */
+void quant_q2_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n);
+void quant_q4_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n);
+void quant_q5_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n);
+void quant_q6_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n);
+/* quant_avx2_kquantize.c (AVX2 flags; only after cpuid): those four quantizers over the vector search. */
+void quant_avx2_kquantize_install(struct pi_type_traits *traits, size_t count);
+
 /* Round to nearest, ties to even, for |f| < 2^22: adding 1.5 * 2^23 leaves the integer in the low
  * mantissa bits (the float addition does the rounding). The quantizers use this rounding (not
  * roundf) because ggml's do, so that their bytes agree; out-of-range inputs give garbage, not UB. */

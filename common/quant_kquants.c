@@ -214,6 +214,24 @@ static float qkx2_quants(int n, int nmax, const float *x, const float *weights, 
     return scale;
 }
 
+/* The reference searches over the nsub sub-blocks of one super-block, one after the other. */
+static void qkx2_search_ref(int nsub, int len, int nmax, const float *x, const float *w, uint8_t *L, float *scales,
+                            float *mins, float rmin, float rdelta, int nstep, bool use_mad)
+{
+    uint8_t Laux[SUB32];
+    for (int j = 0; j < nsub; j++)
+        scales[j] = qkx2_quants(len, nmax, x + len * j, w + len * j, L + len * j, &mins[j], Laux, rmin, rdelta, nstep,
+                                use_mad);
+}
+
+static void qx_search_ref(int nsub, int len, int nmax, const float *x, int8_t *L, float *scales)
+{
+    for (int j = 0; j < nsub; j++)
+        scales[j] = qx_quants(len, nmax, x + len * j, L + len * j);
+}
+
+const struct quant_ksearch quant_ksearch_ref = { qkx2_search_ref, qx_search_ref };
+
 /* ---- quantizers ------------------------------------------------------------------------------- */
 
 /* 2-bit values, byte l of each 32-byte group: elements l, l+32, l+64, l+96 of the 128 (Q2_K, Q3_K) */
@@ -224,18 +242,17 @@ static void pack_2bit(const uint8_t *L, uint8_t *qs)
             qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
 }
 
-static void q2_K_from_float_ref(const float *x, void *dst, int64_t n)
+void quant_q2_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n)
 {
     struct block_q2_K *y = dst;
-    uint8_t L[QK_K], Laux[SUB16];
-    float weights[SUB16], mins[QK_K / SUB16], scales[QK_K / SUB16];
+    uint8_t L[QK_K];
+    float weights[QK_K], mins[QK_K / SUB16], scales[QK_K / SUB16];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_min = 0;
+        for (int l = 0; l < QK_K; l++)
+            weights[l] = fabsf(x[l]);
+        srch->qkx2(QK_K / SUB16, SUB16, Q2_MAX, x, weights, L, scales, mins, -0.5f, 0.1f, 15, true);
         for (int j = 0; j < QK_K / SUB16; j++) {
-            for (int l = 0; l < SUB16; l++)
-                weights[l] = fabsf(x[SUB16 * j + l]);
-            scales[j] = qkx2_quants(SUB16, Q2_MAX, x + SUB16 * j, weights, L + SUB16 * j, &mins[j], Laux, -0.5f,
-                                    0.1f, 15, true);
             if (scales[j] > max_scale)
                 max_scale = scales[j];
             if (mins[j] > max_min)
@@ -348,11 +365,10 @@ static void k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
 
 /* Q4_K/Q5_K common part: per sub-block of 32 the asymmetric scale search with weights
  * av_x + |x|, then 6-bit sub-scales/mins, then the quants again against the rounded scales. */
-static void k45_quantize(const float *x, int qmax, float rmin, int nstep, pi_f16 *dh, pi_f16 *dminh,
-                         uint8_t *scales, uint8_t *L)
+static void k45_quantize(const struct quant_ksearch *srch, const float *x, int qmax, float rmin, int nstep,
+                         pi_f16 *dh, pi_f16 *dminh, uint8_t *scales, uint8_t *L)
 {
-    uint8_t Laux[SUB32];
-    float weights[SUB32], mins[QK_K / SUB32], sc[QK_K / SUB32];
+    float weights[QK_K], mins[QK_K / SUB32], sc[QK_K / SUB32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / SUB32; j++) {
         float sum_x2 = 0;
@@ -360,9 +376,10 @@ static void k45_quantize(const float *x, int qmax, float rmin, int nstep, pi_f16
             sum_x2 += x[SUB32 * j + l] * x[SUB32 * j + l];
         float av_x = sqrtf(sum_x2 / SUB32);
         for (int l = 0; l < SUB32; l++)
-            weights[l] = av_x + fabsf(x[SUB32 * j + l]);
-        sc[j] = qkx2_quants(SUB32, qmax, x + SUB32 * j, weights, L + SUB32 * j, &mins[j], Laux, rmin, 0.1f, nstep,
-                            false);
+            weights[SUB32 * j + l] = av_x + fabsf(x[SUB32 * j + l]);
+    }
+    srch->qkx2(QK_K / SUB32, SUB32, qmax, x, weights, L, sc, mins, rmin, 0.1f, nstep, false);
+    for (int j = 0; j < QK_K / SUB32; j++) {
         if (sc[j] > max_scale)
             max_scale = sc[j];
         if (mins[j] > max_min)
@@ -399,12 +416,12 @@ static void k45_quantize(const float *x, int qmax, float rmin, int nstep, pi_f16
     }
 }
 
-static void q4_K_from_float_ref(const float *x, void *dst, int64_t n)
+void quant_q4_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n)
 {
     struct block_q4_K *y = dst;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        k45_quantize(x, Q4_MAX, -1.0f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        k45_quantize(srch, x, Q4_MAX, -1.0f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
         /* byte l of each 32: elements l (low nibble) and l + 32 (high) of the 64 */
         uint8_t *q = y[i].qs;
         for (int j = 0; j < QK_K; j += 64, q += 32)
@@ -413,12 +430,12 @@ static void q4_K_from_float_ref(const float *x, void *dst, int64_t n)
     }
 }
 
-static void q5_K_from_float_ref(const float *x, void *dst, int64_t n)
+void quant_q5_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n)
 {
     struct block_q5_K *y = dst;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        k45_quantize(x, Q5_MAX, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        k45_quantize(srch, x, Q5_MAX, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
         memset(y[i].qh, 0, sizeof y[i].qh);
         uint8_t *ql = y[i].qs;
         uint8_t m1 = 1, m2 = 2;
@@ -441,16 +458,16 @@ static void q5_K_from_float_ref(const float *x, void *dst, int64_t n)
     }
 }
 
-static void q6_K_from_float_ref(const float *x, void *dst, int64_t n)
+void quant_q6_K_quantize(const struct quant_ksearch *srch, const float *x, void *dst, int64_t n)
 {
     struct block_q6_K *y = dst;
     int8_t L[QK_K];
     float scales[QK_K / SUB16];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_abs_scale = 0;
+        srch->qx(QK_K / SUB16, SUB16, Q6_NMAX, x, L, scales);
         for (int ib = 0; ib < QK_K / SUB16; ib++) {
-            const float scale = qx_quants(SUB16, Q6_NMAX, x + SUB16 * ib, L + SUB16 * ib);
-            scales[ib] = scale;
+            const float scale = scales[ib];
             const float abs_scale = fabsf(scale);
             if (abs_scale > max_abs_scale) {
                 max_abs_scale = abs_scale;
@@ -484,6 +501,26 @@ static void q6_K_from_float_ref(const float *x, void *dst, int64_t n)
             }
         }
     }
+}
+
+static void q2_K_from_float_ref(const float *x, void *dst, int64_t n)
+{
+    quant_q2_K_quantize(&quant_ksearch_ref, x, dst, n);
+}
+
+static void q4_K_from_float_ref(const float *x, void *dst, int64_t n)
+{
+    quant_q4_K_quantize(&quant_ksearch_ref, x, dst, n);
+}
+
+static void q5_K_from_float_ref(const float *x, void *dst, int64_t n)
+{
+    quant_q5_K_quantize(&quant_ksearch_ref, x, dst, n);
+}
+
+static void q6_K_from_float_ref(const float *x, void *dst, int64_t n)
+{
+    quant_q6_K_quantize(&quant_ksearch_ref, x, dst, n);
 }
 
 static void iq4_xs_from_float_ref(const float *x, void *dst, int64_t n)

@@ -10,7 +10,11 @@
  *    (the integer part of every block is exact, so a wrong nibble shows up far above that), and the
  *    multi-row GEMV driver the same;
  *  - AXPY y += a dequant(x) against the dequantized row, and an all-zero row quantizes to zeros;
- *  - the partial dot of the super-block types (vec_dot_sub) over sub-block-aligned ranges. */
+ *  - the partial dot of the super-block types (vec_dot_sub) over sub-block-aligned ranges;
+ *  - the K-quant quantizers in use (AVX2: the scale searches eight sub-blocks to a vector) give the
+ *    reference's bytes on rows built to take every branch of the searches in some lanes and not in
+ *    others: all-zero, flat, tiny (below ggml's 1e-15), one-spike, one-signed, huge and subnormal
+ *    sub-blocks mixed with random ones. */
 #include "quant.h"
 #include "testutil.h"
 
@@ -242,6 +246,52 @@ static void test_zero_rows(uint32_t type)
     CHECK(bad == 0, "%s: %d nonzero values from an all-zero row", t->name, bad);
 }
 
+
+/* one 16-value piece of an edge-case row (see the header): pattern p at magnitude m */
+static void edge_piece(int p, float m, float *x)
+{
+    for (int i = 0; i < 16; i++) {
+        const float u = rng_unit();
+        switch (p) {
+        case 0: x[i] = 0.0f; break;                            /* all zero */
+        case 1: x[i] = -m; break;                              /* flat, negative */
+        case 2: x[i] = m; break;                               /* flat, positive */
+        case 3: x[i] = i == 5 ? m * u : 0.0f; break;           /* one spike */
+        case 4: x[i] = 1e-17f * u; break;                      /* below the all-zero threshold */
+        case 5: x[i] = m * (1.0f + u); break;                  /* one-signed, positive */
+        case 6: x[i] = -m * (1.0f + u); break;                 /* one-signed, negative */
+        case 7: x[i] = 1e-39f * u; break;                      /* subnormal */
+        case 8: x[i] = i % 2 ? m : -m; break;                  /* two values */
+        default: x[i] = m * u * u * u; break;                  /* heavy-tailed random */
+        }
+    }
+}
+
+static void test_kquantize_edges(uint32_t type)
+{
+    enum { ROWS = 64, N = 4 * QK_K };
+    const struct pi_type_traits *ref = quant_traits_ref(type), *t = quant_traits(type);
+    const size_t rb = quant_row_size(type, N);
+    float *x = malloc(N * sizeof *x);
+    uint8_t *a = malloc(rb), *b = malloc(rb);
+    REQUIRE(x && a && b, "alloc");
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++) {
+        for (int k = 0; k < N / 16; k++) {
+            const int p = (int)(rng_next() % 12);
+            const float m = powf(10.0f, (float)((int)(rng_next() % 17) - 8));
+            edge_piece(p, m, x + 16 * k);
+        }
+        ref->from_float(x, a, N);
+        memset(b, 0x5a, rb);
+        t->from_float(x, b, N);
+        bad += memcmp(a, b, rb) != 0;
+    }
+    CHECK(bad == 0, "%s: the quantizer in use differs from the reference on %d of %d edge-case rows", ref->name, bad,
+          ROWS);
+    free(x), free(a), free(b);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < N_QTYPES; i++) {
@@ -249,6 +299,8 @@ int main(void)
         test_ggml_bounds(qtypes[i]);
         test_zero_rows(qtypes[i]);
         test_vec_dot_sub(qtypes[i]);
+        if (quant_traits(qtypes[i])->blck_size == QK_K)
+            test_kquantize_edges(qtypes[i]);
         const int64_t lens32[] = { 32, 96, 4096 + 32 };
         const int64_t lens256[] = { 256, 768, 4096, 11008 };
         const bool k = quant_traits(qtypes[i])->blck_size == QK_K;
@@ -268,6 +320,10 @@ int main(void)
                       quant_traits(qtypes[i])->axpy != quant_traits_ref(qtypes[i])->axpy,
                   "%s: AVX2 kernels installed", quant_traits(qtypes[i])->name);
         }
+        const uint32_t vq[] = { PI_TYPE_Q2_K, PI_TYPE_Q4_K, PI_TYPE_Q5_K, PI_TYPE_Q6_K };
+        for (size_t i = 0; i < sizeof vq / sizeof vq[0]; i++)
+            CHECK(quant_traits(vq[i])->from_float != quant_traits_ref(vq[i])->from_float,
+                  "%s: the AVX2 quantizer is installed", quant_traits(vq[i])->name);
     }
     return tu_finish("test_quant_types");
 }

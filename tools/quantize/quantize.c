@@ -17,6 +17,11 @@
 #define QZ_MIB (1024.0 * 1024.0)
 #define QZ_BAR_WIDTH 30
 #define QZ_KEY_MAX 128
+/* Slices of a tensor's rows per thread, claimed by whichever thread is free: a tensor is one long
+ * job, and with one slice a thread the whole job waits for the slowest thread (and a worker that
+ * takes the caller's slice looks like a straggler to the pool, which then runs alone). Rows are
+ * independent, so the bytes do not depend on the split. */
+#define QZ_SLICES_PER_THREAD 4
 
 /* one tensor's conversion, split by rows over the pool */
 struct qz_job {
@@ -25,7 +30,7 @@ struct qz_job {
     uint8_t *out;
     size_t in_row, out_row;
     int64_t n_per_row, n_rows;
-    float *scratch;        /* n_threads rows of f32 */
+    float *scratch;        /* a row of f32 per slice */
 };
 
 static void qz_rows(void *arg, int ith, int nth)
@@ -139,7 +144,7 @@ int qz_run(const struct qz_opts *o)
             goto out;
         if ((rc = pool_new(&pool, nth)))
             goto out;
-        scratch = malloc((size_t)nth * (size_t)max_row * sizeof *scratch);
+        scratch = malloc((size_t)nth * QZ_SLICES_PER_THREAD * (size_t)max_row * sizeof *scratch);
         if (!scratch) {
             rc = pi_fail(PI_E_NOMEM, "quantize: row buffers");
             goto out;
@@ -184,7 +189,8 @@ int qz_run(const struct qz_opts *o)
             struct qz_job j = { quant_traits(t->type), quant_traits(types[i]), t->data, buf,
                                 quant_row_size(t->type, t->ne[0]), quant_row_size(types[i], t->ne[0]), t->ne[0],
                                 t->ne[1] * t->ne[2] * t->ne[3], scratch };
-            pool_run(pool, qz_rows, &j);
+            const int64_t max_slices = (int64_t)nth * QZ_SLICES_PER_THREAD;
+            pool_run_n(pool, qz_rows, &j, (int)(j.n_rows < max_slices ? (j.n_rows > 0 ? j.n_rows : 1) : max_slices));
             data = buf;
             n_converted++;
         }

@@ -28,6 +28,10 @@
 #define SYN_CONTROL_OUT_W (-16.0f)
 #define SYN_NAME_MAX 64
 #define SYN_TWO_PI 6.283185307179586
+/* Slices of a tensor's rows per thread, claimed by whichever thread is free (see
+ * tools/quantize/quantize.c): rows are generated from their index alone, so the split changes no
+ * byte. Each slice has its own scratch. */
+#define SYN_SLICES_PER_THREAD 4
 
 /* ggml "ftype" (general.file_type) of the dominant weight type. */
 enum syn_ftype { SYN_FTYPE_F32 = 0, SYN_FTYPE_F16 = 1, SYN_FTYPE_Q4_0 = 2, SYN_FTYPE_Q8_0 = 7 };
@@ -63,7 +67,8 @@ struct syn_gen {
     double *rank_p;   /* (F) firing probability by rank, descending */
     int32_t *perm;    /* (F) rank of neuron i in perm_layer */
     int perm_layer;
-    struct syn_scratch *scr; /* (n_threads) */
+    struct syn_scratch *scr; /* (n_slices) */
+    int n_slices;
     /* the job of one pool_run */
     const struct syn_tensor *t;
     uint8_t *buf;
@@ -427,12 +432,12 @@ static int syn_write_keys(struct gguf_writer *w, const struct syn_gen *g)
 
 /* ---- driver ---- */
 
-static void syn_gen_fini(struct syn_gen *g, int n_threads)
+static void syn_gen_fini(struct syn_gen *g)
 {
     synth_quantile_fini(&g->quant);
     free(g->rank_p);
     free(g->perm);
-    for (int i = 0; g->scr && i < n_threads; i++) {
+    for (int i = 0; g->scr && i < g->n_slices; i++) {
         free(g->scr[i].row);
         free(g->scr[i].row2);
         free(g->scr[i].q);
@@ -458,7 +463,8 @@ static int syn_gen_init(struct syn_gen *g, const struct synth_opts *o)
         return rc;
     g->rank_p = malloc((size_t)g->F * sizeof *g->rank_p);
     g->perm = malloc((size_t)g->F * sizeof *g->perm);
-    g->scr = calloc((size_t)o->n_threads, sizeof *g->scr);
+    g->n_slices = o->n_threads * SYN_SLICES_PER_THREAD;
+    g->scr = calloc((size_t)g->n_slices, sizeof *g->scr);
     if (!g->rank_p || !g->perm || !g->scr)
         return pi_fail(PI_E_NOMEM, "synth: out of memory");
     double zipf;
@@ -467,7 +473,7 @@ static int syn_gen_init(struct syn_gen *g, const struct synth_opts *o)
     size_t row_max = (size_t)(g->E > g->F ? g->E : g->F);
     if ((size_t)g->d.rank > row_max)
         row_max = (size_t)g->d.rank;
-    for (int i = 0; i < o->n_threads; i++) {
+    for (int i = 0; i < g->n_slices; i++) {
         g->scr[i].row = malloc(row_max * sizeof(float));
         g->scr[i].row2 = malloc(row_max * sizeof(float));
         g->scr[i].q = malloc(quant_row_size(PI_TYPE_F32, g->E));
@@ -568,7 +574,7 @@ int synth_write(const struct synth_opts *o)
         g.t = t;
         g.buf = buf;
         g.row_bytes = quant_row_size(t->type, t->ne[0]);
-        pool_run(pool, syn_rows_worker, &g);
+        pool_run_n(pool, syn_rows_worker, &g, t->ne[1] < g.n_slices ? (int)t->ne[1] : g.n_slices);
         if ((rc = gguf_writer_write_tensor(w, buf)))
             goto out;
         done += quant_row_size(t->type, t->ne[0]) * (size_t)t->ne[1];
@@ -580,6 +586,6 @@ out:
     pool_free(pool);
     free(buf);
     free(plan.t);
-    syn_gen_fini(&g, nt);
+    syn_gen_fini(&g);
     return rc;
 }
