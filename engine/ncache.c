@@ -13,6 +13,9 @@
 #include "tiers.h"
 
 enum { SLOT_EMPTY = 0, SLOT_PENDING = 1, SLOT_READY = 2 };
+/* ref of a slot a prefetch assigned, until its first use: still set for the clock, and counted as
+ * prefetched (not a hit) when asked for, whether its read is still in flight or done */
+enum { REF_PREFETCHED = 2 };
 
 #define PIN_READ_MAX (1u << 20) /* pinned neurons are read in runs of up to 1 MiB at open */
 
@@ -235,9 +238,14 @@ int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
             int64_t got;
             if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
                 goto out; /* the window is full of what is in use: the rest will be misses */
+            c->ref[got] = REF_PREFETCHED;
         }
 out:;
-    const int frc = flush_run(c);
+    int frc = flush_run(c);
+    /* hand the reader what it still holds back (reap without waiting submits it): the reads must run
+     * while the caller computes this layer */
+    if (!frc)
+        frc = c->io->reap(c->io->ctx, 0, complete, c);
     return rc ? rc : frc;
 }
 
@@ -252,7 +260,7 @@ int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struc
             int64_t s = c->slot_of[key];
             c->st.needed++;
             if (s >= 0) {
-                if (c->state[s] == SLOT_PENDING)
+                if (c->state[s] == SLOT_PENDING || (s >= c->n_pinned && c->ref[s] == REF_PREFETCHED))
                     c->st.prefetched++;
                 else
                     c->st.hits++;

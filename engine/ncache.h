@@ -62,7 +62,7 @@ struct ncache_stats {
     uint64_t steps, tokens; /* ncache_step calls, Σ of their tokens */
     uint64_t needed;        /* Σ neurons asked for by ncache_layer */
     uint64_t hits;          /* ... present when asked (pinned or cached) */
-    uint64_t prefetched;    /* ... in flight from a prefetch when asked (waited for) */
+    uint64_t prefetched;    /* ... brought by a prefetch (arrived, or in flight and waited for) */
     uint64_t misses;        /* ... read synchronously */
     uint64_t reads, bytes_read; /* reads done (one read may bring several consecutive neurons), bytes */
     uint64_t evictions;
