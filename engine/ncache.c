@@ -13,6 +13,9 @@
 #include "tiers.h"
 
 enum { SLOT_EMPTY = 0, SLOT_PENDING = 1, SLOT_READY = 2 };
+/* ref of a slot a prefetch assigned, until its first use: still set for the clock, and counted as
+ * prefetched (not a hit) when asked for, whether its read is still in flight or done */
+enum { REF_PREFETCHED = 2, REF_DENSE = 3 /* read by dense_layer for the neuron's own step: a miss */ };
 
 #define PIN_READ_MAX (1u << 20) /* pinned neurons are read in runs of up to 1 MiB at open */
 
@@ -36,6 +39,7 @@ struct ncache {
     int io_err;                 /* first failed completion, reported by the next call */
     char io_msg[4096 + 256];
     uint64_t fail_at, completed;
+    int64_t dense_min;          /* dense_layer's threshold in missing neurons of a layer (0: never) */
     bool own_mem;               /* mem from posix_memalign (else the caller's alloc) */
     int64_t run_s, run_key;     /* assigned slots not yet submitted: run_n neurons from run_key in */
     uint32_t run_n;             /* slots run_s.. (consecutive both), read together by flush_run */
@@ -235,8 +239,87 @@ int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
             int64_t got;
             if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
                 goto out; /* the window is full of what is in use: the rest will be misses */
+            c->ref[got] = REF_PREFETCHED;
         }
 out:;
+    int frc = flush_run(c);
+    /* hand the reader what it still holds back (reap without waiting submits it): the reads must run
+     * while the caller computes this layer */
+    if (!frc)
+        frc = c->io->reap(c->io->ctx, 0, complete, c);
+    return rc ? rc : frc;
+}
+
+/* `need` consecutive window slots that may be taken now: none in flight, none used at step >= now
+ * (this layer's prefetched neurons), none holding a neuron of this layer (it may be needed: the
+ * caller has not stamped its hits yet). -1: none. */
+static int64_t find_block(struct ncache *c, int64_t need, uint64_t now, int64_t key0, int64_t F)
+{
+    const int64_t n = c->n_slots - c->n_pinned;
+    int64_t len = 0;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t s = c->n_pinned + k, o = c->owner[s];
+        const bool ok = c->state[s] != SLOT_PENDING && (o < 0 || (c->stamp[s] < now && (o < key0 || o >= key0 + F)));
+        len = ok ? len + 1 : 0;
+        if (len == need)
+            return s - need + 1;
+    }
+    return -1;
+}
+
+/* A chunk whose union of missing neurons in this layer is at least dense_min (a long prompt's is
+ * nearly the whole layer): read every neuron of the layer from its first missing one to its last
+ * that is not present — the needed ones and the unneeded ones between them — into one block of
+ * consecutive slots, so the layer streams in large sequential reads (up to NCACHE_READ_MAX each)
+ * instead of one record a read, at the cost of the unneeded records in the gaps. Present neurons
+ * (pinned or cached) are not read again: they split the reads. Does nothing (the per-neuron path
+ * then reads the misses) below the threshold or when no block of free slots is found. */
+static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs, uint64_t now)
+{
+    const int64_t F = c->h.n_ff, key0 = (int64_t)layer * F;
+    int64_t lo = -1, hi = -1, missing = 0;
+    for (int32_t k = 0; k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; i < runs->run[k][0] + runs->run[k][1]; i++)
+            if (c->slot_of[key0 + i] < 0) {
+                missing++;
+                lo = lo < 0 ? i : lo;
+                hi = i;
+            }
+    if (!c->dense_min || missing < c->dense_min)
+        return 0;
+    int64_t need = 0;
+    for (int64_t i = lo; i <= hi; i++)
+        need += c->slot_of[key0 + i] < 0;
+    const int64_t b = find_block(c, need, now, key0, F);
+    if (b < 0)
+        return 0;
+    for (int64_t s = b; s < b + need; s++) {
+        if (c->owner[s] >= 0) {
+            c->slot_of[c->owner[s]] = -1;
+            c->st.evictions++;
+        }
+        c->owner[s] = -1;
+        c->state[s] = SLOT_EMPTY;
+    }
+    int64_t s = b;
+    int32_t k = 0;
+    int rc = 0;
+    for (int64_t i = lo; i <= hi && !rc; i++) {
+        const int64_t key = key0 + i;
+        if (c->slot_of[key] >= 0)
+            continue;
+        while (k < runs->n && runs->run[k][0] + runs->run[k][1] <= i)
+            k++;
+        const bool needed = k < runs->n && runs->run[k][0] <= i;
+        c->owner[s] = key;
+        c->slot_of[key] = (int32_t)s;
+        c->stamp[s] = now;
+        c->ref[s] = needed ? REF_DENSE : 1;
+        c->state[s] = SLOT_PENDING;
+        c->st.dense_extra += !needed;
+        rc = queue_read(c, s++, key);
+    }
+    c->st.dense_layers++;
     const int frc = flush_run(c);
     return rc ? rc : frc;
 }
@@ -246,13 +329,17 @@ int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struc
     const int64_t F = c->h.n_ff;
     const uint64_t now = ++c->clock;
     int rc = take_error(c);
+    if (!rc)
+        rc = dense_layer(c, layer, runs, now);
     for (int32_t k = 0; !rc && k < runs->n; k++)
         for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
             const int64_t key = (int64_t)layer * F + i;
             int64_t s = c->slot_of[key];
             c->st.needed++;
             if (s >= 0) {
-                if (c->state[s] == SLOT_PENDING)
+                if (s >= c->n_pinned && c->ref[s] == REF_DENSE)
+                    c->st.misses++; /* read by dense_layer just now */
+                else if (c->state[s] == SLOT_PENDING || (s >= c->n_pinned && c->ref[s] == REF_PREFETCHED))
                     c->st.prefetched++;
                 else
                     c->st.hits++;
@@ -384,6 +471,11 @@ int ncache_new(struct ncache **out, const struct pi_model *m, const struct ncach
     for (int64_t s = 0; s < c->n_slots; s++)
         c->owner[s] = -1;
     c->window_steps = (uint64_t)(p->window > 0 ? p->window : 1) * (uint64_t)L;
+    /* a layer is read densely when at least half its neurons are missing (PINFER_NCACHE_DENSE: another
+     * fraction; above 1: never) */
+    const char *dense = getenv(NCACHE_ENV_DENSE);
+    const double df = dense ? strtod(dense, NULL) : NCACHE_DENSE_DEFAULT;
+    c->dense_min = df > 1.0 || df < 0.0 ? 0 : (int64_t)(df * (double)F) > 1 ? (int64_t)(df * (double)F) : 1;
     const char *fail = getenv(NCACHE_ENV_FAIL_READ);
     c->fail_at = fail ? strtoull(fail, NULL, 10) : 0;
     c->mem = mem;

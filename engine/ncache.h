@@ -16,8 +16,10 @@
  * in flight from a prefetch (waited for), or read now (a miss: never wrong, only slower) — and
  * fills the view. An I/O error fails the call with the file offset in the message.
  * Consecutive neurons of a layer that land in consecutive slots are read together, up to
- * NCACHE_READ_MAX bytes a read: a prefill chunk's nearly dense mask union then streams the layer
- * in large sequential reads; a decode step's scattered neurons stay one record a read.
+ * NCACHE_READ_MAX bytes a read; a decode step's scattered neurons stay one record a read. A step
+ * whose union of missing neurons in a layer reaches NCACHE_DENSE_DEFAULT of it (a long prompt
+ * chunk) reads the layer's span densely: the gaps too, into one block of consecutive slots, so the
+ * layer streams in large sequential reads.
  * A read is tagged with its first slot and its number of slots: tag = slot | n << 32.
  *
  * Not thread-safe: one caller (the evaluator's thread) per cache. */
@@ -62,10 +64,12 @@ struct ncache_stats {
     uint64_t steps, tokens; /* ncache_step calls, Σ of their tokens */
     uint64_t needed;        /* Σ neurons asked for by ncache_layer */
     uint64_t hits;          /* ... present when asked (pinned or cached) */
-    uint64_t prefetched;    /* ... in flight from a prefetch when asked (waited for) */
+    uint64_t prefetched;    /* ... brought by a prefetch (arrived, or in flight and waited for) */
     uint64_t misses;        /* ... read synchronously */
     uint64_t reads, bytes_read; /* reads done (one read may bring several consecutive neurons), bytes */
     uint64_t evictions;
+    uint64_t dense_layers;  /* layers a chunk read densely (the union over the threshold) */
+    uint64_t dense_extra;   /* ... unneeded neurons read with them (the gaps) */
     uint64_t in_flight;     /* reads submitted, not completed (now) */
     uint64_t wait_ns;       /* time ncache_layer waited for reads */
     uint64_t pinned, slots; /* pinned neurons, window slots */
@@ -93,6 +97,11 @@ int ncache_pread_full(int fd, void *dst, size_t n, uint64_t off);
 #define NCACHE_READ_MAX (1u << 20)
 #define NCACHE_TAG_SLOT(t) ((int64_t)((t) & 0xffffffffu))
 #define NCACHE_TAG_COUNT(t) ((uint32_t)((t) >> 32))
+/* A step whose missing neurons in a layer reach this fraction of the layer reads the layer from its
+ * first to its last missing neuron in large sequential reads, the gaps included (prefill);
+ * PINFER_NCACHE_DENSE sets another fraction (above 1: never, for measuring without). */
+#define NCACHE_DENSE_DEFAULT 0.5
+#define NCACHE_ENV_DENSE "PINFER_NCACHE_DENSE"
 /* Test hook: the Nth read (1-based) fails with EIO. */
 #define NCACHE_ENV_FAIL_READ "PINFER_NCACHE_FAIL_READ"
 

@@ -61,7 +61,10 @@ static void seg_clear(struct shm_seg *seg)
     seg->base = MAP_FAILED;
 }
 
-int shm_create(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size)
+/* alloc_all: posix_fallocate the whole object; else only set its size (ftruncate) and allocate the
+ * header's page: the caller allocates the rest with shm_allocate. */
+static int create(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size,
+                  bool alloc_all)
 {
     seg_clear(seg);
     int rc = shm_name(seg->name, sizeof seg->name, geteuid(), instance, segment);
@@ -86,7 +89,11 @@ int shm_create(struct shm_seg *seg, const char *instance, const char *segment, u
     }
     /* Allocate every page now: tmpfs would otherwise allocate on first touch and a full /dev/shm
      * would kill us with SIGBUS in the middle of a computation. Returns an error number. */
-    int e = posix_fallocate(seg->fd, 0, (off_t)size);
+    int e = 0;
+    if (!alloc_all && ftruncate(seg->fd, (off_t)size) != 0)
+        e = errno;
+    if (e == 0)
+        e = posix_fallocate(seg->fd, 0, (off_t)(alloc_all || size < SHM_HDR_PAGE ? size : SHM_HDR_PAGE));
     if (e != 0) {
         rc = pi_fail(e, "shm: allocate %zu bytes for %s: %s", size, seg->name, strerror(e));
         goto fail;
@@ -113,6 +120,28 @@ fail:
 fail_noobj:
     seg_clear(seg);
     return rc;
+}
+
+int shm_create(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size)
+{
+    return create(seg, instance, segment, kind, size, true);
+}
+
+int shm_create_lazy(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size)
+{
+    return create(seg, instance, segment, kind, size, false);
+}
+
+int shm_allocate(struct shm_seg *seg, uint64_t off, uint64_t len)
+{
+    if (off > seg->size || len > seg->size - off)
+        return pi_fail(PI_E_RANGE, "shm: allocate [%llu, +%llu) outside the %zu bytes of %s", (unsigned long long)off,
+                       (unsigned long long)len, seg->size, seg->name);
+    int e = len ? posix_fallocate(seg->fd, (off_t)off, (off_t)len) : 0;
+    if (e != 0)
+        return pi_fail(e, "shm: allocate %llu bytes at %llu of %s: %s", (unsigned long long)len,
+                       (unsigned long long)off, seg->name, strerror(e));
+    return 0;
 }
 
 void shm_publish(struct shm_seg *seg)

@@ -48,6 +48,17 @@ int shm_name(char *buf, size_t cap, uid_t uid, const char *instance, const char 
  * version, size and kind. On failure nothing is left behind. */
 int shm_create(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size);
 
+/* The same, except that only the first SHM_HDR_PAGE bytes (the header's page) are allocated: the
+ * rest is a hole until the creator allocates the ranges it wants with shm_allocate (a range never
+ * allocated costs no memory as long as nobody touches it; touching it allocates then, and on a full
+ * /dev/shm that is SIGBUS). For a segment most of which stays unused (the weights segment under a
+ * RAM budget: the FFN rows live on disk). */
+#define SHM_HDR_PAGE 4096u
+int shm_create_lazy(struct shm_seg *seg, const char *instance, const char *segment, uint32_t kind, size_t size);
+/* Allocate [off, off + len) of a segment this process created (posix_fallocate: -ENOSPC on a full
+ * /dev/shm). */
+int shm_allocate(struct shm_seg *seg, uint64_t off, uint64_t len);
+
 /* Make the segment visible to shm_attach: release-store of the magic, after the creator wrote the
  * header's offsets and the contents (pairs with the acquire load of the magic in shm_attach). */
 void shm_publish(struct shm_seg *seg);

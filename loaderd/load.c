@@ -49,6 +49,12 @@ size_t loader_weights_seg_bytes(uint64_t file_size, uint64_t n_tensors)
     return weights_layout(file_size, n_tensors, &o) ? (size_t)o.total : 0;
 }
 
+uint64_t loader_weights_image_offset(uint64_t file_size, uint64_t n_tensors)
+{
+    struct weights_offsets o;
+    return weights_layout(file_size, n_tensors, &o) ? o.image : 0;
+}
+
 int loader_weights_seg_init(struct shm_seg *seg, uint64_t file_size, uint64_t n_tensors)
 {
     struct weights_offsets o;
@@ -332,9 +338,7 @@ static int cmp_range(const void *a, const void *b)
     return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
-/* The whole pages of the tensors `skip_tensor` names, as sorted file ranges (*out, malloc'd): read
- * from the file's header alone (its data pages are not touched). */
-static int skip_ranges(const char *path, bool (*skip_tensor)(const char *name), uint64_t (**out)[2], size_t *n_out)
+int loader_skip_ranges(const char *path, bool (*skip_tensor)(const char *name), uint64_t (**out)[2], size_t *n_out)
 {
     struct gguf_file *gf = NULL;
     *out = NULL;
@@ -423,7 +427,7 @@ int loader_load_except(const struct loader_weights *w, const char *path, const s
     }
     set_u64(prog ? prog->total_bytes : NULL, size);
     set_u64(prog ? prog->done_bytes : NULL, 0);
-    if (skip_tensor && (rc = skip_ranges(path, skip_tensor, &skip, &n_skip)) != 0)
+    if (skip_tensor && (rc = loader_skip_ranges(path, skip_tensor, &skip, &n_skip)) != 0)
         goto fail;
     rc = read_image(w, path, fd, size, prog, skip, n_skip, method, sizeof method);
     if (rc)

@@ -34,6 +34,10 @@
  * the sum overflows). */
 size_t loader_weights_seg_bytes(uint64_t file_size, uint64_t n_tensors);
 
+/* Where the image starts in such a segment (offsets[1]; 0 if absurd): the file's byte k is at
+ * image + k. */
+uint64_t loader_weights_image_offset(uint64_t file_size, uint64_t n_tensors);
+
 /* Fill the header offsets of a freshly created weights segment (seg->size must be at least
  * loader_weights_seg_bytes) and its info: state EMPTY, file_size, directory capacity. Does not
  * publish. */
@@ -83,5 +87,10 @@ int loader_load(const struct loader_weights *w, const char *path, const struct l
  * tensor. */
 int loader_load_except(const struct loader_weights *w, const char *path, const struct loader_progress *prog,
                        bool (*skip_tensor)(const char *name), enum loader_outcome *outcome);
+
+/* The whole pages (URING_ALIGN = 4096) of the tensors `skip_tensor` names, as sorted file ranges
+ * (*out, malloc'd, [begin, end) pairs; *n_out of them): read from the file's header alone. These are
+ * the pages loader_load_except leaves untouched, so the supervisor can leave them unallocated. */
+int loader_skip_ranges(const char *path, bool (*skip_tensor)(const char *name), uint64_t (**out)[2], size_t *n_out);
 
 #endif

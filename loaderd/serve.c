@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "act.h"
@@ -214,6 +215,10 @@ int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w)
         return 0;
     const uint64_t base = (uint64_t)((const char *)w->image - (const char *)rt->weights_seg.base);
     uint64_t punched = 0;
+    /* resident before the punch = the load's peak (pages are only added while loading): the supervisor
+     * left the FFN pages unallocated, so this is the dense parts, and the punch frees nothing */
+    struct stat st0, st1;
+    const bool have0 = fstat(rt->weights_seg.fd, &st0) == 0;
     for (uint32_t k = 0; k < w->info->n_tensors && k < w->dir_cap; k++) {
         const struct pi_tensor_dirent *d = &w->dir[k];
         char name[sizeof d->name + 1];
@@ -230,7 +235,10 @@ int serve_trim_punch(struct stage_rt *rt, const struct loader_weights *w)
         punched += b - a;
     }
     atomic_store_explicit(&ctl->weights_trimmed, punched ? punched : 1, memory_order_release);
-    fprintf(stderr, "loaderd: --ram-budget: %.3f GiB of FFN rows punched out of the weights segment (cpud reads them "
-            "from the bundle)\n", (double)punched / (1 << 30));
+    if (have0 && fstat(rt->weights_seg.fd, &st1) == 0)
+        fprintf(stderr, "loaderd: --ram-budget: the weights segment (%llu bytes) had %llu bytes resident after the "
+                "load, %llu after the trim; its FFN rows (%llu bytes) are read from the bundle by cpud\n",
+                (unsigned long long)rt->weights_seg.size, (unsigned long long)st0.st_blocks * 512ull,
+                (unsigned long long)st1.st_blocks * 512ull, (unsigned long long)punched);
     return 0;
 }

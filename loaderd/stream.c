@@ -87,7 +87,10 @@ static int st_submit(void *ctx, int fd, void *dst, uint64_t off, uint32_t len, u
     else
         io_uring_prep_read(sqe, fd, dst, len, off);
     io_uring_sqe_set_data64(sqe, tag);
-    s->queued++;
+    /* submit in small batches as they come: a prefetch's reads must be on the disk while the caller
+     * computes, not held until its next reap (one io_uring_enter per STREAM_BATCH reads) */
+    if (++s->queued >= STREAM_BATCH && (rc = flush(s)))
+        return rc;
     return 0;
 }
 

@@ -1,7 +1,6 @@
 /* stream.h — the disk tier's reader: neuron records from the FFN bundle (engine/bundle.h) into the
- * neuron cache (engine/ncache.h) with io_uring — O_DIRECT (the bundle is opened so), reads queued
- * and submitted together at the next wait (one io_uring_enter for a layer's misses), up to qd in
- * flight, into registered buffers (READ_FIXED) when the kernel lets this process pin the cache
+ * neuron cache (engine/ncache.h) with io_uring — O_DIRECT (the bundle is opened so), reads submitted
+ * in batches of STREAM_BATCH as they are queued (the rest at the next reap), up to qd in flight, into registered buffers (READ_FIXED) when the kernel lets this process pin the cache
  * (RLIMIT_MEMLOCK), plain READ otherwise; name says which and why. */
 #ifndef PI_LOADERD_STREAM_H
 #define PI_LOADERD_STREAM_H
@@ -13,6 +12,7 @@
 #include "ncache.h"
 
 #define STREAM_QD 64u /* reads in flight: 8 KiB random reads on the virtio disk gain little past 32-64 */
+#define STREAM_BATCH 16u /* queued reads are submitted (one io_uring_enter) every STREAM_BATCH */
 
 struct stream_done {
     uint64_t tag;

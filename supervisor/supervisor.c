@@ -24,6 +24,7 @@
 #include "vram_nvml.h"
 #include "vram_plan.h"
 #include "load.h"
+#include "serve.h"
 #include "model.h"
 #include "pi_err.h"
 #include "stage.h"
@@ -120,6 +121,8 @@ static void set_error(struct sup *s, const char *fmt, ...)
 
 /* ---- segments ---- */
 
+#define GIB(x) ((double)(x) / (double)(1ull << 30))
+
 static int create_ctl(struct sup *s)
 {
     const struct sup_config *c = s->cfg;
@@ -166,6 +169,49 @@ static int create_ctl(struct sup *s)
     return 0;
 }
 
+/* --ram-budget with every FFN neuron on cpud (no gpu_idx set: the CPU backend, or no VRAM budget):
+ * no stage reads an FFN row from the weights image (cpud reads them through its neuron cache, gpud
+ * waits for cpud), so the image's FFN pages need no memory. Decided here, before the weights segment
+ * exists, from the hot set choose_hot_set placed in the act segment. */
+static bool weights_trimmed(struct sup *s)
+{
+    if (!s->cfg->ram_budget)
+        return false;
+    struct act_view v;
+    if (act_view_attach(&v, &s->act_seg))
+        return false;
+    const size_t n = (size_t)v.hdr->n_layer * (size_t)v.hdr->n_ff;
+    for (size_t i = 0; i < n; i++)
+        if (v.gpu_idx[i])
+            return false;
+    return true;
+}
+
+/* Allocate every page of the weights segment except the whole pages of the FFN tensors (the pages
+ * loaderd's trimmed load neither reads nor writes): the segment's memory is the dense parts from
+ * the start, never the file. Returns the bytes left unallocated in *holes. */
+static int allocate_trimmed(struct sup *s, uint64_t file_size, uint64_t n_tensors, uint64_t *holes)
+{
+    uint64_t(*r)[2] = NULL;
+    size_t n = 0;
+    int rc = loader_skip_ranges(s->cfg->model_path, serve_is_ffn_tensor, &r, &n);
+    if (rc)
+        return rc;
+    const uint64_t img = loader_weights_image_offset(file_size, n_tensors);
+    uint64_t at = 0;
+    *holes = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        /* sorted and disjoint (loader_skip_ranges); the image is page-aligned, so are the holes */
+        rc = shm_allocate(&s->weights_seg, at, img + r[i][0] - at);
+        at = img + r[i][1];
+        *holes += r[i][1] - r[i][0];
+    }
+    if (!rc)
+        rc = shm_allocate(&s->weights_seg, at, s->weights_seg.size - at);
+    free(r);
+    return rc;
+}
+
 static int create_weights(struct sup *s)
 {
     uint64_t file_size, n_tensors;
@@ -176,10 +222,24 @@ static int create_weights(struct sup *s)
     if (!bytes)
         return pi_fail(PI_E_RANGE, "weights segment for %llu bytes and %llu tensors overflows",
                        (unsigned long long)file_size, (unsigned long long)n_tensors);
-    if ((rc = shm_create(&s->weights_seg, s->cfg->name, LOADER_SEG_WEIGHTS, PI_SEG_KIND_WEIGHTS, bytes)))
+    const bool trim = weights_trimmed(s);
+    uint64_t holes = 0;
+    if (!trim)
+        rc = shm_create(&s->weights_seg, s->cfg->name, LOADER_SEG_WEIGHTS, PI_SEG_KIND_WEIGHTS, bytes);
+    else if ((rc = shm_create_lazy(&s->weights_seg, s->cfg->name, LOADER_SEG_WEIGHTS, PI_SEG_KIND_WEIGHTS, bytes)) ==
+             0)
+        rc = allocate_trimmed(s, file_size, n_tensors, &holes);
+    if (rc)
         return rc;
     if ((rc = loader_weights_seg_init(&s->weights_seg, file_size, n_tensors)))
         return rc;
+    if (trim) {
+        /* before any stage starts: loaderd then skips the FFN pages, gpud and cpud never read them */
+        atomic_store_explicit(&s->ctl->weights_trimmed, UINT64_MAX, memory_order_release);
+        sup_log("--ram-budget: the weights segment holds the dense tensors only: %.3f of %.3f GiB allocated, the "
+                "FFN rows' %.3f GiB left unallocated (cpud reads them from the bundle)",
+                GIB(bytes - holes), GIB(bytes), GIB(holes));
+    }
     s->winfo = shm_at(&s->weights_seg, s->weights_seg.hdr->offsets[0], sizeof *s->winfo);
     if (!s->winfo)
         return pi_fail(PI_E_FORMAT, "weights segment: info outside the segment");
@@ -198,8 +258,6 @@ static struct vram_params plan_params(const struct sup_config *c)
                                  .n_batch = SUP_N_BATCH, .kv_f32 = c->cache_type == BE_CACHE_F32,
                                  .reserve = gpu ? VRAM_RESERVE : 0 };
 }
-
-#define GIB(x) ((double)(x) / (double)(1ull << 30))
 
 /* No --vram-budget on a GPU: all free memory minus a margin (NVML, before gpud holds a context).
  * Returns the budget, or -1 when the whole model fits (or there is no GPU to ask). */
@@ -767,7 +825,8 @@ static int setup(struct sup *s)
             return rc;
     if ((rc = write_pid(s)) || (rc = create_ctl(s)))
         return rc;
-    if ((rc = create_weights(s)) || (rc = create_act(s)) || (rc = open_socket(s)))
+    /* the act segment first: its hot set decides whether the weights segment holds the FFN rows */
+    if ((rc = create_act(s)) || (rc = create_weights(s)) || (rc = open_socket(s)))
         return rc;
     return 0;
 }

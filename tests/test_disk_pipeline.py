@@ -9,7 +9,7 @@ do not change. The counters (bytes/token, hit rate, reads, waits, fallbacks) are
 pictl profile and generate --json-stats.
 
 usage: test_disk_pipeline.py PICTL MODEL.gguf CALIB_TEXT"""
-import json, os, shutil, signal, subprocess, sys, tempfile, time
+import json, os, re, shutil, signal, subprocess, sys, tempfile, time
 
 pictl, dense_model, calib = sys.argv[1:4]
 tmp = tempfile.mkdtemp(prefix="pinfer-dpipe-")
@@ -115,6 +115,15 @@ try:
     check(b"disk tier: budget" in log and b"neurons) read from" in log, f"cpud's log shows no disk tier: {log[-400:]!r}")
     log = run("logs", "loaderd", "--name", name).stdout
     check(b"serving the neuron cache" in log, f"loaderd's log shows it never served the cache: {log[-400:]!r}")
+    # the load-time peak: the supervisor left the FFN pages unallocated, so right after the load (before
+    # loaderd's punch, which then frees nothing) the segment held the dense parts only, never the file
+    m = re.search(rb"weights segment \((\d+) bytes\) had (\d+) bytes resident after the load, (\d+) after the "
+                  rb"trim; its FFN rows \((\d+) bytes\)", log)
+    if check(m, f"loaderd's log does not say the segment's resident bytes after the load: {log[-400:]!r}"):
+        seg, peak, after, ffn = map(int, m.groups())
+        print(f"weights segment {seg} bytes: {peak} resident after the load, {after} after the trim, FFN {ffn}")
+        check(ffn > seg // 4 and peak <= seg - ffn + 65536 and after == peak,
+              f"the weights segment held FFN pages during the load: {peak} resident of {seg} (FFN {ffn})")
     d = disk()
     print("disk after plain:", d)
     if check(d is not None, "pictl status --json has no disk object"):

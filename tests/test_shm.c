@@ -182,6 +182,32 @@ static void test_sizes(void)
     close(fd);
 }
 
+/* shm_create_lazy: the size is set but only the header's page has memory; shm_allocate gives the
+ * ranges the creator asks for, and only those (st_blocks); the segment attaches like any other. */
+static void test_lazy(void)
+{
+    enum { PAGES = 64, PAGE = 4096 };
+    struct shm_seg c, a;
+    int rc = shm_create_lazy(&c, inst, "lazy", PI_SEG_KIND_TEST, PAGES * PAGE);
+    REQUIRE(rc == 0, "create_lazy: %s", pi_errmsg());
+    struct stat st;
+    CHECK(fstat(c.fd, &st) == 0 && st.st_size == PAGES * PAGE && st.st_blocks * 512 == PAGE,
+          "lazy: size %lld, %lld bytes resident (want %d, %d)", (long long)st.st_size, (long long)st.st_blocks * 512,
+          PAGES * PAGE, PAGE);
+    CHECK(shm_allocate(&c, 8 * PAGE, 4 * PAGE) == 0 && shm_allocate(&c, 60 * PAGE, 4 * PAGE) == 0, "allocate: %s",
+          pi_errmsg());
+    CHECK(shm_allocate(&c, 62 * PAGE, 4 * PAGE) == -PI_E_RANGE, "allocate past the end refused");
+    CHECK(fstat(c.fd, &st) == 0 && st.st_blocks * 512 == 9 * PAGE, "allocated: %lld bytes resident (want %d)",
+          (long long)st.st_blocks * 512, 9 * PAGE);
+    shm_publish(&c);
+    rc = shm_attach(&a, inst, "lazy", PI_SEG_KIND_TEST, SHM_ATTACH_RDONLY);
+    CHECK(rc == 0 && a.size == PAGES * PAGE, "attach a lazy segment: %s", pi_errmsg());
+    if (rc == 0)
+        shm_detach(&a);
+    shm_detach(&c);
+    shm_unlink(c.name);
+}
+
 /* A segment owned by someone else is refused even when we can open it (as root we can). */
 static void test_foreign_owner(void)
 {
@@ -233,6 +259,7 @@ int main(void)
     test_names();
     test_round_trip();
     test_sizes();
+    test_lazy();
     test_foreign_owner();
     test_cleanup();
     shm_remove_instance(inst); /* in case a check above failed midway */

@@ -142,7 +142,7 @@ json_t *run_disk_json(const struct run_disk *d)
     ncache_get_stats(d->nc, &st);
     const double t = st.tokens ? (double)st.tokens : 1;
     return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:b, s:I, s:f, s:f, s:I, s:I, s:I, "
-                     "s:I, s:I, s:f, s:f, s:f}",
+                     "s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}",
                      "bundle", d->bundle, "reader", d->reader, "budget_bytes", (json_int_t)d->rep.budget,
                      "dense_bytes", (json_int_t)d->rep.dense_bytes, "cache_bytes", (json_int_t)d->rep.cache_bytes,
                      "ram_bytes", (json_int_t)d->rep.ram_bytes, "disk_bytes", (json_int_t)d->rep.disk_bytes,
@@ -152,7 +152,9 @@ json_t *run_disk_json(const struct run_disk *d)
                      (double)(st.bytes_read - st.pinned_bytes) / t, "hit_rate",
                      st.needed ? (double)(st.hits + st.prefetched) / (double)st.needed : 0.0, "hits",
                      (json_int_t)st.hits, "prefetched", (json_int_t)st.prefetched, "misses", (json_int_t)st.misses,
-                     "evictions", (json_int_t)st.evictions, "reads_in_flight", (json_int_t)st.in_flight,
+                     "evictions", (json_int_t)st.evictions, "reads", (json_int_t)st.reads, "dense_layers",
+                     (json_int_t)st.dense_layers, "dense_extra", (json_int_t)st.dense_extra, "reads_in_flight",
+                     (json_int_t)st.in_flight,
                      "disk_wait_ms_per_token", (double)st.wait_ns / 1e6 / t, "floor_mib_s", d->floor_mib_s,
                      "floor_ms_per_token", d->floor_ms_per_token);
 }
