@@ -7,6 +7,8 @@
 #      and whether the logits of old and new are the same bytes (the new kernels change no operation)
 #   bench/cpu_host/sparse_kernels_ab.sh DIR   DIR/old, DIR/new: release trees (tools/pictl, bench/bench_ffn,
 #   bench/bench_gemv), DIR/lib: .so files (all may come packed as DIR/trees.txz). Results in $OUT/ab.log.
+#   env VARIANTS: more trees (bench/bench_ffn only) timed beside old and new; N: tokens per decode (64);
+#   PINFER_POOL_STATS=1 puts the pool's straggle / solo counts of each decode in the log.
 set -u
 D=$1
 [ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
@@ -24,12 +26,12 @@ timeout 60 "$D/new/bench/bench_gemv" -t 16 -n 3 -T q4_0 2>/dev/null | grep -E '"
 ffn() { # tree model threads
     timeout 60 "$D/$1/bench/bench_ffn" "/dev/shm/$2.gguf" -t "$3" -n 5 | sed "s/^/$1 /" | tee -a "$L"
 }
-for r in 1 2; do for t in 16 8; do ffn old s4 $t; ffn new s4 $t; done; done
+for r in 1 2; do for t in 16 8; do for v in old new ${VARIANTS:-}; do ffn $v s4 $t; done; done; done
 dec() { # tree round
     local n=$1-r$2
-    timeout 60 "$D/$1/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n 64 -c 256 -p "Once upon a time" --temp 0 \
+    timeout 60 "$D/$1/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n "${N:-64}" -c 512 -p "Once upon a time" --temp 0 \
         --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
-    log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s')" 2>&1 | tail -1)"
+    log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s')" 2>&1 | tail -1) $(grep -h '\[pool\]' "$R/$n.err" | head -1)"
 }
 for r in 1 2 3; do dec old $r; dec new $r; done
 cmp -s "$R/old-r1.logits" "$R/new-r1.logits" && log "s4 logits old = new (bytes)" || log "s4 logits DIFFER old vs new"
@@ -37,7 +39,7 @@ rm -f /dev/shm/s4.gguf
 if [ -z "${SKIP_F16:-}" ]; then
     $P synth --shape llama-7b --type f16 --pwri -t 16 -q -o /dev/shm/s16.gguf 2>&1 | tail -1
     log "s16 synth done"
-    for r in 1 2; do ffn old s16 16; ffn new s16 16; done
+    for r in 1 2; do for v in old new ${VARIANTS:-}; do ffn $v s16 16; done; done
     rm -f /dev/shm/s16.gguf
 fi
 log "end: load $(cut -d' ' -f1-3 /proc/loadavg)"
