@@ -90,6 +90,9 @@ static inline float elem_bf16(const void *p, int64_t i)
  * are contiguous), or only inside it (a single dot, or a gathered row: the bytes after it belong to
  * a neuron that is most likely inactive, and fetching them would waste read bandwidth). */
 enum prefetch_reach { PF_ROW, PF_PAST };
+#ifndef VEC_DOT_REACH /* a single dot's (an A/B build may set PF_PAST) */
+#define VEC_DOT_REACH PF_ROW
+#endif
 
 /* prefetch the line PREFETCH_BYTES past byte `at` of a row of `row` bytes, if within the reach */
 static inline void prefetch_ahead(const char *x, size_t at, size_t row, enum prefetch_reach reach)
@@ -147,7 +150,7 @@ static inline void gather_prefetch(const void *const *rows, int64_t r, int64_t r
     }                                                                                              \
     static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *vy)              \
     {                                                                                              \
-        T##_dot_body(n, s, x, vy, PF_ROW);                                                         \
+        T##_dot_body(n, s, x, vy, VEC_DOT_REACH);                                                         \
     }
 
 VEC_DOT_F(f32)
@@ -656,13 +659,13 @@ static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q
 static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s, PF_ROW);
+    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s, VEC_DOT_REACH);
 }
 
 static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s, PF_ROW);
+    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s, VEC_DOT_REACH);
 }
 
 static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)

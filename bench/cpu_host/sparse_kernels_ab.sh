@@ -8,7 +8,9 @@
 #   bench/cpu_host/sparse_kernels_ab.sh DIR   DIR/old, DIR/new: release trees (tools/pictl, bench/bench_ffn,
 #   bench/bench_gemv), DIR/lib: .so files (all may come packed as DIR/trees.txz). Results in $OUT/ab.log.
 #   env VARIANTS: more trees (bench/bench_ffn only) timed beside old and new; N: tokens per decode (64);
-#   PINFER_POOL_STATS=1 puts the pool's straggle / solo counts of each decode in the log.
+#   PINFER_POOL_STATS=1 puts the pool's straggle / solo counts of each decode in the log; DECODE_VARIANTS:
+#   more trees (tools/pictl) decoded beside old and new; SKIP_FFN: no bench_ffn; PERF=1: a perf profile of
+#   one decode per tree (if the host has perf), its top symbols in the log.
 set -u
 D=$1
 [ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
@@ -26,14 +28,24 @@ timeout 60 "$D/new/bench/bench_gemv" -t 16 -n 3 -T q4_0 2>/dev/null | grep -E '"
 ffn() { # tree model threads
     timeout 60 "$D/$1/bench/bench_ffn" "/dev/shm/$2.gguf" -t "$3" -n 5 | sed "s/^/$1 /" | tee -a "$L"
 }
-for r in 1 2; do for t in 16 8; do for v in old new ${VARIANTS:-}; do ffn $v s4 $t; done; done; done
+[ -z "${SKIP_FFN:-}" ] && for r in 1 2; do for t in 16 8; do for v in old new ${VARIANTS:-}; do ffn $v s4 $t; done; done; done
 dec() { # tree round
     local n=$1-r$2
     timeout 60 "$D/$1/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n "${N:-64}" -c 512 -p "Once upon a time" --temp 0 \
         --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
     log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s')" 2>&1 | tail -1) $(grep -h '\[pool\]' "$R/$n.err" | head -1)"
 }
-for r in 1 2 3; do dec old $r; dec new $r; done
+for r in 1 2 3; do for v in old new ${DECODE_VARIANTS:-}; do dec $v $r; done; done
+if [ -n "${PERF:-}" ] && command -v perf >/dev/null; then
+    for v in old new ${DECODE_VARIANTS:-}; do
+        perf record -q -o "$R/perf.$v" "$D/$v/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n "${N:-64}" -c 512 \
+            -p "Once upon a time" --temp 0 --ignore-eos >/dev/null 2>&1
+        log "perf $v:"
+        perf report -i "$R/perf.$v" --stdio -n 2>/dev/null | grep -v '^#' | grep -v '^$' | head -12 | tee -a "$L"
+    done
+elif [ -n "${PERF:-}" ]; then
+    log "no perf on this host"
+fi
 cmp -s "$R/old-r1.logits" "$R/new-r1.logits" && log "s4 logits old = new (bytes)" || log "s4 logits DIFFER old vs new"
 rm -f /dev/shm/s4.gguf
 if [ -z "${SKIP_F16:-}" ]; then
