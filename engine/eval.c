@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ncache.h"
 #include "pi_err.h"
@@ -10,6 +11,21 @@
 #include "threadpool.h"
 
 #define DEFAULT_BATCH 64
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* the time since *t0 into phase ph, and *t0 moved to now */
+static void phase_add(struct eval *e, enum eval_phase ph, uint64_t *t0)
+{
+    const uint64_t t = now_ns();
+    e->phase_ns[ph] += t - *t0;
+    *t0 = t;
+}
 
 int eval_init(struct eval *e, const struct pi_model *m, const struct be_ops *ops, struct be *be,
               const struct eval_params *p)
@@ -150,6 +166,7 @@ int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
     struct be_ffn_count c = { 0 };
     bool have_h = false, have_mask = false;
     int rc;
+    uint64_t t0 = now_ns();
     if (e->sparse) {
         if (ops->predict) {
             if ((rc = ops->predict(e->be, layer, n)))
@@ -165,6 +182,7 @@ int eval_ffn_local(struct eval *e, int layer, const struct pi_batch *b)
                 return rc;
             have_mask = true;
         }
+        phase_add(e, EVAL_PREDICT, &t0);
     }
     if (host && !have_h && (rc = ops->get_h(e->be, n, e->h)))
         return rc;
@@ -189,9 +207,14 @@ static int eval_layers(struct eval *e, const struct pi_batch *b)
         return pi_fail(PI_E_INVAL, "eval: a step of %d tokens (1..%d)", b->n, e->n_batch);
     int rc = ops->embed(e->be, b);
     for (int il = 0; !rc && il < e->m->hp.n_layer; il++) {
+        uint64_t t0 = now_ns();
         rc = ops->attn(e->be, il, b);
+        phase_add(e, EVAL_ATTN, &t0);
+        const uint64_t pred0 = e->phase_ns[EVAL_PREDICT];
         if (!rc)
             rc = e->ffn_fn ? e->ffn_fn(e->ffn_user, e, il, b) : eval_ffn_local(e, il, b);
+        phase_add(e, EVAL_FFN, &t0);
+        e->phase_ns[EVAL_FFN] -= e->phase_ns[EVAL_PREDICT] - pred0; /* the predictor's share, counted apart */
     }
     return rc;
 }
@@ -199,8 +222,10 @@ static int eval_layers(struct eval *e, const struct pi_batch *b)
 int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
 {
     int rc = eval_layers(e, b);
+    uint64_t t0 = now_ns();
     if (!rc && logits && batch_n_out(b) > 0)
         rc = e->ops->output(e->be, b, logits);
+    phase_add(e, EVAL_OUTPUT, &t0);
     if (!rc && e->nc)
         rc = ncache_step(e->nc, b->n);
     return rc;
@@ -211,8 +236,10 @@ int eval_batch_top(struct eval *e, const struct pi_batch *b, int32_t k, int32_t 
     if (!e->ops->topk)
         return pi_fail(PI_E_UNSUPPORTED, "eval: backend %s computes no top-k candidates", e->ops->name);
     int rc = eval_layers(e, b);
+    uint64_t t0 = now_ns();
     if (!rc && batch_n_out(b) > 0)
         rc = e->ops->topk(e->be, b, k, ids, vals);
+    phase_add(e, EVAL_OUTPUT, &t0);
     if (!rc && e->nc)
         rc = ncache_step(e->nc, b->n);
     return rc;
@@ -309,6 +336,12 @@ uint64_t ctx_sparse_predicted(const struct pi_ctx *c, int layer)
 void ctx_sparse_stats_reset(struct pi_ctx *c)
 {
     memset(c->ev.stats, 0, (size_t)c->m->hp.n_layer * sizeof *c->ev.stats);
+    memset(c->ev.phase_ns, 0, sizeof c->ev.phase_ns);
+}
+
+double ctx_phase_ms(const struct pi_ctx *c, int ph)
+{
+    return ph >= 0 && ph < EVAL_PHASES ? (double)c->ev.phase_ns[ph] / 1e6 : 0.0;
 }
 
 int ctx_eval_batch(struct pi_ctx *c, const struct pi_batch *b, float *logits) { return eval_batch(&c->ev, b, logits); }

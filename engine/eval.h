@@ -33,6 +33,10 @@ struct eval_ffn_stats {
     uint64_t neurons, tokens, bytes, predicted;
 };
 
+/* Host time per phase of the forward pass, for benchmarks (on a device backend: the host's share and
+ * the launches, not the kernels' time) */
+enum eval_phase { EVAL_ATTN, EVAL_PREDICT, EVAL_FFN, EVAL_OUTPUT, EVAL_PHASES };
+
 struct eval {
     const struct pi_model *m;
     const struct be_ops *ops;
@@ -56,6 +60,7 @@ struct eval {
     struct ncache *nc;
     uint8_t *all, *mask2;    /* (n_ff) ones; (n_batch, n_ff) the next layer's predicted masks */
     struct ffn_runs pruns;
+    uint64_t phase_ns[EVAL_PHASES];
 };
 
 struct eval_params {
@@ -127,6 +132,8 @@ void ctx_set_ffn_hook(struct pi_ctx *c, be_ffn_hook fn, void *user);
 void ctx_sparse_stats(const struct pi_ctx *c, int layer, uint64_t *neurons, uint64_t *tokens, uint64_t *bytes);
 uint64_t ctx_sparse_predicted(const struct pi_ctx *c, int layer);
 void ctx_sparse_stats_reset(struct pi_ctx *c);
+/* Milliseconds of host time in phase ph (enum eval_phase) since ctx_new or the last reset. */
+double ctx_phase_ms(const struct pi_ctx *c, int ph);
 
 /* Evaluate n tokens of sequence 0 at positions pos..pos+n-1 (chunked by n_batch). The KV cache
  * must already hold positions 0..pos-1. logits: n_vocab floats for the last token, or n × n_vocab

@@ -69,6 +69,10 @@ static int write_stats(const char *path, const struct run_opts *o, const struct 
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     if (disk && disk->nc)
         json_object_set_new(j, "disk", run_disk_json(disk));
+    /* host time per phase over the whole run (prefill and decode): where a step's time goes */
+    json_object_set_new(j, "phase_ms", json_pack("{s:f, s:f, s:f, s:f}", "attn", ctx_phase_ms(c, EVAL_ATTN), "predict",
+                                                 ctx_phase_ms(c, EVAL_PREDICT), "ffn", ctx_phase_ms(c, EVAL_FFN),
+                                                 "output", ctx_phase_ms(c, EVAL_OUTPUT)));
     int rc = json_dump_file(j, path, JSON_INDENT(1)) ? pi_fail(PI_E_IO, "cannot write --json-stats '%s'", path) : 0;
     json_decref(j);
     return rc;
