@@ -67,7 +67,9 @@
 #define STRAGGLE_SLICES 4
 #define STRAGGLE_MIN_NS 200000ull
 #define STRAGGLE_WINDOW 32
+#ifndef STRAGGLE_LIMIT /* an A/B build may set it */
 #define STRAGGLE_LIMIT 2
+#endif
 /* Runs in a window where the caller ran every slice itself (no worker got a core, or got there, in
  * time): beyond this many the workers only cost their wake-ups, and the caller goes solo too. */
 #define UNHELPED_LIMIT (STRAGGLE_WINDOW * 3 / 4)

@@ -33,7 +33,7 @@ dec() { # tree round
     local n=$1-r$2
     timeout 60 "$D/$1/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n "${N:-64}" -c 512 -p "Once upon a time" --temp 0 \
         --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
-    log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s')" 2>&1 | tail -1) $(grep -h '\[pool\]' "$R/$n.err" | head -1)"
+    log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s',{k:round(v) for k,v in d.get('phase_ms',{}).items()})" 2>&1 | tail -1) $(grep -h '\[pool\]' "$R/$n.err" | head -1)"
 }
 for r in 1 2 3; do for v in old new ${DECODE_VARIANTS:-}; do dec $v $r; done; done
 if [ -n "${PERF:-}" ] && command -v perf >/dev/null; then
