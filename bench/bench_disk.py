@@ -7,10 +7,11 @@ started in; the model's pages are dropped from the page cache before each run (p
 DONTNEED on the file), so that the run faults them in, charged to its cgroup.
 
 With --pipeline, the same budgets also run in the pipeline (pictl start --ram-budget: loaderd streams
-the disk tier into cpud's cache in shared memory, the FFN rows punched out of the weights segment),
-without a cgroup limit (loading still fills the whole weights segment before the FFN rows are punched
-out): decode tok/s, the counters of pictl status (bytes/token, hit rate, waits, fallback reads) and
-the weights segment's resident bytes.
+the disk tier into cpud's cache in shared memory; the supervisor allocates the weights segment
+without the FFN rows), under the same cgroup limit: `pictl start` is started in the cgroup, so the
+supervisor, every stage and the shared memory they allocate are charged to it (the generate client
+is not): decode tok/s, the counters of pictl status (bytes/token, hit rate, waits, fallback reads),
+the weights segment's resident bytes and the cgroup's peak.
 
 usage: bench_disk.py PICTL MODEL.pwri.gguf [--fractions 0.25,0.5] [-n N] [-t T] [--slack-gib G] [--pipeline]
                      [--skip-inproc]"""
@@ -24,7 +25,7 @@ ap.add_argument("-n", type=int, default=24)
 ap.add_argument("-t", type=int, default=2)
 ap.add_argument("--slack-gib", type=float, default=0.5, help="KV cache, scratch, the process: above the budget")
 ap.add_argument("--mmap-timeout", type=int, default=900)
-ap.add_argument("--pipeline", action="store_true", help="also run each budget in the pipeline (no cgroup limit)")
+ap.add_argument("--pipeline", action="store_true", help="also run each budget in the pipeline (same cgroup limit)")
 ap.add_argument("--skip-inproc", action="store_true", help="only the all-in-RAM reference and the pipeline runs")
 a = ap.parse_args()
 GIB = 2**30
@@ -116,14 +117,17 @@ stride = struct.unpack_from("<Q", hdr, 64)[0]
 ffn = n_layer * n_ff * stride / GIB
 
 
-def pipeline(tag, budget):
+def pipeline(tag, budget, limit):
     name = f"bdisk{os.getpid()}"
     js = os.path.join(tmp, tag.replace(" ", "_") + ".json")
-    row = {"case": tag, "limit": "none (pipeline)"}
+    d, how = cgroup(limit)
+    row = {"case": tag, "limit": how}
     drop_cache(a.model)
     t0 = time.time()
-    p = subprocess.run([a.pictl, "start", "-m", a.model, "--name", name, "-t", str(a.t), "-c", "256", "--ram-budget",
-                        f"{budget:.4f}"], capture_output=True, timeout=900)
+    cmd = [a.pictl, "start", "-m", a.model, "--name", name, "-t", str(a.t), "-c", "256", "--ram-budget",
+           f"{budget:.4f}"]
+    p = subprocess.run(["sh", "-c", f'echo $$ > {d}/cgroup.procs && exec "$@"', "sh", *cmd], capture_output=True,
+                       timeout=900)
     row["start_s"] = round(time.time() - t0, 1)
     try:
         if p.returncode:
@@ -145,7 +149,13 @@ def pipeline(tag, budget):
                                            "weights_trimmed_bytes", "segment_bytes")})
         return row
     finally:
+        row["peak_bytes"] = peak(d)
         subprocess.run([a.pictl, "stop", "--name", name], capture_output=True, timeout=120)
+        time.sleep(1)
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
         print(json.dumps(row), flush=True)
 
 
@@ -156,4 +166,4 @@ for frac in [float(x) for x in a.fractions.split(",")]:
         r = run(f"ram-budget {frac:.0%} of FFN", ["--ram-budget", f"{budget:.4f}", "--disk-floor"], limit)
         run(f"mmap, same limit as {frac:.0%}", [], limit, timeout=a.mmap_timeout)
     if a.pipeline:
-        pipeline(f"pipeline ram-budget {frac:.0%} of FFN", budget)
+        pipeline(f"pipeline ram-budget {frac:.0%} of FFN", budget, limit)

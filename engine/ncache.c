@@ -221,45 +221,16 @@ static int assign(struct ncache *c, int64_t key, uint64_t stamp, uint64_t protec
     return queue_read(c, s, key);
 }
 
-int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
-{
-    const int64_t F = c->h.n_ff;
-    const uint64_t next = c->clock + 1; /* the step that will use them */
-    if (!c->io)
-        return 0;
-    int rc = take_error(c);
-    for (int32_t k = 0; !rc && k < runs->n; k++)
-        for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
-            const int64_t key = (int64_t)layer * F + i, s = c->slot_of[key];
-            if (s >= 0) {
-                if (s >= c->n_pinned && c->stamp[s] < next)
-                    c->stamp[s] = next;
-                continue;
-            }
-            int64_t got;
-            if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
-                goto out; /* the window is full of what is in use: the rest will be misses */
-            c->ref[got] = REF_PREFETCHED;
-        }
-out:;
-    int frc = flush_run(c);
-    /* hand the reader what it still holds back (reap without waiting submits it): the reads must run
-     * while the caller computes this layer */
-    if (!frc)
-        frc = c->io->reap(c->io->ctx, 0, complete, c);
-    return rc ? rc : frc;
-}
-
-/* `need` consecutive window slots that may be taken now: none in flight, none used at step >= now
- * (this layer's prefetched neurons), none holding a neuron of this layer (it may be needed: the
- * caller has not stamped its hits yet). -1: none. */
-static int64_t find_block(struct ncache *c, int64_t need, uint64_t now, int64_t key0, int64_t F)
+/* `need` consecutive window slots that may be taken now: none in flight, none used at step >=
+ * protect (the current layer's, and the prefetched neurons of the layer being read), none holding a
+ * neuron of this layer (it may be needed: the caller has not stamped its hits yet). -1: none. */
+static int64_t find_block(struct ncache *c, int64_t need, uint64_t protect, int64_t key0, int64_t F)
 {
     const int64_t n = c->n_slots - c->n_pinned;
     int64_t len = 0;
     for (int64_t k = 0; k < n; k++) {
         const int64_t s = c->n_pinned + k, o = c->owner[s];
-        const bool ok = c->state[s] != SLOT_PENDING && (o < 0 || (c->stamp[s] < now && (o < key0 || o >= key0 + F)));
+        const bool ok = c->state[s] != SLOT_PENDING && (o < 0 || (c->stamp[s] < protect && (o < key0 || o >= key0 + F)));
         len = ok ? len + 1 : 0;
         if (len == need)
             return s - need + 1;
@@ -273,8 +244,12 @@ static int64_t find_block(struct ncache *c, int64_t need, uint64_t now, int64_t 
  * consecutive slots, so the layer streams in large sequential reads (up to NCACHE_READ_MAX each)
  * instead of one record a read, at the cost of the unneeded records in the gaps. Present neurons
  * (pinned or cached) are not read again: they split the reads. Does nothing (the per-neuron path
- * then reads the misses) below the threshold or when no block of free slots is found. */
-static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs, uint64_t now)
+ * then reads the misses) below the threshold or when no block of free slots is found. From
+ * ncache_layer (stamp = protect = this step; the needed neurons count as misses) and from
+ * ncache_prefetch (stamp = the next step, protect = this one; they count as prefetched): a prompt
+ * chunk's next layer is mostly read by the prefetch. */
+static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs, uint64_t stamp, uint64_t protect,
+                       uint8_t ref_needed)
 {
     const int64_t F = c->h.n_ff, key0 = (int64_t)layer * F;
     int64_t lo = -1, hi = -1, missing = 0;
@@ -290,7 +265,7 @@ static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs,
     int64_t need = 0;
     for (int64_t i = lo; i <= hi; i++)
         need += c->slot_of[key0 + i] < 0;
-    const int64_t b = find_block(c, need, now, key0, F);
+    const int64_t b = find_block(c, need, protect, key0, F);
     if (b < 0)
         return 0;
     for (int64_t s = b; s < b + need; s++) {
@@ -313,8 +288,8 @@ static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs,
         const bool needed = k < runs->n && runs->run[k][0] <= i;
         c->owner[s] = key;
         c->slot_of[key] = (int32_t)s;
-        c->stamp[s] = now;
-        c->ref[s] = needed ? REF_DENSE : 1;
+        c->stamp[s] = stamp;
+        c->ref[s] = needed ? ref_needed : 1;
         c->state[s] = SLOT_PENDING;
         c->st.dense_extra += !needed;
         rc = queue_read(c, s++, key);
@@ -324,13 +299,46 @@ static int dense_layer(struct ncache *c, int layer, const struct ffn_runs *runs,
     return rc ? rc : frc;
 }
 
+int ncache_prefetch(struct ncache *c, int layer, const struct ffn_runs *runs)
+{
+    const int64_t F = c->h.n_ff;
+    const uint64_t next = c->clock + 1; /* the step that will use them */
+    if (!c->io)
+        return 0;
+    const uint64_t t0 = now_ns();
+    int rc = take_error(c);
+    if (!rc)
+        rc = dense_layer(c, layer, runs, next, c->clock, REF_PREFETCHED);
+    for (int32_t k = 0; !rc && k < runs->n; k++)
+        for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
+            const int64_t key = (int64_t)layer * F + i, s = c->slot_of[key];
+            if (s >= 0) {
+                if (s >= c->n_pinned && c->stamp[s] < next)
+                    c->stamp[s] = next;
+                continue;
+            }
+            int64_t got;
+            if ((rc = assign(c, key, next, c->clock, &got)) || got < 0)
+                goto out; /* the window is full of what is in use: the rest will be misses */
+            c->ref[got] = REF_PREFETCHED;
+        }
+out:;
+    int frc = flush_run(c);
+    /* hand the reader what it still holds back (reap without waiting submits it): the reads must run
+     * while the caller computes this layer */
+    if (!frc)
+        frc = c->io->reap(c->io->ctx, 0, complete, c);
+    c->st.prefetch_ns += now_ns() - t0;
+    return rc ? rc : frc;
+}
+
 int ncache_layer(struct ncache *c, int layer, const struct ffn_runs *runs, struct pi_layer_weights *w)
 {
     const int64_t F = c->h.n_ff;
     const uint64_t now = ++c->clock;
     int rc = take_error(c);
     if (!rc)
-        rc = dense_layer(c, layer, runs, now);
+        rc = dense_layer(c, layer, runs, now, now, REF_DENSE);
     for (int32_t k = 0; !rc && k < runs->n; k++)
         for (int64_t i = runs->run[k][0]; !rc && i < runs->run[k][0] + runs->run[k][1]; i++) {
             const int64_t key = (int64_t)layer * F + i;

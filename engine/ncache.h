@@ -72,6 +72,8 @@ struct ncache_stats {
     uint64_t dense_extra;   /* ... unneeded neurons read with them (the gaps) */
     uint64_t in_flight;     /* reads submitted, not completed (now) */
     uint64_t wait_ns;       /* time ncache_layer waited for reads */
+    uint64_t prefetch_ns;   /* time ncache_prefetch took to hand its reads over (a reader with fewer
+                               slots in flight than a prefetch has reads blocks there) */
     uint64_t pinned, slots; /* pinned neurons, window slots */
     uint64_t pinned_bytes, cache_bytes;
 };

@@ -87,6 +87,8 @@ static int st_submit(void *ctx, int fd, void *dst, uint64_t off, uint32_t len, u
     else
         io_uring_prep_read(sqe, fd, dst, len, off);
     io_uring_sqe_set_data64(sqe, tag);
+    if (s->async)
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     /* submit in small batches as they come: a prefetch's reads must be on the disk while the caller
      * computes, not held until its next reap (one io_uring_enter per STREAM_BATCH reads) */
     if (++s->queued >= STREAM_BATCH && (rc = flush(s)))
@@ -140,6 +142,8 @@ int stream_io_init(struct stream_io *s, unsigned qd)
         return pi_fail(-rc, "stream: io_uring refused: %s", strerror(-rc));
     }
     s->ready = true;
+    const char *as = getenv(STREAM_ENV_ASYNC);
+    s->async = as && as[0] == '1';
     snprintf(s->name, sizeof s->name, "io_uring qd %u", s->qd);
     s->io = (struct ncache_io){ .ctx = s, .submit = st_submit, .reap = st_reap, .register_mem = st_register,
                                 .name = s->name };

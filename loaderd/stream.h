@@ -13,6 +13,12 @@
 
 #define STREAM_QD 64u /* reads in flight: 8 KiB random reads on the virtio disk gain little past 32-64 */
 #define STREAM_BATCH 16u /* queued reads are submitted (one io_uring_enter) every STREAM_BATCH */
+/* PINFER_STREAM_ASYNC=1: every read with IOSQE_ASYNC (the kernel's io-wq workers issue it): the
+ * submitting thread then never blocks on the device's queue (an O_DIRECT read submitted inline waits
+ * for a free request tag: an in-process prefetch of a layer's ~650 reads took 280-440 ms/token to
+ * hand over on the dev box, at qd 64 or 1024), at the cost of worker threads competing for the
+ * cores. A measurement knob: off by default. */
+#define STREAM_ENV_ASYNC "PINFER_STREAM_ASYNC"
 
 struct stream_done {
     uint64_t tag;
@@ -21,7 +27,7 @@ struct stream_done {
 
 struct stream_io {
     struct io_uring ring;
-    bool ready, fixed;
+    bool ready, fixed, async;
     unsigned qd;
     unsigned queued;    /* SQEs prepared, not submitted */
     unsigned inflight;  /* submitted, not reaped */

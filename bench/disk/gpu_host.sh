@@ -4,7 +4,7 @@
 # system, /dev/shm is tmpfs), in process on the CPU (-t = all cores), all in RAM and with
 # --ram-budget at 25 % and 50 % of the FFN (--disk-floor: the random-record O_DIRECT bandwidth at
 # the reader's size and queue depth, measured right after each run); then, if the time left allows
-# it, the F16 file at 25 %. Prints one line per case and a summary (decode tok/s, ms/token, disk
+# it, the F16 file at 25 %; at 25 % also with PINFER_STREAM_ASYNC=1 --stream-qd 1024. Prints one line per case and a summary (decode tok/s, ms/token, disk
 # MiB/token, hit rate, misses, disk wait, the floor and the ratio to it, tokens against all in RAM).
 #
 #   bash bench/disk/gpu_host.sh PICTL [OUTDIR]
@@ -75,6 +75,10 @@ if make_model s4 q4_0 45; then
         B=$(budget s4 $f)
         log "q4_0 budget at $f of the FFN: ${B:-?} GiB"
         [ -n "$B" ] && run_case s4 "q4_0-$f" 25 --ram-budget "$B" --disk-floor
+        # the same with the reads issued by the kernel's workers and the whole prefetch in flight:
+        # the submitting thread does not block on the device's queue (loaderd/stream.h)
+        [ -n "$B" ] && [ "$f" = 0.25 ] && [ "$(left)" -gt 70 ] &&
+            PINFER_STREAM_ASYNC=1 run_case s4 "q4_0-$f-async" 25 --ram-budget "$B" --stream-qd 1024 --disk-floor
     done
     rm -f "$DIR/s4.gguf" "$DIR/s4.gguf.ffnbundle"
 fi

@@ -1,5 +1,8 @@
 """summary — the table of bench/disk/gpu_host.sh from its --json-stats files: TYPE-ram.json (all in
-RAM) and TYPE-FRACTION.json (--ram-budget at that fraction of the FFN, with --disk-floor).
+RAM) and TYPE-FRACTION.json (--ram-budget at that fraction of the FFN, with --disk-floor). "x floor"
+is ms/token over the disk floor (the disk bytes per token at the floor's random-record bandwidth;
+the bytes per token count the prompt's reads too); "x max(RAM, floor)" over the slower of the
+all-in-RAM token and the floor, what a perfect overlap of reads and compute would give.
 
 usage: summary.py DIR"""
 import glob, json, os, sys
@@ -12,7 +15,7 @@ for p in sorted(glob.glob(os.path.join(d, "*.json"))):
     except (OSError, ValueError):
         pass
 print("case | decode tok/s (ms/token) | x all-in-RAM | disk MiB/token | hit rate (hits, prefetched, misses) | "
-      "disk wait ms/token | floor MiB/s -> ms/token | x floor | tokens vs RAM")
+      "disk wait + prefetch hand-over ms/token | floor MiB/s -> ms/token | x floor | x max(RAM, floor) | tokens vs RAM")
 for tag, r in runs.items():
     typ = tag.split("-")[0]
     ram = runs.get(typ + "-ram")
@@ -30,11 +33,15 @@ for tag, r in runs.items():
     if k:
         mib = k["bytes_read_per_token"] / 2**20
         line += (f" | {mib:.1f} | {k['hit_rate']:.3f} ({k['hits']}, {k['prefetched']}, {k['misses']}) | "
-                 f"{k['disk_wait_ms_per_token']:.1f}")
+                 f"{k['disk_wait_ms_per_token']:.1f} + {k.get('prefetch_ms_per_token', 0):.1f}")
         if k.get("floor_mib_s"):
-            line += f" | {k['floor_mib_s']:.0f} -> {k['floor_ms_per_token']:.1f} | {ms / k['floor_ms_per_token']:.2f}x"
+            fl = k["floor_ms_per_token"]
+            line += f" | {k['floor_mib_s']:.0f} -> {fl:.1f} | {ms / fl:.2f}x"
+            # the token cannot beat the slower of its compute (all in RAM) and its reads
+            bound = max(fl, 1e3 / ram["decode_tok_s"]) if ram and ram.get("decode_tok_s") else fl
+            line += f" | {ms / bound:.2f}x"
         else:
-            line += " | - | -"
+            line += " | - | - | -"
     else:
-        line += " | - | - | - | - | -"
+        line += " | - | - | - | - | - | -"
     print(line + " | " + tail)

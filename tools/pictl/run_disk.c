@@ -122,7 +122,7 @@ void run_disk_print(const struct run_disk *d, FILE *f)
     fprintf(f,
             "[disk] budget %.2f GiB: dense %.2f + cache %.2f + RAM tier %.2f GiB (%lld neurons, %.1f%% of activations) | "
             "disk tier %.2f GiB (%lld neurons, %.1f%%) | %s%s | %.1f KiB read/token, hit rate %.1f%% (%llu hits, "
-            "%llu prefetched, %llu misses), disk wait %.1f ms/token",
+            "%llu prefetched, %llu misses), disk wait %.1f ms/token (+ %.1f handing the prefetch over)",
             (double)d->rep.budget / GIB, (double)d->rep.dense_bytes / GIB, (double)d->rep.cache_bytes / GIB,
             (double)d->rep.ram_bytes / GIB, (long long)d->rep.ram_neurons, 100 * d->rep.ram_share,
             (double)d->rep.disk_bytes / GIB, (long long)d->rep.disk_neurons, 100 * d->rep.disk_share, d->reader,
@@ -130,7 +130,7 @@ void run_disk_print(const struct run_disk *d, FILE *f)
             (double)(st.bytes_read - st.pinned_bytes) / 1024 / t,
             st.needed ? 100.0 * (double)(st.hits + st.prefetched) / (double)st.needed : 0.0,
             (unsigned long long)st.hits, (unsigned long long)st.prefetched, (unsigned long long)st.misses,
-            (double)st.wait_ns / 1e6 / t);
+            (double)st.wait_ns / 1e6 / t, (double)st.prefetch_ns / 1e6 / t);
     if (d->floor_mib_s > 0)
         fprintf(f, " | floor: random records at %.1f MiB/s = %.1f ms/token", d->floor_mib_s, d->floor_ms_per_token);
     fputc('\n', f);
@@ -142,7 +142,7 @@ json_t *run_disk_json(const struct run_disk *d)
     ncache_get_stats(d->nc, &st);
     const double t = st.tokens ? (double)st.tokens : 1;
     return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:b, s:I, s:f, s:f, s:I, s:I, s:I, "
-                     "s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}",
+                     "s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}",
                      "bundle", d->bundle, "reader", d->reader, "budget_bytes", (json_int_t)d->rep.budget,
                      "dense_bytes", (json_int_t)d->rep.dense_bytes, "cache_bytes", (json_int_t)d->rep.cache_bytes,
                      "ram_bytes", (json_int_t)d->rep.ram_bytes, "disk_bytes", (json_int_t)d->rep.disk_bytes,
@@ -155,7 +155,8 @@ json_t *run_disk_json(const struct run_disk *d)
                      "evictions", (json_int_t)st.evictions, "reads", (json_int_t)st.reads, "dense_layers",
                      (json_int_t)st.dense_layers, "dense_extra", (json_int_t)st.dense_extra, "reads_in_flight",
                      (json_int_t)st.in_flight,
-                     "disk_wait_ms_per_token", (double)st.wait_ns / 1e6 / t, "floor_mib_s", d->floor_mib_s,
+                     "disk_wait_ms_per_token", (double)st.wait_ns / 1e6 / t, "prefetch_ms_per_token",
+                     (double)st.prefetch_ns / 1e6 / t, "floor_mib_s", d->floor_mib_s,
                      "floor_ms_per_token", d->floor_ms_per_token);
 }
 
