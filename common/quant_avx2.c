@@ -101,11 +101,15 @@ static inline void prefetch_ahead(const char *x, size_t at, size_t row, enum pre
         _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
 }
 
+#ifndef GATHER_HINT /* the level scattered rows are fetched to (an A/B build may set _MM_HINT_T1) */
+#define GATHER_HINT _MM_HINT_T0
+#endif
+
 /* the first PREFETCH_BYTES of a row (the in-row prefetch, or the hardware, takes over along it) */
 static inline void prefetch_row_head(const void *row, size_t row_bytes)
 {
     for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
-        _mm_prefetch((const char *)row + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)row + o, GATHER_HINT);
 }
 
 /* Gathered rows are scattered, so no hardware prefetcher sees the next one coming: before row r is
@@ -305,7 +309,7 @@ static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
 static inline void prefetch_line_of(const void *const *rows, int k0, int k1, size_t at)
 {
     for (int k = k0; k < k1; k++)
-        _mm_prefetch((const char *)rows[k] + at, _MM_HINT_T0);
+        _mm_prefetch((const char *)rows[k] + at, GATHER_HINT);
 }
 
 static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)

@@ -6,8 +6,8 @@
 #   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
 #   4. the CPU table of issue 9 (bench_sparse.py --pipeline: dense / sparse, in-process / pipeline,
 #      against the floors) on the host's 16 cores, release binaries
-#   5. the disk tier on the host's disk: a 7B q4_0 file and its bundle, --ram-budget at 25 % of the
-#      FFN in process, tokens against all-in-RAM
+#   5. the disk tier on the host's disk (bench/disk/gpu_host.sh): a 7B q4_0 file and its bundle,
+#      --ram-budget at 25 % and 50 % of the FFN in process against its floor, tokens against all-in-RAM
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
 #      synthesized in the background from the start: its reference quantizers take minutes)
 #
@@ -81,34 +81,15 @@ else
     log "bench_sparse skipped: $(left) s left"
 fi
 
-# 5. the disk tier on this host's disk (O_DIRECT needs a real file system, not /dev/shm)
+# 5. the disk tier on this host's disk: bench/disk/gpu_host.sh (25 % and 50 % of the FFN in RAM, the
+#    floor measured after each run, tokens against all in RAM; F16 when the time allows)
 S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1)
-if [ -n "$S4" ] && [ "$(left)" -gt 40 ]; then
-    DK=/var/tmp/pinfer-disk
-    mkdir -p "$DK"
-    cp "$S4" "$DK/s4.gguf"
-    timeout 60 "$R/tools/pictl" bundle "$DK/s4.gguf" >"$W/bundle.log" 2>&1
-    log "bundle rc=$? $(ls -l "$DK" | tail -2 | tr '\n' ' ')"
-    # 25 % of the FFN in RAM: what is always resident (dense weights + the cache, as pictl says for
-    # a budget of 0) + a quarter of the bundle's FFN bytes, as bench/bench_disk.py computes it
-    B25=$("$R/tools/pictl" run --inproc -m "$DK/s4.gguf" -p x -n 1 --ram-budget 0 2>&1 | python3 -c '
-import struct,sys
-msg=sys.stdin.read(); dense=float(msg.split("resident: ")[1].split(" GiB")[0]); cache=float(msg.split("+ ")[1].split(" GiB")[0])
-hdr=open(sys.argv[1],"rb").read(4096); nl,nf=struct.unpack_from("<II",hdr,8); st=struct.unpack_from("<Q",hdr,64)[0]
-print("%.4f" % (dense+cache+0.25*nl*nf*st/2**30))' "$DK/s4.gguf.ffnbundle" 2>>"$W/bundle.log")
-    log "budget at 25 % of the FFN: ${B25:-?} GiB"
-    run_disk() { # tag args
-        local tag=$1
-        shift
-        timeout 60 "$R/tools/pictl" run --inproc -m "$DK/s4.gguf" -p "Once upon a time" -n 24 --temp 0 --ignore-eos \
-            -c 256 -t 16 --json-stats "$W/$tag.json" "$@" >"$W/$tag.txt" 2>"$W/$tag.err"
-        log "disk $tag rc=$? $(grep -h '\[perf\]\|disk' "$W/$tag.err" | tail -2 | tr '\n' ' ')"
-    }
-    run_disk ram
-    [ -n "$B25" ] && run_disk budget25 --ram-budget "$B25" --disk-floor
-    python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; print("disk tier tokens vs all in RAM:", "equal (%d)" % len(a) if a==b else "DIFFERENT")' \
-        "$W/ram.json" "$W/budget25.json" 2>&1 | tee -a "$W/final.log"
-    rm -rf "$DK"
+if [ "$(left)" -gt 50 ]; then
+    mkdir -p "$W/disk"
+    S4=$S4 DEADLINE=$(($(left) - 20 > 115 ? 115 : $(left) - 20)) timeout $(($(left) - 5)) \
+        bash bench/disk/gpu_host.sh "$R/tools/pictl" "$W/disk" >"$W/disk.out" 2>&1
+    log "disk tier rc=$?"
+    tail -n 14 "$W/disk.out" | tee -a "$W/final.log"
 fi
 
 # 6. Q4_K_M vs Q4_0 (d4 of bench_sparse's run), decode on cuda and on the CPU
