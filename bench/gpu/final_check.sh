@@ -5,7 +5,8 @@
 #   2. pipeline_checks.sh greedy + fault: gpud on cuda, greedy tokens vs cpu, kill -9 of each stage
 #   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
 #   4. the CPU table of issue 9 (bench_sparse.py --pipeline: dense / sparse, in-process / pipeline,
-#      against the floors) on the host's 16 cores, release binaries
+#      against the floors) on the host's 16 cores, release binaries; then llama.cpp's llama-bench on
+#      the same dense file when DIR/llama.txz is there
 #   5. the disk tier on the host's disk (bench/disk/gpu_host.sh): a 7B q4_0 file and its bundle,
 #      --ram-budget at 25 % and 50 % of the FFN in process against its floor, tokens against all-in-RAM
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
@@ -79,6 +80,16 @@ for l in sys.stdin:
         tee -a "$W/final.log"
 else
     log "bench_sparse skipped: $(left) s left"
+fi
+
+# 4b. llama.cpp's dense decode of the same d4 file in the same run (a native build of the dev machine's
+#     llama.cpp, DIR/llama.txz holding its bin/; `llama-bench -p 0 -n 32 -t 16 -r 3`)
+D4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0.gguf 2>/dev/null | head -1)
+if [ -f "$D/llama.txz" ] && [ -n "$D4" ] && [ "$(left)" -gt 70 ]; then
+    mkdir -p "$W/llama" && tar -xJf "$D/llama.txz" -C "$W/llama"
+    LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 45 "$W/llama/bin/llama-bench" -m "$D4" -p 0 -n 32 -t 16 -r 3 \
+        >"$W/llama-bench.txt" 2>&1
+    log "llama-bench d4 rc=$? $(grep -E 'tg32' "$W/llama-bench.txt" | tr -s ' ' | tail -1)"
 fi
 
 # 5. the disk tier on this host's disk: bench/disk/gpu_host.sh (25 % and 50 % of the FFN in RAM, the
