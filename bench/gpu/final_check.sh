@@ -9,6 +9,7 @@
 #      the same dense file when DIR/llama.txz is there
 #   5. the disk tier on the host's disk (bench/disk/gpu_host.sh): a 7B q4_0 file and its bundle,
 #      --ram-budget at 25 % and 50 % of the FFN in process against its floor, tokens against all-in-RAM
+#   7. (HYBRID_RUNS) issue 10's 7B hybrid speed runs of hybrid.sh
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
 #      synthesized in the background from the start: its reference quantizers take minutes)
 #
@@ -33,9 +34,13 @@ TINY=models/tiny-relu-llama-f16.gguf
 log "start: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 KM=/dev/shm/pinfer-km
 mkdir -p "$KM"
-(nice -n 19 "$G/tools/pictl" synth --shape llama-7b --type q4_k_m -t "$(nproc)" -q -o "$KM/dkm.gguf" &&
-    echo "q4_k_m synth done at $(date +%T)") >"$W/synth_km.log" 2>&1 &
-KMPID=$!
+# (only with Q4KM=1: even a nice-19 job on every core slows the CPU figures of step 4 2-3x)
+KMPID=
+if [ -n "${Q4KM:-}" ]; then
+    (nice -n 19 "$G/tools/pictl" synth --shape llama-7b --type q4_k_m -t "$(nproc)" -q -o "$KM/dkm.gguf" &&
+        echo "q4_k_m synth done at $(date +%T)") >"$W/synth_km.log" 2>&1 &
+    KMPID=$!
+fi
 
 # 1. CUDA tests
 for t in test_cuda_ops test_backend_ops test_backend_ops_random test_cuda_mma test_cuk_traits; do
@@ -103,7 +108,8 @@ if [ "$(left)" -gt 50 ]; then
     tail -n 14 "$W/disk.out" | tee -a "$W/final.log"
 fi
 
-# 6. Q4_K_M vs Q4_0 (d4 of bench_sparse's run), decode on cuda and on the CPU
+# 6. Q4_K_M vs Q4_0 (d4 of bench_sparse's run), decode on cuda and on the CPU (Q4KM=1)
+if [ -n "$KMPID" ]; then
 D4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0.gguf 2>/dev/null | head -1)
 if [ "$(left)" -gt 30 ]; then
     W8=$(($(left) - 25))
@@ -119,6 +125,18 @@ if [ -f "$KM/dkm.gguf" ] && [ -n "$D4" ] && ! kill -0 $KMPID 2>/dev/null; then
             log "decode $(basename "$f") $be rc=$? $(grep -h '\[perf\]' "$W/km-$be.err" | tail -1)"
         done
     done
+fi
+fi
+
+# 7. issue 10's 7B hybrid speed (env HYBRID_RUNS, e.g. "s16-8.39 s4-2.59": hybrid.sh's part 3 only,
+#    the s4 file of bench_sparse's run reused, s16 synthesized there)
+if [ -n "${HYBRID_RUNS:-}" ] && [ "$(left)" -gt 60 ]; then
+    mkdir -p "$W/hy7"
+    S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1) SPEED_ONLY=1 \
+        RUNS="$HYBRID_RUNS" OUT="$W/hy7" DEADLINE=$(($(left) - 10)) timeout $(($(left) - 5)) bash bench/gpu/hybrid.sh "$H" "$CAL" \
+        >"$W/hy7.out" 2>&1
+    log "hybrid 7B rc=$?"
+    grep -hE "run s|split" "$W/hy7/run.log" 2>/dev/null | tail -8 | tee -a "$W/final.log"
 fi
 
 log "done in $(($(date +%s) - T0)) s"

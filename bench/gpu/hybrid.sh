@@ -13,7 +13,9 @@
 #
 #   bench/gpu/hybrid.sh [DIR [TINY]]   DIR: pictl + stages + test_hybrid + ipc_exit + hybrid_kill.py +
 #   lib/ (.device/hybrid2); TINY: the calibrated tiny model (.device/cal.gguf)
-#   env: OUT (results), DEADLINE (seconds of the whole script, default 225), SKIP_7B=1: parts 1-2 only
+#   env: OUT (results), DEADLINE (seconds of the whole script, default 225), SKIP_7B=1: parts 1-2 only;
+#   SPEED_ONLY=1: part 3 only, RUNS="TAG ..." (e.g. "s16-8.39 s4-2.59"): only those 7B runs, S4=FILE: an
+#   existing s4 file instead of synthesizing one
 #   Results: $OUT/run.log, $OUT/poll.log and everything else packed in $OUT/results.tgz (the device
 #   tool returns only a few files: the first call of 2026-12-01 lost the per-run JSON to that limit).
 set -u
@@ -42,13 +44,19 @@ done) >"$OUT/poll.log" 2>&1 &
 POLL=$!
 
 # the 7B files, written while the tiny tests run
+RUNS=${RUNS:-s16-8.39 s4-2.59 s16-12 s16-ngl20 s4-ngl17 s16-gpu-dense s16-gpu s4-gpu}
+[ -n "${S4:-}" ] && [ -f "$S4" ] && ln -sf "$S4" "$SHM/s4.gguf"
 [ -n "${SKIP_7B:-}" ] || (
-    "$P" synth --shape llama-7b --type f16 --pwri -t "$(nproc)" -q -o "$SHM/s16.gguf" && echo s16 ok
-    "$P" synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t "$(nproc)" -q -o "$SHM/s4.gguf" && echo s4 ok
+    case " $RUNS" in *" s16"*)
+        "$P" synth --shape llama-7b --type f16 --pwri -t "$(nproc)" -q -o "$SHM/s16.gguf" && echo s16 ok ;; esac
+    [ -e "$SHM/s4.gguf" ] ||
+        "$P" synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t "$(nproc)" -q -o "$SHM/s4.gguf" && echo s4 ok
 ) >"$OUT/synth.log" 2>&1 &
 SYNTH=$!
 [ -n "${SKIP_7B:-}" ] && SYNTH=
 
+PROMPT="Once upon a time"
+if [ -z "${SPEED_ONLY:-}" ]; then
 # 1. in-process placements
 log "test_hybrid"
 timeout 40 "$D/test_hybrid" "$TINY" >"$OUT/test_hybrid.log" 2>&1
@@ -64,7 +72,6 @@ grep -E "summary|again|context after|close handle|round after 0|round before 0|o
 
 
 # 2. the pipeline on the tiny model
-PROMPT="Once upon a time"
 NT=480 # tokens per tiny run (hybrid_kill.py's HK_TOKENS): long enough to kill a stage mid-request
 export HK_TOKENS=$NT
 tiny_run() { # tag args...
@@ -101,6 +108,8 @@ if [ -n "$FIXED" ]; then
     done
 fi
 
+fi # SPEED_ONLY
+
 # 3. 7B speed
 [ -n "$SYNTH" ] && wait $SYNTH
 log "synth: $(tr '\n' ' ' <"$OUT/synth.log")"
@@ -108,7 +117,8 @@ ls -l "$SHM" >>"$OUT/run.log"
 big_run() { # tag file args...
     local tag=$1 f=$2
     shift 2
-    [ -f "$SHM/$f.gguf" ] || return 0
+    [ -e "$SHM/$f.gguf" ] || return 0
+    case " $RUNS " in *" $tag "*) ;; *) return 0 ;; esac
     if [ "$(left)" -lt 25 ]; then
         log "skip $tag: $(left) s left"
         return 0
