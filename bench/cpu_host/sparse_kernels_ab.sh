@@ -10,7 +10,8 @@
 #   env VARIANTS: more trees (bench/bench_ffn only) timed beside old and new; N: tokens per decode (64);
 #   PINFER_POOL_STATS=1 puts the pool's straggle / solo counts of each decode in the log; DECODE_VARIANTS:
 #   more trees (tools/pictl) decoded beside old and new; SKIP_FFN: no bench_ffn; PERF=1: a perf profile of
-#   one decode per tree (if the host has perf), its top symbols in the log.
+#   one decode per tree (if the host has perf), its top symbols in the log; F16S_FRACS: the mask
+#   fractions of the s16 part (default 0.1).
 set -u
 D=$1
 [ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
@@ -25,8 +26,8 @@ P=$D/new/tools/pictl
 $P synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t 16 -q -o /dev/shm/s4.gguf 2>&1 | tail -1
 log "s4 synth done"
 timeout 60 "$D/new/bench/bench_gemv" -t 16 -n 3 -T q4_0 2>/dev/null | grep -E '"read|"op":"read' | tee -a "$L"
-ffn() { # tree model threads
-    timeout 60 "$D/$1/bench/bench_ffn" "/dev/shm/$2.gguf" -t "$3" -n 5 | sed "s/^/$1 /" | tee -a "$L"
+ffn() { # tree model threads [fraction]
+    timeout 60 "$D/$1/bench/bench_ffn" "/dev/shm/$2.gguf" -t "$3" -n 5 -p "${4:-0.1}" | sed "s/^/$1 /" | tee -a "$L"
 }
 [ -z "${SKIP_FFN:-}" ] && for r in 1 2; do for t in 16 8; do for v in old new ${VARIANTS:-}; do ffn $v s4 $t; done; done; done
 dec() { # tree round
@@ -51,7 +52,8 @@ rm -f /dev/shm/s4.gguf
 if [ -z "${SKIP_F16:-}" ]; then
     $P synth --shape llama-7b --type f16 --pwri -t 16 -q -o /dev/shm/s16.gguf 2>&1 | tail -1
     log "s16 synth done"
-    for r in 1 2; do for v in old new ${VARIANTS:-}; do ffn $v s16 16; done; done
+    # F16S_FRACS: the fractions timed on s16 (0.016: the cold share of a hybrid decode at 8.9 GiB)
+    for p in ${F16S_FRACS:-0.1}; do for r in 1 2; do for v in old new ${VARIANTS:-}; do ffn $v s16 16 "$p"; done; done; done
     rm -f /dev/shm/s16.gguf
 fi
 log "end: load $(cut -d' ' -f1-3 /proc/loadavg)"
