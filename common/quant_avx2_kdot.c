@@ -14,6 +14,7 @@
 #include "quant_internal.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NIBBLE 0x0f
@@ -279,6 +280,12 @@ static inline __attribute__((always_inline)) void kdot_rows(enum kdot_type kt, i
         out[r] = s[r];
 }
 
+/* Rows per GEMV pass: KROWS, or 2 with PINFER_KDOT_ROWS=2 — the previous two-row pass with its
+ * prefetch 3 KB ahead in each row, kept for A/B runs on machines where one measurement could not
+ * tell them apart (docs/BENCHMARKS.md, "K-quant quantizers and GEMV"). Set once by the install
+ * (under quant_init's once), read-only after; the bits are the same either way. */
+static int kdot_pass_rows = KROWS;
+
 #define KDOT(T, KT)                                                                                \
     static void T##_vec_dot_avx2k(int64_t n, float *s, const void *vx, const void *vy)             \
     {                                                                                              \
@@ -290,6 +297,12 @@ static inline __attribute__((always_inline)) void kdot_rows(enum kdot_type kt, i
     {                                                                                              \
         const char *x[KROWS];                                                                      \
         int64_t r = r0;                                                                            \
+        if (kdot_pass_rows == 2)                                                                   \
+            for (; r + 2 <= r1; r += 2) {                                                          \
+                x[0] = (const char *)w + (size_t)r * row_bytes;                                    \
+                x[1] = x[0] + row_bytes;                                                           \
+                kdot_rows(KT, 2, x, y, n / QK_K, out + r, PREFETCH_BYTES);                         \
+            }                                                                                      \
         for (; r + KROWS <= r1; r += KROWS) {                                                      \
             for (int k = 0; k < KROWS; k++)                                                        \
                 x[k] = (const char *)w + (size_t)(r + k) * row_bytes;                              \
@@ -331,4 +344,6 @@ void quant_avx2_kdot_install(struct pi_type_traits *traits, size_t count)
     traits[PI_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx2k;
     traits[PI_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2k;
     traits[PI_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
+    const char *e = getenv("PINFER_KDOT_ROWS");
+    kdot_pass_rows = e && atoi(e) == 2 ? 2 : KROWS;
 }
