@@ -93,10 +93,10 @@ def run(tag, extra, limit=None, timeout=900):
         row.update({"decode_tok_s": st["decode_tok_s"], "prefill_ms": st["prefill_ms"], "tokens": st["tokens"]})
         if "disk" in st:
             dk = st["disk"]
-            row.update({k: dk[k] for k in ("budget_bytes", "dense_bytes", "cache_bytes", "ram_bytes", "disk_bytes",
+            row.update({k: dk.get(k) for k in ("budget_bytes", "dense_bytes", "cache_bytes", "ram_bytes", "disk_bytes",
                                            "ram_share", "by_freq", "bytes_read_per_token", "hit_rate", "misses",
-                                           "prefetched", "disk_wait_ms_per_token", "floor_mib_s",
-                                           "floor_ms_per_token", "reader")})
+                                           "prefetched", "disk_wait_ms_per_token", "prefetch_ms_per_token",
+                                           "floor_mib_s", "floor_ms_per_token", "reader")})
     else:
         row["error"] = err[-300:]
     print(json.dumps(row), flush=True)

@@ -10,7 +10,8 @@
 #   bash bench/disk/gpu_host.sh PICTL [OUTDIR]
 #   PICTL: a pictl binary (release, -Dcuda=disabled or enabled; only `pictl run --inproc` is used).
 #   env: DEADLINE (seconds, default 115), DIR (default /var/tmp/pinfer-disk: removed at the end),
-#        S4 (an existing q4_0 --pwri 7B synthetic to copy instead of synthesizing one), N (tokens, 24),
+#        S4 (an existing q4_0 --pwri 7B synthetic to copy instead of synthesizing one; default: the one
+#        bench_sparse.py leaves in /dev/shm/pinfer-bench-sparse-*, if any), N (tokens, 24),
 #        T (threads, nproc), F16 (0: skip the F16 part).
 # Results: OUTDIR (default $OUT or /tmp/disk-out)/disk.log, *.json (--json-stats of every run).
 set -u
@@ -28,6 +29,8 @@ LOG=$RES/disk.log
 log() { echo "[$(date +%T) +$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
 trap 'rm -rf "$DIR"' EXIT
 here=$(cd "$(dirname "$0")" && pwd)
+# a q4_0 --pwri 7B that bench_sparse.py (final_check.sh part 4) left in /dev/shm saves the synth
+[ -z "${S4:-}" ] && S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1)
 
 log "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(free -g | awk '/Mem:/{print $2" GiB RAM, "$7" available"}')"
 log "disk: $(df -h "$DIR" | tail -1 | awk '{print $1" "$2" size, "$4" free"}') ($(findmnt -no FSTYPE -T "$DIR" 2>/dev/null))"
