@@ -1,0 +1,48 @@
+/* cuk_mmv.h — the F16 / BF16 decode products (B ≤ 8 tokens, and the sparse path's gathered rows for
+ * any B) streamed through a cp.async shared-memory pipeline (cuk_mmv.cu implements them; cuk.cu
+ * dispatches to them).
+ *
+ * Why: cuk_mma.cu's decode kernel gives every 16-row tile its own block of 8 warps, each loading two
+ * 64-element chunks and then waiting for them: ~70 % of the HBM read floor, and the predictor's fc1
+ * (64 tiles) and the gathered FFN rows (~70 tiles at 10 % active) leave most SMs idle or waiting.
+ * These kernels run one block per SM that walks its tiles in turn, each warp keeping S − 1 chunks of
+ * its K range in flight across tile boundaries (the rows of the next tiles load while this one is
+ * reduced).
+ *
+ * Bits: every (row, token) output is computed with the instructions of cuk_mma.h's order — the same
+ * CUK_MMA_KS fixed K ranges of 64-element chunks, the same fragment mapping and hi/lo split, each
+ * range accumulated chunk by chunk in ascending order, the ranges added in range order — so the
+ * outputs equal the prefill kernel's bit for bit (test_cuda_mma's batch = alone checks, and
+ * test_cuda_ops's check of this kernel against cuk_mma_gemv on shapes that give a block several
+ * tiles). If cuk_mma.cu's order changes, this file must follow it.
+ *
+ * PINFER_CUDA_MMV=0 in the environment (read once) leaves these products to cuk_mma.cu's decode
+ * kernel (benchmarks: the A/B in one run). */
+#ifndef PI_CUK_MMV_H
+#define PI_CUK_MMV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cuk.h"
+
+bool cuk_mmv_on(void);
+/* cuk_mma_gemv's contract for B ≤ 8 (y1, y2, n0, n1: the split3 outputs, else NULL / 0) */
+int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1, float *y2,
+                 int64_t n0, int64_t n1, void *st);
+/* cuk_mma_glu's contract, B ≤ 8 dense or any B with idx */
+int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
+                const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *st);
+
+/* RMSNorm then the product, one token: the norm computed in the product's blocks (each block
+ * normalizes the row into shared memory while its first chunks load), the bits of cuk_rmsnorm into
+ * xn followed by cuk_gemv_split3 / cuk_glu — which is what these do instead (xn written) when the
+ * fused kernel does not apply (B > 1, other types, PINFER_CUDA_MMV=0, n_in too large). x: B rows of
+ * n_in; norm_w: n_in; xn: B × n_in of scratch. One launch fewer per norm in the decode graph. */
+int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *xn,
+                         float *y0, int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
+int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
+                 int B, float *xn, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
+                 int64_t idx_stride, bool compact, void *xq, void *st);
+
+#endif
