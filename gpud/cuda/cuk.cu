@@ -11,10 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "cuk.h"
 #include "cuk_mma.h"
+#include "cuk_mmv.h"
 #include "model.h"
 #include "quant.h"
 }
@@ -512,8 +515,11 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 {
     if (mode == CUK_SPLIT3)
         return -(int)cudaErrorInvalidValue;
-    if (cuk_mma_on(w->type)) /* F16 / BF16: the tensor-core kernels */
+    if (cuk_mma_on(w->type)) { /* F16 / BF16: the tensor-core kernels (decode: streamed, the same bits) */
+        if (B <= 8 && cuk_mmv_on())
+            return cuk_mmv_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, st);
         return cuk_mma_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, xq, st);
+    }
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
     return 0;
 }
@@ -521,8 +527,11 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,
                                int64_t n1, float *y2, void *xq, void *st)
 {
-    if (cuk_mma_on(w->type))
+    if (cuk_mma_on(w->type)) {
+        if (B <= 8 && cuk_mmv_on())
+            return cuk_mmv_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, st);
         return cuk_mma_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, xq, st);
+    }
     const struct split3 sp = { y1, y2, n0, n1 };
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y0, CUK_SPLIT3, 0.0f, xq, &sp, S(st)));
     return 0;
@@ -635,8 +644,11 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
 {
     if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
         return -(int)cudaErrorInvalidValue;
-    if (cuk_mma_on(gate->type))
+    if (cuk_mma_on(gate->type)) {
+        if (B <= 8 && cuk_mmv_on())
+            return cuk_mmv_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, st);
         return cuk_mma_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
+    }
     CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
     return 0;
 }
@@ -644,6 +656,7 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
 /* ---- sparse down projection: AXPY over down_t rows ---- */
 
 #define AXPY_THREADS 64
+#define AXPY_G 8 /* rows of a chunk in flight per thread */
 
 template <class T>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
@@ -665,15 +678,29 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
     for (int e = 0; e < T::E; e++)
         acc[e] = 0.0f;
     const int64_t j1 = j0 + CUK_AXPY_CHUNK < n ? j0 + CUK_AXPY_CHUNK : n;
-    for (int64_t j = j0; j < j1; j++) {
-        const float aj = a[j];
-        if (aj == 0.0f)
-            continue;
-        const int64_t r = idx ? idx[tok * idx_stride + j] : j;
-        uint4 qq[T::NQ];
-        typename T::S s;
-        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * T::sbytes(nb) : nullptr, nb, pb, qq, &s);
-        T::axpy(qq, s, aj, acc);
+    /* AXPY_G rows at a time: their activations and row ids first, then every (non-zero) row's word in
+     * flight together, then the additions in ascending j as before (the loads were one dependent
+     * round trip per row: ~16 HBM latencies a block) */
+    for (int64_t jb = j0; jb < j1; jb += AXPY_G) {
+        float aj[AXPY_G];
+        int64_t r[AXPY_G];
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++) {
+            const int64_t j = jb + u;
+            aj[u] = j < j1 ? a[j] : 0.0f;
+            r[u] = j < j1 ? (idx ? idx[tok * idx_stride + j] : j) : 0;
+        }
+        uint4 qq[AXPY_G][T::NQ];
+        typename T::S s[AXPY_G];
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++)
+            if (aj[u] != 0.0f)
+                load_lb<T>(q + r[u] * nb * (16 * T::NQ), T::HAS_D ? d + r[u] * T::sbytes(nb) : nullptr, nb, pb, qq[u],
+                           &s[u]);
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++)
+            if (aj[u] != 0.0f) /* a zero activation skips its row */
+                T::axpy(qq[u], s[u], aj[u], acc);
     }
     float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
 #pragma unroll
@@ -691,8 +718,16 @@ __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__res
     const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    for (int64_t c = 0; c < nc; c++)
-        s += p[c * n_embd];
+    for (int64_t c0 = 0; c0 < nc; c0 += 8) { /* 8 partials loaded together, added in chunk order */
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = c0 + u < nc ? p[(c0 + u) * n_embd] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (c0 + u < nc)
+                s += v[u];
+    }
     float *o = y + (int64_t)tok * n_embd + e;
     *o = add ? *o + s : s;
 }
@@ -721,7 +756,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         int rc = launched();
         if (rc)
             return rc;
-        k_chunk_sum<<<dim3((unsigned)((n_embd + 255) / 256), (unsigned)nt), 256, 0, st>>>(part, ct, n_ff, n_embd,
+        k_chunk_sum<<<dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), 64, 0, st>>>(part, ct, n_ff, n_embd,
                                                                                            n_chunk, yt, add);
         if ((rc = launched()))
             return rc;
@@ -947,6 +982,20 @@ template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __f
 __device__ static inline float cload(const float *p) { return *p; }
 __device__ static inline float cload(const __half *p) { return __half2float(*p); }
 
+/* Pair i of a head's vector rotated by p · inv_freq[i], every rounding explicit: k_rope_store and the
+ * attention that rotates q and k itself (k_attn_part's ROPE) give the same bits. */
+__device__ static inline void rope_pair(const struct cuk_attn_geom &g, float *vec, int32_t p, const float *inv_freq,
+                                        int i)
+{
+    const int half = g.rope_dim / 2;
+    float sn, c;
+    sincosf(__fmul_rn((float)p, inv_freq[i]), &sn, &c);
+    const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float x0 = vec[a], x1 = vec[b];
+    vec[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    vec[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+}
+
 /* One block per (token, head): thread i rotates pair i by pos · inv_freq[i] (inv_freq from the
  * host, as ops_rope computes it); the blocks of the kv heads then store their rotated k and their v
  * into the cell (seq, pos). Many small blocks: this is latency, not bandwidth. */
@@ -956,16 +1005,11 @@ __global__ void k_rope_store(struct cuk_attn_geom g, float *q, float *k, const f
 {
     const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, half = g.rope_dim / 2;
     const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
+    (void)half;
     const int32_t p = pos[tok];
     float *vec = h < g.n_head ? q + tok * Q + (int64_t)h * D : k + tok * KV + (int64_t)(h - g.n_head) * D;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float sn, c;
-        sincosf((float)p * inv_freq[i], &sn, &c);
-        const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = vec[a], x1 = vec[b];
-        vec[a] = x0 * c - x1 * sn;
-        vec[b] = x0 * sn + x1 * c;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(g, vec, p, inv_freq, i);
     if (h < g.n_head)
         return;
     __syncthreads();
@@ -997,10 +1041,11 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
  * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
  * cells (4 in flight) into shared memory; every warp then derives the chunk's max m and
  * l = Σ exp(s − m) in the same order; the warps' partial Σ exp(s − m)·v are added in warp order. */
-template <class C, int DL>
-__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, const C *kc,
-                                                               const C *vc, const int32_t *pos, const int32_t *seq,
-                                                               float *part, int n_chunk)
+template <class C, int DL, bool ROPE>
+__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, C *kc, C *vc,
+                                                               const int32_t *pos, const int32_t *seq, float *part,
+                                                               int n_chunk, const float *k_new, const float *v_new,
+                                                               const float *inv_freq)
 {
     __shared__ float sc[ATTN_CHUNK];
     __shared__ float po[ATTN_WARPS][DL * 32];
@@ -1013,12 +1058,55 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     float qr[DL];
+    if constexpr (ROPE) {
+        /* k_rope_store folded in (one token, a kv head per head): q rotated here, and the block of the
+         * chunk holding the token's own cell rotates k and stores k and v there before reading it */
+        __shared__ float rv[2][DL * 32];
+        const int32_t p = n_kv - 1;
+        const bool own = p / ATTN_CHUNK == c;
+        const float *kt = k_new + (int64_t)tok * KV + (int64_t)kvh * D;
+        for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+            rv[0][i] = qt[i];
+            if (own)
+                rv[1][i] = kt[i];
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < g.rope_dim / 2; i += ATTN_WARPS * 32) {
+            rope_pair(g, rv[0], p, inv_freq, i);
+            if (own)
+                rope_pair(g, rv[1], p, inv_freq, i);
+        }
+        __syncthreads();
+        if (own) {
+            const int64_t cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + (int64_t)kvh * D;
+            const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
+            for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+                cstore<C>(kc + cell + i, rv[1][i]);
+                cstore<C>(vc + cell + i, vt[i]);
+            }
+            __syncthreads(); /* the cell is read below by other threads of this block */
+        }
 #pragma unroll
-    for (int k = 0; k < DL; k++)
-        qr[k] = qt[lane * DL + k];
+        for (int k = 0; k < DL; k++)
+            qr[k] = rv[0][lane * DL + k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < DL; k++)
+            qr[k] = qt[lane * DL + k];
+    }
     const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
     const C *kb = kc + base, *vb = vc + base;
     const float scale = 1.0f / sqrtf((float)D);
+    /* this warp's cells' v loaded now, with the keys: one memory round trip instead of two */
+    constexpr int NCW = ATTN_CHUNK / ATTN_WARPS;
+    float vv[NCW][DL];
+#pragma unroll
+    for (int u = 0; u < NCW; u++) {
+        const int t = warp + ATTN_WARPS * u;
+#pragma unroll
+        for (int k = 0; k < DL; k++)
+            vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
+    }
 #pragma unroll
     for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
         float s[4];
@@ -1055,20 +1143,17 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         o[k] = 0.0f;
 #pragma unroll
     for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
-        float vv[4][DL], p[4];
+        float p[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int t = warp + ATTN_WARPS * (u0 + u);
             p[u] = t < nc ? expf(sc[t] - m) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < DL; k++)
-                vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
             for (int k = 0; k < DL; k++)
-                o[k] = __fmaf_rn(p[u], vv[u][k], o[k]);
+                o[k] = __fmaf_rn(p[u], vv[u0 + u][k], o[k]);
     }
 #pragma unroll
     for (int k = 0; k < DL; k++)
@@ -1116,9 +1201,13 @@ extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
     return (size_t)(nt * g->n_head * nch * (g->head_dim + 2));
 }
 
-template <class C, int DL>
-static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
+    const float *k, *v, *inv_freq;
+};
+
+template <class C, int DL, bool ROPE>
+static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
+                       const int32_t *seq, float *out, float *part, int B, int32_t max_pos, const rope_in &ri,
                        cudaStream_t st)
 {
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
@@ -1126,8 +1215,8 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
     for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
         const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
-        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
-            *g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0, seq + t0, part, nch);
+        k_attn_part<C, DL, ROPE><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
+            *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch, ri.k, ri.v, ri.inv_freq);
         int rc = launched();
         if (rc)
             return rc;
@@ -1138,15 +1227,15 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void
     return 0;
 }
 
-template <class C>
-static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t mp, cudaStream_t st)
+template <class C, bool ROPE>
+static int attn_c(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
+                  const int32_t *seq, float *out, float *part, int B, int32_t mp, const rope_in &ri, cudaStream_t st)
 {
     switch (g->head_dim) {
-    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 32: return attn_launch<C, 1, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 64: return attn_launch<C, 2, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 128: return attn_launch<C, 4, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 256: return attn_launch<C, 8, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
     default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
 }
@@ -1157,9 +1246,34 @@ extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const voi
                         const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
                         void *st)
 {
+    const rope_in ri = { nullptr, nullptr, nullptr };
     if (g->f16)
-        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
-    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
+        return attn_c<__half, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+    return attn_c<float, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+}
+
+static bool rope_fuse_on(void)
+{
+    static int on = -1; /* read once: a decode graph must not change kernels between captures */
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_ROPE_FUSE");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
+                             const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out,
+                             float *part, int B, int32_t max_pos, void *st)
+{
+    if (B != 1 || g->n_head != g->n_head_kv || !rope_fuse_on()) {
+        int rc = cuk_rope_store(g, q, k, v, pos, seq, k_cache, v_cache, inv_freq, B, st);
+        return rc ? rc : cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
+    }
+    const rope_in ri = { k, v, inv_freq };
+    if (g->f16)
+        return attn_c<__half, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+    return attn_c<float, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
 }
 
 /* ---- greedy sampling ---- */
