@@ -455,41 +455,36 @@ static void test_mmv(void)
                 REQUIRE(cudaMemcpy(w[m].q, hw, (size_t)(K * N) * 2, cudaMemcpyHostToDevice) == cudaSuccess, "up");
             }
             const char *tn = type == PI_TYPE_F16 ? "f16" : "bf16";
-            /* the prefill kernel (9 tokens) against the streamed kernel's 8 */
+            /* the prefill kernel (9 tokens) against the streamed kernel, each token alone */
             CHECK_OK(cuk_mma_gemv(&w[0], dx, BX, ya, CUK_SET, 0.0f, NULL, NULL, 0, 0, xh, NULL));
-            CHECK_OK(cuk_gemv(&w[0], dx, 8, yb_, CUK_SET, 0.0f, xh, NULL));
+            for (int b = 0; b < 8; b++)
+                CHECK_OK(cuk_mmv_gemv(&w[0], dx + (int64_t)b * K, 1, yb_ + (int64_t)b * N, CUK_SET, 0.0f, NULL, NULL,
+                                      0, 0, NULL));
             CHECK(!mmv_diff(ya, yb_, (size_t)(8 * N) * sizeof(float)), "mmv %s %lldx%lld: 8 tokens != prefill kernel",
                   tn, (long long)N, (long long)K);
+            const size_t ob = (size_t)N * sizeof(float);
+            for (int mode = CUK_SET; mode <= CUK_SPLIT3; mode++) { /* one token: cuk_mma's decode kernel */
+                if (mode == CUK_ADD) /* onto the same y */
+                    REQUIRE(cudaMemset(ya, 0x3c, ob) == cudaSuccess && cudaMemset(yb_, 0x3c, ob) == cudaSuccess,
+                            "memset");
+                const int64_t n0 = N / 3, n1 = N / 4;
+                CHECK_OK(cuk_mma_gemv(&w[0], dx, 1, ya, mode, 0.1f, ya + n0, ya + n0 + n1, n0, n1, xh, NULL));
+                CHECK_OK(cuk_mmv_gemv(&w[0], dx, 1, yb_, mode, 0.1f, yb_ + n0, yb_ + n0 + n1, n0, n1, NULL));
+                CHECK(!mmv_diff(ya, yb_, mode == CUK_MASK ? (size_t)N : ob),
+                      "mmv %s %lldx%lld mode %d: streamed != cuk_mma", tn, (long long)N, (long long)K, mode);
+            }
             static const int bs[] = { 1, 3, 8 };
             for (int bi = 0; bi < 3; bi++) {
                 const int B = bs[bi];
-                const size_t ob = (size_t)(B * N) * sizeof(float);
-                for (int mode = CUK_SET; mode <= CUK_SPLIT3; mode++) {
-                    if (mode == CUK_ADD) { /* onto the same y */
-                        REQUIRE(cudaMemset(ya, 0x3c, ob) == cudaSuccess && cudaMemset(yb_, 0x3c, ob) == cudaSuccess,
-                                "memset");
-                    }
-                    const int64_t n0 = N / 3, n1 = N / 4;
-                    if (mode == CUK_SPLIT3) {
-                        CHECK_OK(cuk_mma_gemv(&w[0], dx, B, ya, CUK_SPLIT3, 0.0f, ya + B * n0, ya + B * (n0 + n1), n0,
-                                              n1, xh, NULL));
-                        CHECK_OK(cuk_gemv_split3(&w[0], dx, B, yb_, n0, yb_ + B * n0, n1, yb_ + B * (n0 + n1), xh,
-                                                 NULL));
-                    } else {
-                        CHECK_OK(cuk_mma_gemv(&w[0], dx, B, ya, mode, 0.1f, NULL, NULL, 0, 0, xh, NULL));
-                        CHECK_OK(cuk_gemv(&w[0], dx, B, yb_, (enum cuk_mode)mode, 0.1f, xh, NULL));
-                    }
-                    CHECK(!mmv_diff(ya, yb_, mode == CUK_MASK ? (size_t)(B * N) : ob),
-                          "mmv %s %lldx%lld B=%d mode %d: streamed != cuk_mma", tn, (long long)N, (long long)K, B, mode);
-                }
+                const size_t gb = (size_t)(B * N) * sizeof(float);
                 for (int kind = PI_ACT_SWIGLU; kind <= PI_ACT_DRELU; kind++)
-                    for (int g = 0; g < 3; g++) { /* dense, gathered compact, gathered scattered */
+                    for (int g = B == 1 ? 0 : 1; g < 3; g++) { /* dense (one token), gathered compact, scattered */
                         const int32_t *gi = g ? didx : NULL, *gc = g ? dcnt : NULL;
-                        REQUIRE(cudaMemset(ya, 0xff, ob) == cudaSuccess && cudaMemset(yb_, 0xff, ob) == cudaSuccess,
+                        REQUIRE(cudaMemset(ya, 0xff, gb) == cudaSuccess && cudaMemset(yb_, 0xff, gb) == cudaSuccess,
                                 "memset");
                         CHECK_OK(cuk_mma_glu(&w[0], &w[1], dx, B, ya, kind, gi, gc, N, g == 1, xh, NULL));
-                        CHECK_OK(cuk_glu(&w[0], &w[1], dx, B, yb_, kind, gi, gc, N, g == 1, xh, NULL));
-                        CHECK(!mmv_diff(ya, yb_, ob), "mmv %s %lldx%lld B=%d glu %d (%s): streamed != cuk_mma", tn,
+                        CHECK_OK(cuk_mmv_glu(&w[0], &w[1], dx, B, yb_, kind, gi, gc, N, g == 1, NULL));
+                        CHECK(!mmv_diff(ya, yb_, gb), "mmv %s %lldx%lld B=%d glu %d (%s): streamed != cuk_mma", tn,
                               (long long)N, (long long)K, B, kind, g == 0 ? "dense" : g == 1 ? "compact" : "scattered");
                     }
             }

@@ -5,16 +5,13 @@
 # seconds (default 240) so that partial results come back.
 #
 #   bash bench/gpu/dec.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/ (shared libs)
-#   env: MODELS ("d16 s16 d4"), OLD ("d16 s16": also under PINFER_CUDA_MMV=0), LIMIT, SKIP_TESTS=1,
-#        ALT ("VAR=V ...": d16 and s16 decode once more under this environment)
+#   env: MODELS ("d16 s16 d4": the files written), VARIANTS (the decode runs, below), LIMIT, SKIP_TESTS=1
 # Results: $OUT/dec.tgz (logs, bench.jsonl) and the key figures on stdout.
 set -u
 KIT=$1
 OUT=${OUT:-/tmp/dec-out}
 LIMIT=${LIMIT:-240}
 MODELS=${MODELS-d16 s16 d4}
-OLD=${OLD-d16 s16}
-ALT=${ALT-}
 T0=$(date +%s)
 W=/tmp/dec-kit
 mkdir -p "$W" "$OUT/r"
@@ -39,7 +36,7 @@ log "start: $(nproc) cores; $(nvidia-smi --query-gpu=name,clocks.sm,clocks.mem -
 synth() {
     local name=$1
     shift
-    "$W/tools/pictl" synth --shape llama-7b "$@" -t 8 -q -o "$SHM/$name.gguf" >"$OUT/r/synth-$name.log" 2>&1
+    "$W/tools/pictl" synth --shape llama-7b "$@" -t 14 -q -o "$SHM/$name.gguf" >"$OUT/r/synth-$name.log" 2>&1
 }
 (for name in $MODELS; do
     case $name in
@@ -58,6 +55,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops.log"
     step 60 test_backend_ops_random "$W/tests/test_backend_ops_random"
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops_random.log"
+    # every one-token F16 product streamed (PINFER_CUDA_MMV=2): batch = alone, chunked = whole, bitwise
+    step 40 test_cuda_mma-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_cuda_mma"
+    step 40 test_backend_ops-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-mmv2.log"
 fi
 while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
 log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
@@ -68,16 +69,17 @@ run() { # tag file mode batches env...
     step 40 "bench-$tag" env "$@" "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 ${bt:+--batch $bt}
     sed "s/^{/{\"file\":\"$tag\",/" "$OUT/r/bench-$tag.log" | grep '^{' >>"$OUT/r/bench.jsonl"
 }
-for name in $MODELS; do
+# VARIANTS: "tag:file:VAR=V,VAR=V ..." (default: each file as is, d16 and s16 also under PINFER_CUDA_MMV=0)
+VARIANTS=${VARIANTS-"d16:d16:X=1 d16-old:d16:PINFER_CUDA_MMV=0 s16:s16:X=1 s16-old:s16:PINFER_CUDA_MMV=0 d4:d4:X=1"}
+for v in $VARIANTS; do
+    IFS=: read -r tag name envs <<<"$v"
     f=$SHM/$name.gguf
     [ -f "$f" ] || continue
     mode=dense
     [ "${name#s}" != "$name" ] && mode=sparse
     bt=
-    [ "$name" = d16 ] && bt=1,8
-    run "$name" "$f" "$mode" "$bt" PINFER_NONE=1
-    [[ " $OLD " == *" $name "* ]] && run "$name-old" "$f" "$mode" "$bt" PINFER_CUDA_MMV=0
-    [ -n "$ALT" ] && [ "$name" != d4 ] && run "$name-alt" "$f" "$mode" "" $ALT
+    [ "$tag" = d16 ] && bt=1,8
+    run "$tag" "$f" "$mode" "$bt" ${envs//,/ }
 done
 # the prefill of d16 after the decode kernels: pp_invariant (decode = one-token prefill, bitwise)
 [ -f "$SHM/d16.gguf" ] && step 40 bench-d16-pp "$W/bench/bench_cuda" "$SHM/d16.gguf" --mode dense -n 16 -c 2048 --pp 512

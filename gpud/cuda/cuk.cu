@@ -33,6 +33,27 @@ static int launched(void)
 
 static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 
+/* The F16 decode kernels (cuk_mmv.cu) take ~200 KiB of shared memory an SM: the small kernels
+ * between them ask for the same split of the SM's memory, so that the SM need not switch its
+ * L1 / shared carveout at each launch (PINFER_CUDA_CARVE=0: no preference). Called once per kernel
+ * (a static of each launcher's instantiation). */
+static bool carve_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_CARVE");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+static bool carve(const void *kernel)
+{
+    if (carve_on())
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    cudaGetLastError(); /* a refused hint is not an error of the next launch */
+    return true;
+}
+
 #include "cuk_traits.cuh"
 
 static int lane_elems(uint32_t type)
@@ -251,7 +272,7 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t
             acc[r][t] = 0.0f;
     /* lane blocks in flight per lane and row (fewer for many rows: registers); a lane's blocks are
      * summed in ascending order whatever U is */
-    enum { U = T::E == 32 ? (R > 4 ? 1 : 2) : (R > 4 ? 2 : 4) };
+    enum { U = T::E == 32 ? (R > 4 ? 1 : R > 2 ? 2 : 4) : (R > 4 ? 2 : 4) };
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
@@ -370,6 +391,43 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
     if (lane == 0) {
         const float dh = __half2float(__float2half_rn(dd));
         ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
+    }
+}
+
+__device__ static float block_sum(float v, float *sh);
+
+/* RMSNorm (cuk_rmsnorm's operations, block of 256 threads a token) and k_quant_x's quantization of
+ * the normalized row in one kernel: the bits of the two launches, one launch. */
+__global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ x, const float *__restrict__ w,
+                                                     int64_t n_in, float eps, uint8_t *__restrict__ out, int64_t xs)
+{
+    __shared__ float sh[32];
+    const int tok = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *xr = x + (int64_t)tok * n_in;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+        ss = __fmaf_rn(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    const float scale = 1.0f / sqrtf(ss / (float)n_in + eps);
+    uint8_t *row = out + (int64_t)tok * xs;
+    for (int64_t blk = warp; blk < n_in / 32; blk += blockDim.x >> 5) {
+        const int64_t i = blk * 32 + lane;
+        const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]); /* cuk_rmsnorm's xn[i] */
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
+        const int qv = __float2int_rn(v * id);
+        int sum = qv;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        row[i] = (uint8_t)(int8_t)qv;
+        if (lane == 0) {
+            const float dh = __half2float(__float2half_rn(dd));
+            ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
+        }
     }
 }
 
@@ -492,6 +550,10 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
     return launched();
 }
 
+template <class T>
+static int gemv_prepared(const struct cuk_w *w, const uint8_t *xr, int64_t xs, int B, void *y, int mode, float thr,
+                         const struct split3 *sp, cudaStream_t st);
+
 /* Every token's activation prepared at once (xq holds B rows), then one launch. */
 template <class T>
 static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq,
@@ -504,6 +566,14 @@ static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mod
     int rc = prep_x<T>(x, w->n_in, B, xq, &xr, &xs, st);
     if (rc)
         return rc;
+    return gemv_prepared<T>(w, xr, xs, B, y, mode, thr, sp, st);
+}
+
+/* the launch on activations already prepared (prep_x's layout) */
+template <class T>
+static int gemv_prepared(const struct cuk_w *w, const uint8_t *xr, int64_t xs, int B, void *y, int mode, float thr,
+                         const struct split3 *sp, cudaStream_t st)
+{
     return B == 1   ? gemv_launch<T, 1>(w, xr, xs, B, y, mode, thr, sp, false, st)
            : B == 2 ? gemv_launch<T, 2>(w, xr, xs, B, y, mode, thr, sp, false, st)
            : B <= 4 ? gemv_launch<T, 4>(w, xr, xs, B, y, mode, thr, sp, false, st)
@@ -516,7 +586,7 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
     if (mode == CUK_SPLIT3)
         return -(int)cudaErrorInvalidValue;
     if (cuk_mma_on(w->type)) { /* F16 / BF16: the tensor-core kernels (decode: streamed, the same bits) */
-        if (B <= 8 && cuk_mmv_on())
+        if (B == 1 && cuk_mmv_level() >= 2 && cuk_mmv_fits(w, 1))
             return cuk_mmv_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, st);
         return cuk_mma_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, xq, st);
     }
@@ -528,7 +598,7 @@ extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, flo
                                int64_t n1, float *y2, void *xq, void *st)
 {
     if (cuk_mma_on(w->type)) {
-        if (B <= 8 && cuk_mmv_on())
+        if (B == 1 && cuk_mmv_level() >= 2 && cuk_mmv_fits(w, 1))
             return cuk_mmv_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, st);
         return cuk_mma_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, xq, st);
     }
@@ -600,12 +670,14 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
 #define GLU_WIDE_J 2 /* neurons per warp in the wide (prefill) launch */
 
 template <class T>
+static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint8_t *xr, int64_t xs, int B, float *act,
+                        int kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                        cudaStream_t st);
+
+template <class T>
 static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, int B, float *act, int kind,
                  const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, cudaStream_t st)
 {
-    const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
-    const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
-    const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     const uint8_t *xr;
     int64_t xs;
     if (B < 1)
@@ -613,6 +685,17 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
     int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
     if (rc)
         return rc;
+    return glu_prepared<T>(g, u, xr, xs, B, act, kind, idx, cnt, idx_stride, compact, st);
+}
+
+template <class T>
+static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint8_t *xr, int64_t xs, int B, float *act,
+                        int kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                        cudaStream_t st)
+{
+    const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
+    const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
+    const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     if (idx) {
         k_glu<T, 1, 1, false><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act,
                                                                      kind, idx, cnt, idx_stride, compact, B);
@@ -645,12 +728,60 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
     if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
         return -(int)cudaErrorInvalidValue;
     if (cuk_mma_on(gate->type)) {
-        if (B <= 8 && cuk_mmv_on())
+        if (((idx && B <= 8) || (B == 1 && cuk_mmv_level() >= 2)) && cuk_mmv_fits(gate, 2))
             return cuk_mmv_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, st);
         return cuk_mma_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     }
     CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
     return 0;
+}
+
+/* ---- RMSNorm + product for the Q types: the norm and the activation's quantization in one launch ---- */
+
+template <class T> static constexpr bool normq_ok() { return T::QX && T::GQ == 32; }
+
+static int norm_quant(const float *x, const float *nw, float eps, int B, int64_t n_in, void *xq, int64_t *xs,
+                      cudaStream_t st)
+{
+    *xs = (int64_t)cuk_xq_row_bytes(n_in);
+    k_norm_quant_x<<<(unsigned)B, 256, 0, st>>>(x, nw, n_in, eps, (uint8_t *)xq, *xs);
+    return launched();
+}
+
+extern "C" int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
+                                int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st)
+{
+    bool ok = false;
+    CUK_DISPATCH_OR(w->type, return 1, ok = normq_ok<T>());
+    if (!ok || !xq || B < 1 || w->n_in % 32)
+        return 1;
+    int64_t xs;
+    int rc = norm_quant(x, norm_w, eps, B, w->n_in, xq, &xs, S(st));
+    if (rc)
+        return rc;
+    const struct split3 sp = { y1, y2, n0, n1 };
+    CUK_DISPATCH(w->type, if constexpr (normq_ok<T>()) return gemv_prepared<T>(w, (const uint8_t *)xq, xs, B, y0,
+                                                                                  CUK_SPLIT3, 0.0f, &sp, S(st)));
+    return 1;
+}
+
+extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
+                             float eps, int B, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
+                             int64_t idx_stride, bool compact, void *xq, void *st)
+{
+    bool ok = false;
+    CUK_DISPATCH_OR(gate->type, return 1, ok = normq_ok<T>());
+    if (!ok || !xq || B < 1 || gate->n_in % 32 || gate->type != up->type || gate->n_in != up->n_in ||
+        gate->n_out != up->n_out)
+        return 1;
+    int64_t xs;
+    int rc = norm_quant(x, norm_w, eps, B, gate->n_in, xq, &xs, S(st));
+    if (rc)
+        return rc;
+    CUK_DISPATCH(gate->type, if constexpr (normq_ok<T>()) return glu_prepared<T>(gate, up, (const uint8_t *)xq, xs, B,
+                                                                                    act, act_kind, idx, cnt,
+                                                                                    idx_stride, compact, S(st)));
+    return 1;
 }
 
 /* ---- sparse down projection: AXPY over down_t rows ---- */
@@ -743,6 +874,8 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
 {
     const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    static const bool carved = carve((const void *)k_axpy<T>) && carve((const void *)k_chunk_sum);
+    (void)carved;
     /* the partial sums hold CUK_AXPY_MAX_B tokens: larger batches go in groups, each token alone in
      * its blocks either way */
     for (int t0 = 0; t0 < B; t0 += CUK_AXPY_MAX_B) {
@@ -814,6 +947,8 @@ __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ ma
 
 extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)
 {
+    static const bool carved = carve((const void *)k_compact);
+    (void)carved;
     k_compact<<<(unsigned)B, 1024, 0, S(st)>>>(mask, n, idx, cnt);
     return launched();
 }
@@ -867,6 +1002,8 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n,
 extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, int64_t n, int64_t stride_x, float eps,
                            void *st)
 {
+    static const bool carved = carve((const void *)k_rmsnorm);
+    (void)carved;
     k_rmsnorm<<<(unsigned)B, 256, 0, S(st)>>>(out, x, w, n, stride_x, eps);
     return launched();
 }
@@ -1213,6 +1350,8 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
+    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>) && carve((const void *)k_attn_merge);
+    (void)carved;
     for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
         const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
         k_attn_part<C, DL, ROPE><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
@@ -1309,6 +1448,8 @@ __global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n,
 
 extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
 {
+    static const bool carved = carve((const void *)k_argmax);
+    (void)carved;
     k_argmax<<<(unsigned)B, 1024, 0, S(st)>>>(logits, n, ids);
     return launched();
 }

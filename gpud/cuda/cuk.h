@@ -102,6 +102,15 @@ int cuk_mask_mul(float *x, const uint8_t *mask, int64_t n, void *st);
 int cuk_relu(float *y, int64_t n, void *st);
 int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st);
 
+/* Q types with 32-element blocks (the Q8_0-quantized activation): x's RMSNorm (cuk_rmsnorm's bits)
+ * and its quantization in one launch into xq, then cuk_gemv_split3 / cuk_glu on it — the bits of
+ * the three launches, one fewer. Return 1 (nothing enqueued) for the other types. */
+int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
+                     int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
+int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
+                  int B, float *act, int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride,
+                  bool compact, void *xq, void *st);
+
 /* KV cache geometry: cells [n_seq][n_ctx][n_kv_heads * head_dim] per layer, f16 or f32. */
 struct cuk_attn_geom {
     int n_head, n_head_kv, head_dim, rope_dim, rope_mode; /* rope_mode: enum ops_rope_mode */

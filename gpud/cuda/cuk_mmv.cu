@@ -34,15 +34,17 @@ static int launched(void)
     return e == cudaSuccess ? 0 : -(int)e;
 }
 
-extern "C" bool cuk_mmv_on(void)
+extern "C" int cuk_mmv_level(void)
 {
-    static int on = -1; /* read once: a decode graph must not change kernels between captures */
-    if (on < 0) {
+    static int lv = -1; /* read once: a decode graph must not change kernels between captures */
+    if (lv < 0) {
         const char *e = getenv("PINFER_CUDA_MMV");
-        on = !(e && strcmp(e, "0") == 0);
+        lv = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
     }
-    return on;
+    return lv;
 }
+
+extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
 
 /* ---- the arithmetic of cuk_mma.cu's decode kernel, operation for operation ---- */
 
@@ -173,10 +175,10 @@ template <int N> __device__ static inline void cp_wait(void) { asm volatile("cp.
 /* the element of chunk c where thread t's 16-byte word h starts (cuk_mma.cu's elem) */
 __device__ static inline int64_t elem(int c, int t, int h) { return (int64_t)c * CH + 32 * h + 8 * t; }
 
-/* stages of the ring: S × (NM · 4 + 4) words a thread (~192 KiB a block: one block an SM); NORM
- * rings hold no activation words (the normalized row sits in shared memory after the ring) */
+/* stages of the ring: S × NM · 4 words a thread (128 / 160 KiB a block: one block an SM); the
+ * block's one token row (normalized for NORM) sits in shared memory after the ring */
 template <int NM, bool NORM> struct Ring {
-    enum { S = NM == 2 ? 4 : 6, XSL = NORM ? 0 : 4, SLOTS = NM * 4 + XSL };
+    enum { S = NM == 2 ? 5 : 8, SLOTS = NM * 4 };
     static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
 };
 #define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
@@ -198,14 +200,15 @@ __device__ static float block_sum(float v, float *sh)
     return s;
 }
 
-/* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). IDX: blockIdx.y is a token
- * and its tiles are over its listed rows o.idx[tok][j] (j < o.cnt[tok]); else tokens 0..B−1 (B ≤ 8). */
+/* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
+ * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
+ * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
 template <bool BF, int MODE, int NM, bool IDX, bool NORM>
 __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                 int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
 {
     constexpr int S = Ring<NM, NORM>::S, SLOTS = Ring<NM, NORM>::SLOTS;
-    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then NORM: the normalized row, K floats */
+    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
@@ -215,8 +218,7 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     const int nt_blk = (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
     const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
     const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
-    const bool xg = g < ntok; /* this thread's token column is a token (not padding) */
-    const float *xr = !NORM && xg ? x + (int64_t)(tok0 + g) * K : nullptr; /* copied through the ring */
+    const bool xg = g < ntok; /* this thread's token column is the token (not padding) */
     const int total = nt_blk * nw;
 
     /* the producer: item p = chunk pc of the block's tile number pit */
@@ -244,10 +246,6 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
 #pragma unroll
                     for (int r = 0; r < 2; r++)
                         cp16(st + ((m * 2 + r) * 2 + h) * NTH, ok ? rp[m][r] + 2 * e : rp[m][r], ok ? 16 : 0);
-                if (xr) {
-                    cp16(st + (NM * 4 + 2 * h) * NTH, ok ? xr + e : xr, ok ? 16 : 0);
-                    cp16(st + (NM * 4 + 2 * h + 1) * NTH, ok ? xr + e + 4 : xr, ok ? 16 : 0);
-                }
             }
             if (++pc == c1) {
                 pc = c0, pit++;
@@ -265,9 +263,9 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     for (int s = 0; s < S - 1; s++)
         produce();
     float *xs = (float *)(ring + (size_t)S * SLOTS * NTH);
-    if constexpr (NORM) { /* one token: cuk_rmsnorm's operations, while the first chunks load */
+    const float *xt = x + (int64_t)tok0 * K;
+    if constexpr (NORM) { /* cuk_rmsnorm's operations, while the first chunks load */
         __shared__ float sh[NTH / 32];
-        const float *xt = x + (int64_t)tok0 * K;
         float ss = 0.0f;
         for (int64_t e = tid; e < K; e += NTH)
             ss = __fmaf_rn(xt[e], xt[e], ss);
@@ -275,8 +273,11 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
         const float scale = 1.0f / sqrtf(ss / (float)K + o.eps);
         for (int64_t e = tid; e < K; e += NTH)
             xs[e] = __fmul_rn(__fmul_rn(xt[e], scale), o.nw[e]);
-        __syncthreads();
+    } else {
+        for (int64_t e = tid; e < K; e += NTH)
+            xs[e] = xt[e];
     }
+    __syncthreads();
     int i = 0, buf = 0;
     for (int it = 0; it < nt_blk; it++, buf ^= 1) {
         float acc[NM][4];
@@ -301,15 +302,9 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int q = 0; q < 2; q++) {
-                    if constexpr (NORM) {
-                        const int64_t e = elem(c0 + k, t, h);
-                        xv[h][q] = xg && e + 8 <= K ? *(const float4 *)(xs + e + 4 * q)
-                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    } else {
-                        const uint4 v = xr ? st[(NM * 4 + 2 * h + q) * NTH] : make_uint4(0, 0, 0, 0);
-                        xv[h][q] = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
-                                               __uint_as_float(v.w));
-                    }
+                    const int64_t e = elem(c0 + k, t, h);
+                    xv[h][q] = xg && e + 8 <= K ? *(const float4 *)(xs + e + 4 * q)
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
             produce(); /* item i + S − 1, into the stage item i − 1 left */
             uint32_t hw[8], lw[8];
@@ -374,11 +369,17 @@ template <bool BF, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
-    static const cudaError_t attr = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, MMV_SMEM_MAX);
+    static const cudaError_t attr = [] {
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             MMV_SMEM_MAX);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared);
+        return e;
+    }();
     if (attr != cudaSuccess)
         return -(int)attr;
-    const size_t smem = Ring<NM, NORM>::bytes + (NORM ? (size_t)K * sizeof(float) : 0);
+    const size_t smem = Ring<NM, NORM>::bytes + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16;
@@ -404,7 +405,7 @@ static int gemv_b(const struct cuk_w *w, const float *x, int B, const mvo &o, in
 extern "C" int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1,
                             float *y2, int64_t n0, int64_t n1, void *st)
 {
-    if (!cuk_mma_type(w->type) || w->n_in % 8 || B > 8)
+    if (!cuk_mma_type(w->type) || w->n_in % 8 || B != 1)
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
@@ -430,7 +431,7 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
                            void *st)
 {
     if (!cuk_mma_type(gate->type) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
-        gate->n_in % 8 || (!idx && B > 8))
+        gate->n_in % 8 || (!idx && B != 1) || B > 8)
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
@@ -445,10 +446,15 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
 
 /* ---- the RMSNorm fused into the product (one token) ---- */
 
+extern "C" bool cuk_mmv_fits(const struct cuk_w *w, int nm)
+{
+    return cuk_mmv_on() && (nm == 2 ? Ring<2, false>::bytes : Ring<1, false>::bytes) + (size_t)w->n_in * sizeof(float) <=
+                               MMV_SMEM_MAX;
+}
+
 static bool norm_fits(const struct cuk_w *w, int B, int nm)
 {
-    return B == 1 && cuk_mma_on(w->type) && cuk_mmv_on() && w->n_in % 8 == 0 &&
-           (nm == 2 ? Ring<2, true>::bytes : Ring<1, true>::bytes) + (size_t)w->n_in * sizeof(float) <= MMV_SMEM_MAX;
+    return B == 1 && cuk_mma_on(w->type) && cuk_mmv_fits(w, nm) && w->n_in % 8 == 0;
 }
 
 extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B,
@@ -456,7 +462,10 @@ extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const
                                     void *st)
 {
     if (!norm_fits(w, B, 1)) {
-        int rc = cuk_rmsnorm(xn, x, norm_w, B, w->n_in, w->n_in, eps, st);
+        int rc = cuk_normq_split3(w, x, norm_w, eps, B, y0, n0, y1, n1, y2, xq, st);
+        if (rc <= 0) /* a Q type: done (or failed) */
+            return rc;
+        rc = cuk_rmsnorm(xn, x, norm_w, B, w->n_in, w->n_in, eps, st);
         return rc ? rc : cuk_gemv_split3(w, xn, B, y0, n0, y1, n1, y2, xq, st);
     }
     mvo o = {};
@@ -472,7 +481,10 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
                             const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st)
 {
     if (!norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out) {
-        int rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
+        int rc = cuk_normq_glu(gate, up, x, norm_w, eps, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
+        if (rc <= 0)
+            return rc;
+        rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
         return rc ? rc : cuk_glu(gate, up, xn, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     }
     mvo o = {};

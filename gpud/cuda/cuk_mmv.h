@@ -26,11 +26,17 @@
 
 #include "cuk.h"
 
+/* PINFER_CUDA_MMV: 0 off; 1 (default) the products measured faster streamed — the ones with the
+ * RMSNorm folded in (q/k/v, gate/up of one token) and the sparse path's gathered gate/up rows; 2 every
+ * one-token F16/BF16 product. */
+int cuk_mmv_level(void);
 bool cuk_mmv_on(void);
-/* cuk_mma_gemv's contract for B ≤ 8 (y1, y2, n0, n1: the split3 outputs, else NULL / 0) */
+/* the streamed kernel takes w (n_in: its one token row must fit in shared memory after the ring) */
+bool cuk_mmv_fits(const struct cuk_w *w, int nm);
+/* cuk_mma_gemv's contract for B = 1 (y1, y2, n0, n1: the split3 outputs, else NULL / 0) */
 int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1, float *y2,
                  int64_t n0, int64_t n1, void *st);
-/* cuk_mma_glu's contract, B ≤ 8 dense or any B with idx */
+/* cuk_mma_glu's contract, B = 1 dense or B ≤ 8 with idx (a block per token) */
 int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
                 const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *st);
 
