@@ -33,16 +33,17 @@ static int launched(void)
 
 static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 
-/* The F16 decode kernels (cuk_mmv.cu) take ~200 KiB of shared memory an SM: the small kernels
- * between them ask for the same split of the SM's memory, so that the SM need not switch its
- * L1 / shared carveout at each launch (PINFER_CUDA_CARVE=0: no preference). Called once per kernel
- * (a static of each launcher's instantiation). */
+/* The F16 decode kernels (cuk_mmv.cu) take ~200 KiB of shared memory an SM; PINFER_CUDA_CARVE=1 makes
+ * the small kernels between them ask for the same max-shared carveout, so that the SM need not switch
+ * its L1 / shared split between launches. Off by default: with every product streamed it changed
+ * nothing measurable (d16 214.7 vs 214.2 tok/s, bench/gpu/NOTES.md call 2), and beside the Q types'
+ * kernels it would add switches. Called once per kernel (a static of each launcher's instantiation). */
 static bool carve_on(void)
 {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("PINFER_CUDA_CARVE");
-        on = !(e && strcmp(e, "0") == 0);
+        on = e && strcmp(e, "1") == 0;
     }
     return on;
 }
@@ -272,7 +273,7 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t
             acc[r][t] = 0.0f;
     /* lane blocks in flight per lane and row (fewer for many rows: registers); a lane's blocks are
      * summed in ascending order whatever U is */
-    enum { U = T::E == 32 ? (R > 4 ? 1 : R > 2 ? 2 : 4) : (R > 4 ? 2 : 4) };
+    enum { U = T::E == 32 ? (R > 4 ? 1 : 2) : (R > 4 ? 2 : 4) };
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
@@ -748,9 +749,23 @@ static int norm_quant(const float *x, const float *nw, float eps, int B, int64_t
     return launched();
 }
 
+/* PINFER_CUDA_NORMQ=1: use it. Off by default: its one block a token runs the quantization's 32-element
+ * blocks one after the other (k_quant_x spreads them over blocks); not measured apart on the GPU. */
+static bool normq_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_NORMQ");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on;
+}
+
 extern "C" int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
                                 int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st)
 {
+    if (!normq_on())
+        return 1;
     bool ok = false;
     CUK_DISPATCH_OR(w->type, return 1, ok = normq_ok<T>());
     if (!ok || !xq || B < 1 || w->n_in % 32)
@@ -769,6 +784,8 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
                              float eps, int B, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
                              int64_t idx_stride, bool compact, void *xq, void *st)
 {
+    if (!normq_on())
+        return 1;
     bool ok = false;
     CUK_DISPATCH_OR(gate->type, return 1, ok = normq_ok<T>());
     if (!ok || !xq || B < 1 || gate->n_in % 32 || gate->type != up->type || gate->n_in != up->n_in ||

@@ -1,23 +1,22 @@
-/* cuk_mmv.h — the F16 / BF16 decode products (B ≤ 8 tokens, and the sparse path's gathered rows for
- * any B) streamed through a cp.async shared-memory pipeline (cuk_mmv.cu implements them; cuk.cu
- * dispatches to them).
+/* cuk_mmv.h — F16 / BF16 products of one token a block (a decode token; the sparse path's gathered
+ * rows of up to 8 tokens, a block each) streamed through a cp.async shared-memory pipeline
+ * (cuk_mmv.cu implements them; cuk.cu and cudev.c call them).
  *
  * Why: cuk_mma.cu's decode kernel gives every 16-row tile its own block of 8 warps, each loading two
- * 64-element chunks and then waiting for them: ~70 % of the HBM read floor, and the predictor's fc1
- * (64 tiles) and the gathered FFN rows (~70 tiles at 10 % active) leave most SMs idle or waiting.
- * These kernels run one block per SM that walks its tiles in turn, each warp keeping S − 1 chunks of
- * its K range in flight across tile boundaries (the rows of the next tiles load while this one is
- * reduced).
+ * 64-element chunks and then waiting for them, and the gathered FFN rows (~70 tiles at 10 % active)
+ * leave most SMs idle. These kernels run one block per SM that walks its tiles in turn, each warp
+ * keeping S − 1 chunks of its K range in flight across tile boundaries (the rows of the next tiles
+ * load while this one is reduced); the token's row sits in shared memory (normalized there when the
+ * RMSNorm is folded in). Measured (bench/gpu/NOTES.md, "Decode kernels"): faster for long streams
+ * per block (q/k/v, gate/up, the gathered rows), slower where a block gets ≤ 2 tiles (wo, down) or
+ * 2-chunk ranges (the predictor's fc2) — hence PINFER_CUDA_MMV's default below.
  *
  * Bits: every (row, token) output is computed with the instructions of cuk_mma.h's order — the same
  * CUK_MMA_KS fixed K ranges of 64-element chunks, the same fragment mapping and hi/lo split, each
  * range accumulated chunk by chunk in ascending order, the ranges added in range order — so the
- * outputs equal the prefill kernel's bit for bit (test_cuda_mma's batch = alone checks, and
- * test_cuda_ops's check of this kernel against cuk_mma_gemv on shapes that give a block several
- * tiles). If cuk_mma.cu's order changes, this file must follow it.
- *
- * PINFER_CUDA_MMV=0 in the environment (read once) leaves these products to cuk_mma.cu's decode
- * kernel (benchmarks: the A/B in one run). */
+ * outputs equal cuk_mma's decode and prefill kernels bit for bit (test_cuda_ops checks both on shapes
+ * that give a block several tiles; test_cuda_mma and test_backend_ops check batch = alone with
+ * PINFER_CUDA_MMV=2). If cuk_mma.cu's order changes, this file must follow it. */
 #ifndef PI_CUK_MMV_H
 #define PI_CUK_MMV_H
 
