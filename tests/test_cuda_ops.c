@@ -27,7 +27,12 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda_runtime_api.h>
+
 #include "cudev.h"
+#include "cuk.h"
+#include "cuk_mma.h"
+#include "cuk_mmv.h"
 #include "cuk_topk.h"
 #include "sampling.h"
 #include "ffn_split.h"
@@ -375,6 +380,152 @@ static void test_topk(void)
     }
 }
 
+/* cuk_mmv.cu's streamed F16 / BF16 decode kernels (what cuk_gemv / cuk_glu run for B ≤ 8) against
+ * cuk_mma.cu's decode kernel and its prefill kernel, bitwise: every mode, 1 / 3 / 8 tokens, the GLU
+ * dense and over gathered rows; shapes that give a streamed block several tiles (n_out > 16 × the
+ * SM count), a K range that is empty (K 200), K not a multiple of the 64-element chunk, a short last
+ * range (K 11008). */
+static uint64_t mmv_rng = 0x2545f4914f6cdd1dull;
+static float mmv_rand(void)
+{
+    mmv_rng ^= mmv_rng << 13, mmv_rng ^= mmv_rng >> 7, mmv_rng ^= mmv_rng << 17;
+    return (float)((double)(mmv_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *mmv_dev(size_t n)
+{
+    void *p = NULL;
+    REQUIRE(cudaMalloc(&p, n) == cudaSuccess, "cudaMalloc %zu", n);
+    return p;
+}
+
+static int mmv_diff(const void *da, const void *db, size_t n)
+{
+    uint8_t *a = malloc(n), *b = malloc(n);
+    REQUIRE(a && b, "out of memory");
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync: %s", cudaGetErrorString(cudaGetLastError()));
+    REQUIRE(cudaMemcpy(a, da, n, cudaMemcpyDeviceToHost) == cudaSuccess, "copy down");
+    REQUIRE(cudaMemcpy(b, db, n, cudaMemcpyDeviceToHost) == cudaSuccess, "copy down");
+    const int r = memcmp(a, b, n) != 0;
+    free(a), free(b);
+    return r;
+}
+
+static void test_mmv(void)
+{
+    if (!cuk_mmv_on()) {
+        printf("mmv: PINFER_CUDA_MMV=0, the streamed kernels are off\n");
+        return;
+    }
+    static const int64_t shapes[][2] = { { 4096, 4261 }, { 11008, 700 }, { 200, 4500 }, { 1032, 2300 } }; /* K, n */
+    enum { BX = 9 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t K = shapes[si][0], N = shapes[si][1];
+        float *x = malloc((size_t)(BX * K) * sizeof *x);
+        uint16_t *hw = malloc((size_t)(K * N) * 2);
+        int32_t *idx = malloc((size_t)(8 * N) * sizeof *idx), cnt[8];
+        REQUIRE(x && hw && idx, "out of memory");
+        for (int b = 0; b < BX; b++) {
+            const float mag = b == 2 ? 0.0f : powf(10.0f, (float)(b % 5) - 2.0f);
+            for (int64_t i = 0; i < K; i++)
+                x[(int64_t)b * K + i] = mag * mmv_rand();
+        }
+        for (int b = 0; b < 8; b++) { /* token b: every (b % 3 + 2)-th row, token 6 none */
+            cnt[b] = 0;
+            for (int64_t r = 0; r < N && b != 6; r++)
+                if (r % (b % 3 + 2) == b % 2)
+                    idx[(int64_t)b * N + cnt[b]++] = (int32_t)r;
+        }
+        float *dx = mmv_dev((size_t)(BX * K) * sizeof(float));
+        void *xh = mmv_dev((size_t)BX * cuk_mma_x_row_bytes(K) + cuk_xq_row_bytes(K) * BX);
+        const size_t yb = (size_t)(BX * N) * sizeof(float);
+        float *ya = mmv_dev(yb), *yb_ = mmv_dev(yb);
+        int32_t *didx = mmv_dev((size_t)(8 * N) * sizeof(int32_t)), *dcnt = mmv_dev(sizeof cnt);
+        REQUIRE(cudaMemcpy(dx, x, (size_t)(BX * K) * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        REQUIRE(cudaMemcpy(didx, idx, (size_t)(8 * N) * sizeof(int32_t), cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        REQUIRE(cudaMemcpy(dcnt, cnt, sizeof cnt, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        static const uint32_t wt[] = { PI_TYPE_F16, PI_TYPE_BF16 };
+        for (int ti = 0; ti < 2; ti++) {
+            const uint32_t type = wt[ti];
+            struct cuk_w w[2];
+            for (int m = 0; m < 2; m++) {
+                for (int64_t i = 0; i < K * N; i++)
+                    hw[i] = type == PI_TYPE_F16 ? pi_f32_to_f16(mmv_rand()) : pi_f32_to_bf16(mmv_rand());
+                w[m] = (struct cuk_w){ .type = type, .n_in = K, .n_out = N, .q = mmv_dev((size_t)(K * N) * 2) };
+                REQUIRE(cudaMemcpy(w[m].q, hw, (size_t)(K * N) * 2, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+            }
+            const char *tn = type == PI_TYPE_F16 ? "f16" : "bf16";
+            /* the prefill kernel (9 tokens) against the streamed kernel, each token alone */
+            CHECK_OK(cuk_mma_gemv(&w[0], dx, BX, ya, CUK_SET, 0.0f, NULL, NULL, 0, 0, xh, NULL));
+            for (int b = 0; b < 8; b++)
+                CHECK_OK(cuk_mmv_gemv(&w[0], dx + (int64_t)b * K, 1, yb_ + (int64_t)b * N, CUK_SET, 0.0f, NULL, NULL,
+                                      0, 0, NULL));
+            CHECK(!mmv_diff(ya, yb_, (size_t)(8 * N) * sizeof(float)), "mmv %s %lldx%lld: 8 tokens != prefill kernel",
+                  tn, (long long)N, (long long)K);
+            const size_t ob = (size_t)N * sizeof(float);
+            for (int mode = CUK_SET; mode <= CUK_SPLIT3; mode++) { /* one token: cuk_mma's decode kernel */
+                if (mode == CUK_ADD) /* onto the same y */
+                    REQUIRE(cudaMemset(ya, 0x3c, ob) == cudaSuccess && cudaMemset(yb_, 0x3c, ob) == cudaSuccess,
+                            "memset");
+                const int64_t n0 = N / 3, n1 = N / 4;
+                CHECK_OK(cuk_mma_gemv(&w[0], dx, 1, ya, mode, 0.1f, ya + n0, ya + n0 + n1, n0, n1, xh, NULL));
+                CHECK_OK(cuk_mmv_gemv(&w[0], dx, 1, yb_, mode, 0.1f, yb_ + n0, yb_ + n0 + n1, n0, n1, NULL));
+                CHECK(!mmv_diff(ya, yb_, mode == CUK_MASK ? (size_t)N : ob),
+                      "mmv %s %lldx%lld mode %d: streamed != cuk_mma", tn, (long long)N, (long long)K, mode);
+            }
+            static const int bs[] = { 1, 3, 8 };
+            for (int bi = 0; bi < 3; bi++) {
+                const int B = bs[bi];
+                const size_t gb = (size_t)(B * N) * sizeof(float);
+                for (int kind = PI_ACT_SWIGLU; kind <= PI_ACT_DRELU; kind++)
+                    for (int g = B == 1 ? 0 : 1; g < 3; g++) { /* dense (one token), gathered compact, scattered */
+                        const int32_t *gi = g ? didx : NULL, *gc = g ? dcnt : NULL;
+                        REQUIRE(cudaMemset(ya, 0xff, gb) == cudaSuccess && cudaMemset(yb_, 0xff, gb) == cudaSuccess,
+                                "memset");
+                        CHECK_OK(cuk_mma_glu(&w[0], &w[1], dx, B, ya, kind, gi, gc, N, g == 1, xh, NULL));
+                        CHECK_OK(cuk_mmv_glu(&w[0], &w[1], dx, B, yb_, kind, gi, gc, N, g == 1, NULL));
+                        CHECK(!mmv_diff(ya, yb_, gb), "mmv %s %lldx%lld B=%d glu %d (%s): streamed != cuk_mma", tn,
+                              (long long)N, (long long)K, B, kind, g == 0 ? "dense" : g == 1 ? "compact" : "scattered");
+                    }
+            }
+            /* the RMSNorm fused into the product (one token) = cuk_rmsnorm, then cuk_mma's kernels */
+            float *nwh = malloc((size_t)K * sizeof *nwh);
+            REQUIRE(nwh, "out of memory");
+            for (int64_t i = 0; i < K; i++)
+                nwh[i] = 1.0f + 0.5f * mmv_rand();
+            float *nw = mmv_dev((size_t)K * sizeof(float)), *xn = mmv_dev((size_t)(BX * K) * sizeof(float));
+            REQUIRE(cudaMemcpy(nw, nwh, (size_t)K * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "up");
+            for (int b = 0; b < 3; b++) { /* tokens 0, 1 and 2 (all zero) */
+                const float *xb = dx + (int64_t)b * K;
+                const int64_t n0 = N / 3, n1 = N / 4;
+                CHECK_OK(cuk_rmsnorm(xn, xb, nw, 1, K, K, 1e-5f, NULL));
+                CHECK_OK(cuk_mma_gemv(&w[0], xn, 1, ya, CUK_SPLIT3, 0.0f, ya + n0, ya + n0 + n1, n0, n1, xh, NULL));
+                CHECK_OK(cuk_norm_gemv_split3(&w[0], xb, nw, 1e-5f, 1, xn + K, yb_, n0, yb_ + n0, n1, yb_ + n0 + n1,
+                                              xh, NULL));
+                CHECK(!mmv_diff(ya, yb_, (size_t)N * sizeof(float)), "mmv %s %lldx%lld: norm + split3 (token %d) != "
+                      "rmsnorm then cuk_mma", tn, (long long)N, (long long)K, b);
+                for (int g = 0; g < 2; g++) { /* dense, gathered (token b's list) */
+                    const int32_t *gi = g ? didx + (int64_t)b * N : NULL, *gc = g ? dcnt + b : NULL;
+                    REQUIRE(cudaMemset(ya, 0xff, (size_t)N * 4) == cudaSuccess &&
+                                cudaMemset(yb_, 0xff, (size_t)N * 4) == cudaSuccess, "memset");
+                    CHECK_OK(cuk_rmsnorm(xn, xb, nw, 1, K, K, 1e-5f, NULL));
+                    CHECK_OK(cuk_mma_glu(&w[0], &w[1], xn, 1, ya, PI_ACT_SWIGLU, gi, gc, N, g == 1, xh, NULL));
+                    CHECK_OK(cuk_norm_glu(&w[0], &w[1], xb, nw, 1e-5f, 1, xn + K, yb_, PI_ACT_SWIGLU, gi, gc, N, g == 1,
+                                          xh, NULL));
+                    CHECK(!mmv_diff(ya, yb_, (size_t)N * sizeof(float)), "mmv %s %lldx%lld: norm + glu (token %d, %s) "
+                          "!= rmsnorm then cuk_mma", tn, (long long)N, (long long)K, b, g ? "gathered" : "dense");
+                }
+            }
+            cudaFree(nw), cudaFree(xn);
+            free(nwh);
+            cudaFree(w[0].q), cudaFree(w[1].q);
+        }
+        printf("mmv %lld x %lld: streamed = cuk_mma bitwise checked\n", (long long)N, (long long)K);
+        cudaFree(dx), cudaFree(xh), cudaFree(ya), cudaFree(yb_), cudaFree(didx), cudaFree(dcnt);
+        free(x), free(hw), free(idx);
+    }
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
@@ -386,6 +537,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
     test_topk();
+    test_mmv();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuk.h"
+#include "cuk_mmv.h"
 #include "cuk_place.h"
 #include "cuk_topk.h"
 #include "sampling.h"
@@ -812,10 +813,11 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
     const struct pi_hparams *hp = &d->m->hp;
     const struct cu_layer *c = &d->L[layer];
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
-    if (c->wqkv.q && !use_blas(d, n)) {
-        TRY(CK(cuk_gemv_split3(&c->wqkv, d->xn, n, d->q, Q, d->k, KV, d->v, d->xq, d->st)));
+    if (c->wqkv.q && !use_blas(d, n)) { /* the norm in the product's kernel where it can (cuk_mmv.h) */
+        TRY(CK(cuk_norm_gemv_split3(&c->wqkv, d->x, c->attn_norm, hp->norm_eps, n, d->xn, d->q, Q, d->k, KV, d->v,
+                                    d->xq, d->st)));
     } else {
+        TRY(CK(cuk_rmsnorm(d->xn, d->x, c->attn_norm, n, E, E, hp->norm_eps, d->st)));
         TRY(mm(d, &c->wq, d->xn, n, d->q, CUK_SET));
         TRY(mm(d, &c->wk, d->xn, n, d->k, CUK_SET));
         TRY(mm(d, &c->wv, d->xn, n, d->v, CUK_SET));
@@ -832,11 +834,10 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
 static int attn_core(struct cudev *d, int layer, int32_t n)
 {
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
-    TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
-                          d->st)));
-    /* a captured graph replays at other positions: launch for the whole context there */
-    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n,
-                       d->capturing ? -1 : d->max_pos, d->st));
+    /* RoPE, the cache store and attention (one kernel fewer for one token); a captured graph replays at
+     * other positions: launch for the whole context there */
+    return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
+                            d->att, d->apart, n, d->capturing ? -1 : d->max_pos, d->st));
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
@@ -951,8 +952,8 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     const bool add = !to_pending;
     if (c->compact)
         return ffn_compact(d, c, layer, n, masked, y, add);
-    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (use_blas(d, n)) {
+        TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
         /* benchmarks' cuBLAS prefill: dense products, the mask (each token its own) applied to the
          * activations — another summation order than the decode path's */
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
@@ -975,15 +976,15 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (c->down_t.q) {
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, F, true, d->xq, d->st)));
+        TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx,
+                            cnt, F, true, d->xq, d->st)));
         return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st));
     }
-    if (masked) {
+    if (masked)
         TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, d->idx, d->cnt, F, false, d->xq, d->st)));
-    } else {
-        TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, NULL, NULL, F, false, d->xq, d->st)));
-    }
+    /* RMSNorm + gate/up, the norm in the product's kernel where it can (cuk_mmv.h) */
+    TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act,
+                        masked ? d->idx : NULL, masked ? d->cnt : NULL, F, false, d->xq, d->st)));
     return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
 }
 

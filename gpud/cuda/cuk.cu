@@ -11,10 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "cuk.h"
 #include "cuk_mma.h"
+#include "cuk_mmv.h"
 #include "model.h"
 #include "quant.h"
 }
@@ -29,6 +32,28 @@ static int launched(void)
 }
 
 static cudaStream_t S(void *st) { return (cudaStream_t)st; }
+
+/* The F16 decode kernels (cuk_mmv.cu) take ~200 KiB of shared memory an SM; PINFER_CUDA_CARVE=1 makes
+ * the small kernels between them ask for the same max-shared carveout, so that the SM need not switch
+ * its L1 / shared split between launches. Off by default: with every product streamed it changed
+ * nothing measurable (d16 214.7 vs 214.2 tok/s, bench/gpu/NOTES.md call 2), and beside the Q types'
+ * kernels it would add switches. Called once per kernel (a static of each launcher's instantiation). */
+static bool carve_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_CARVE");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on;
+}
+static bool carve(const void *kernel)
+{
+    if (carve_on())
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    cudaGetLastError(); /* a refused hint is not an error of the next launch */
+    return true;
+}
 
 #include "cuk_traits.cuh"
 
@@ -370,6 +395,43 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
     }
 }
 
+__device__ static float block_sum(float v, float *sh);
+
+/* RMSNorm (cuk_rmsnorm's operations, block of 256 threads a token) and k_quant_x's quantization of
+ * the normalized row in one kernel: the bits of the two launches, one launch. */
+__global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ x, const float *__restrict__ w,
+                                                     int64_t n_in, float eps, uint8_t *__restrict__ out, int64_t xs)
+{
+    __shared__ float sh[32];
+    const int tok = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *xr = x + (int64_t)tok * n_in;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+        ss = __fmaf_rn(xr[i], xr[i], ss);
+    ss = block_sum(ss, sh);
+    const float scale = 1.0f / sqrtf(ss / (float)n_in + eps);
+    uint8_t *row = out + (int64_t)tok * xs;
+    for (int64_t blk = warp; blk < n_in / 32; blk += blockDim.x >> 5) {
+        const int64_t i = blk * 32 + lane;
+        const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]); /* cuk_rmsnorm's xn[i] */
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
+        const int qv = __float2int_rn(v * id);
+        int sum = qv;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        row[i] = (uint8_t)(int8_t)qv;
+        if (lane == 0) {
+            const float dh = __half2float(__float2half_rn(dd));
+            ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
+        }
+    }
+}
+
 /* Super-block types (Q2_K..Q6_K, IQ4_XS): x → int8 as the CPU's Q8_K, so that both backends dot
  * the same integers: per 256 elements the one of largest |x| (the first of equals) gives
  * iscale = -127 / max, q = round-to-even(iscale x) (at most 127), d = 1 / iscale in f32; the same
@@ -489,6 +551,10 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
     return launched();
 }
 
+template <class T>
+static int gemv_prepared(const struct cuk_w *w, const uint8_t *xr, int64_t xs, int B, void *y, int mode, float thr,
+                         const struct split3 *sp, cudaStream_t st);
+
 /* Every token's activation prepared at once (xq holds B rows), then one launch. */
 template <class T>
 static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, void *xq,
@@ -501,6 +567,14 @@ static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mod
     int rc = prep_x<T>(x, w->n_in, B, xq, &xr, &xs, st);
     if (rc)
         return rc;
+    return gemv_prepared<T>(w, xr, xs, B, y, mode, thr, sp, st);
+}
+
+/* the launch on activations already prepared (prep_x's layout) */
+template <class T>
+static int gemv_prepared(const struct cuk_w *w, const uint8_t *xr, int64_t xs, int B, void *y, int mode, float thr,
+                         const struct split3 *sp, cudaStream_t st)
+{
     return B == 1   ? gemv_launch<T, 1>(w, xr, xs, B, y, mode, thr, sp, false, st)
            : B == 2 ? gemv_launch<T, 2>(w, xr, xs, B, y, mode, thr, sp, false, st)
            : B <= 4 ? gemv_launch<T, 4>(w, xr, xs, B, y, mode, thr, sp, false, st)
@@ -512,8 +586,11 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 {
     if (mode == CUK_SPLIT3)
         return -(int)cudaErrorInvalidValue;
-    if (cuk_mma_on(w->type)) /* F16 / BF16: the tensor-core kernels */
+    if (cuk_mma_on(w->type)) { /* F16 / BF16: the tensor-core kernels (decode: streamed, the same bits) */
+        if (B == 1 && cuk_mmv_level() >= 2 && cuk_mmv_fits(w, 1))
+            return cuk_mmv_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, st);
         return cuk_mma_gemv(w, x, B, y, mode, thr, nullptr, nullptr, 0, 0, xq, st);
+    }
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
     return 0;
 }
@@ -521,8 +598,11 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
 extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,
                                int64_t n1, float *y2, void *xq, void *st)
 {
-    if (cuk_mma_on(w->type))
+    if (cuk_mma_on(w->type)) {
+        if (B == 1 && cuk_mmv_level() >= 2 && cuk_mmv_fits(w, 1))
+            return cuk_mmv_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, st);
         return cuk_mma_gemv(w, x, B, y0, CUK_SPLIT3, 0.0f, y1, y2, n0, n1, xq, st);
+    }
     const struct split3 sp = { y1, y2, n0, n1 };
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y0, CUK_SPLIT3, 0.0f, xq, &sp, S(st)));
     return 0;
@@ -591,12 +671,14 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
 #define GLU_WIDE_J 2 /* neurons per warp in the wide (prefill) launch */
 
 template <class T>
+static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint8_t *xr, int64_t xs, int B, float *act,
+                        int kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                        cudaStream_t st);
+
+template <class T>
 static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, int B, float *act, int kind,
                  const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, cudaStream_t st)
 {
-    const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
-    const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
-    const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     const uint8_t *xr;
     int64_t xs;
     if (B < 1)
@@ -604,6 +686,17 @@ static int glu_t(const struct cuk_w *g, const struct cuk_w *u, const float *x, i
     int rc = prep_x<T>(x, g->n_in, B, xq, &xr, &xs, st);
     if (rc)
         return rc;
+    return glu_prepared<T>(g, u, xr, xs, B, act, kind, idx, cnt, idx_stride, compact, st);
+}
+
+template <class T>
+static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint8_t *xr, int64_t xs, int B, float *act,
+                        int kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                        cudaStream_t st)
+{
+    const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
+    const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
+    const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     if (idx) {
         k_glu<T, 1, 1, false><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act,
                                                                      kind, idx, cnt, idx_stride, compact, B);
@@ -635,15 +728,83 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
 {
     if (gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out)
         return -(int)cudaErrorInvalidValue;
-    if (cuk_mma_on(gate->type))
+    if (cuk_mma_on(gate->type)) {
+        if (((idx && B <= 8) || (B == 1 && cuk_mmv_level() >= 2)) && cuk_mmv_fits(gate, 2))
+            return cuk_mmv_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, st);
         return cuk_mma_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
+    }
     CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
     return 0;
+}
+
+/* ---- RMSNorm + product for the Q types: the norm and the activation's quantization in one launch ---- */
+
+template <class T> static constexpr bool normq_ok() { return T::QX && T::GQ == 32; }
+
+static int norm_quant(const float *x, const float *nw, float eps, int B, int64_t n_in, void *xq, int64_t *xs,
+                      cudaStream_t st)
+{
+    *xs = (int64_t)cuk_xq_row_bytes(n_in);
+    k_norm_quant_x<<<(unsigned)B, 256, 0, st>>>(x, nw, n_in, eps, (uint8_t *)xq, *xs);
+    return launched();
+}
+
+/* PINFER_CUDA_NORMQ=1: use it. Off by default: its one block a token runs the quantization's 32-element
+ * blocks one after the other (k_quant_x spreads them over blocks); not measured apart on the GPU. */
+static bool normq_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_NORMQ");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on;
+}
+
+extern "C" int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
+                                int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st)
+{
+    if (!normq_on())
+        return 1;
+    bool ok = false;
+    CUK_DISPATCH_OR(w->type, return 1, ok = normq_ok<T>());
+    if (!ok || !xq || B < 1 || w->n_in % 32)
+        return 1;
+    int64_t xs;
+    int rc = norm_quant(x, norm_w, eps, B, w->n_in, xq, &xs, S(st));
+    if (rc)
+        return rc;
+    const struct split3 sp = { y1, y2, n0, n1 };
+    CUK_DISPATCH(w->type, if constexpr (normq_ok<T>()) return gemv_prepared<T>(w, (const uint8_t *)xq, xs, B, y0,
+                                                                                  CUK_SPLIT3, 0.0f, &sp, S(st)));
+    return 1;
+}
+
+extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
+                             float eps, int B, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
+                             int64_t idx_stride, bool compact, void *xq, void *st)
+{
+    if (!normq_on())
+        return 1;
+    bool ok = false;
+    CUK_DISPATCH_OR(gate->type, return 1, ok = normq_ok<T>());
+    if (!ok || !xq || B < 1 || gate->n_in % 32 || gate->type != up->type || gate->n_in != up->n_in ||
+        gate->n_out != up->n_out)
+        return 1;
+    int64_t xs;
+    int rc = norm_quant(x, norm_w, eps, B, gate->n_in, xq, &xs, S(st));
+    if (rc)
+        return rc;
+    CUK_DISPATCH(gate->type, if constexpr (normq_ok<T>()) return glu_prepared<T>(gate, up, (const uint8_t *)xq, xs, B,
+                                                                                    act, act_kind, idx, cnt,
+                                                                                    idx_stride, compact, S(st)));
+    return 1;
 }
 
 /* ---- sparse down projection: AXPY over down_t rows ---- */
 
 #define AXPY_THREADS 64
+#define AXPY_G 8 /* rows of a chunk in flight per thread */
 
 template <class T>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
@@ -665,15 +826,29 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
     for (int e = 0; e < T::E; e++)
         acc[e] = 0.0f;
     const int64_t j1 = j0 + CUK_AXPY_CHUNK < n ? j0 + CUK_AXPY_CHUNK : n;
-    for (int64_t j = j0; j < j1; j++) {
-        const float aj = a[j];
-        if (aj == 0.0f)
-            continue;
-        const int64_t r = idx ? idx[tok * idx_stride + j] : j;
-        uint4 qq[T::NQ];
-        typename T::S s;
-        load_lb<T>(q + r * nb * (16 * T::NQ), T::HAS_D ? d + r * T::sbytes(nb) : nullptr, nb, pb, qq, &s);
-        T::axpy(qq, s, aj, acc);
+    /* AXPY_G rows at a time: their activations and row ids first, then every (non-zero) row's word in
+     * flight together, then the additions in ascending j as before (the loads were one dependent
+     * round trip per row: ~16 HBM latencies a block) */
+    for (int64_t jb = j0; jb < j1; jb += AXPY_G) {
+        float aj[AXPY_G];
+        int64_t r[AXPY_G];
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++) {
+            const int64_t j = jb + u;
+            aj[u] = j < j1 ? a[j] : 0.0f;
+            r[u] = j < j1 ? (idx ? idx[tok * idx_stride + j] : j) : 0;
+        }
+        uint4 qq[AXPY_G][T::NQ];
+        typename T::S s[AXPY_G];
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++)
+            if (aj[u] != 0.0f)
+                load_lb<T>(q + r[u] * nb * (16 * T::NQ), T::HAS_D ? d + r[u] * T::sbytes(nb) : nullptr, nb, pb, qq[u],
+                           &s[u]);
+#pragma unroll
+        for (int u = 0; u < AXPY_G; u++)
+            if (aj[u] != 0.0f) /* a zero activation skips its row */
+                T::axpy(qq[u], s[u], aj[u], acc);
     }
     float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
 #pragma unroll
@@ -691,8 +866,16 @@ __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__res
     const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    for (int64_t c = 0; c < nc; c++)
-        s += p[c * n_embd];
+    for (int64_t c0 = 0; c0 < nc; c0 += 8) { /* 8 partials loaded together, added in chunk order */
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = c0 + u < nc ? p[(c0 + u) * n_embd] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (c0 + u < nc)
+                s += v[u];
+    }
     float *o = y + (int64_t)tok * n_embd + e;
     *o = add ? *o + s : s;
 }
@@ -708,6 +891,8 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
 {
     const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    static const bool carved = carve((const void *)k_axpy<T>) && carve((const void *)k_chunk_sum);
+    (void)carved;
     /* the partial sums hold CUK_AXPY_MAX_B tokens: larger batches go in groups, each token alone in
      * its blocks either way */
     for (int t0 = 0; t0 < B; t0 += CUK_AXPY_MAX_B) {
@@ -721,7 +906,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         int rc = launched();
         if (rc)
             return rc;
-        k_chunk_sum<<<dim3((unsigned)((n_embd + 255) / 256), (unsigned)nt), 256, 0, st>>>(part, ct, n_ff, n_embd,
+        k_chunk_sum<<<dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), 64, 0, st>>>(part, ct, n_ff, n_embd,
                                                                                            n_chunk, yt, add);
         if ((rc = launched()))
             return rc;
@@ -779,6 +964,8 @@ __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ ma
 
 extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)
 {
+    static const bool carved = carve((const void *)k_compact);
+    (void)carved;
     k_compact<<<(unsigned)B, 1024, 0, S(st)>>>(mask, n, idx, cnt);
     return launched();
 }
@@ -832,6 +1019,8 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n,
 extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, int64_t n, int64_t stride_x, float eps,
                            void *st)
 {
+    static const bool carved = carve((const void *)k_rmsnorm);
+    (void)carved;
     k_rmsnorm<<<(unsigned)B, 256, 0, S(st)>>>(out, x, w, n, stride_x, eps);
     return launched();
 }
@@ -947,6 +1136,20 @@ template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __f
 __device__ static inline float cload(const float *p) { return *p; }
 __device__ static inline float cload(const __half *p) { return __half2float(*p); }
 
+/* Pair i of a head's vector rotated by p · inv_freq[i], every rounding explicit: k_rope_store and the
+ * attention that rotates q and k itself (k_attn_part's ROPE) give the same bits. */
+__device__ static inline void rope_pair(const struct cuk_attn_geom &g, float *vec, int32_t p, const float *inv_freq,
+                                        int i)
+{
+    const int half = g.rope_dim / 2;
+    float sn, c;
+    sincosf(__fmul_rn((float)p, inv_freq[i]), &sn, &c);
+    const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float x0 = vec[a], x1 = vec[b];
+    vec[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    vec[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+}
+
 /* One block per (token, head): thread i rotates pair i by pos · inv_freq[i] (inv_freq from the
  * host, as ops_rope computes it); the blocks of the kv heads then store their rotated k and their v
  * into the cell (seq, pos). Many small blocks: this is latency, not bandwidth. */
@@ -956,16 +1159,11 @@ __global__ void k_rope_store(struct cuk_attn_geom g, float *q, float *k, const f
 {
     const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, half = g.rope_dim / 2;
     const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
+    (void)half;
     const int32_t p = pos[tok];
     float *vec = h < g.n_head ? q + tok * Q + (int64_t)h * D : k + tok * KV + (int64_t)(h - g.n_head) * D;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float sn, c;
-        sincosf((float)p * inv_freq[i], &sn, &c);
-        const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = vec[a], x1 = vec[b];
-        vec[a] = x0 * c - x1 * sn;
-        vec[b] = x0 * sn + x1 * c;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(g, vec, p, inv_freq, i);
     if (h < g.n_head)
         return;
     __syncthreads();
@@ -997,10 +1195,11 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
  * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
  * cells (4 in flight) into shared memory; every warp then derives the chunk's max m and
  * l = Σ exp(s − m) in the same order; the warps' partial Σ exp(s − m)·v are added in warp order. */
-template <class C, int DL>
-__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, const C *kc,
-                                                               const C *vc, const int32_t *pos, const int32_t *seq,
-                                                               float *part, int n_chunk)
+template <class C, int DL, bool ROPE>
+__global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, C *kc, C *vc,
+                                                               const int32_t *pos, const int32_t *seq, float *part,
+                                                               int n_chunk, const float *k_new, const float *v_new,
+                                                               const float *inv_freq)
 {
     __shared__ float sc[ATTN_CHUNK];
     __shared__ float po[ATTN_WARPS][DL * 32];
@@ -1013,12 +1212,55 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     float qr[DL];
+    if constexpr (ROPE) {
+        /* k_rope_store folded in (one token, a kv head per head): q rotated here, and the block of the
+         * chunk holding the token's own cell rotates k and stores k and v there before reading it */
+        __shared__ float rv[2][DL * 32];
+        const int32_t p = n_kv - 1;
+        const bool own = p / ATTN_CHUNK == c;
+        const float *kt = k_new + (int64_t)tok * KV + (int64_t)kvh * D;
+        for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+            rv[0][i] = qt[i];
+            if (own)
+                rv[1][i] = kt[i];
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < g.rope_dim / 2; i += ATTN_WARPS * 32) {
+            rope_pair(g, rv[0], p, inv_freq, i);
+            if (own)
+                rope_pair(g, rv[1], p, inv_freq, i);
+        }
+        __syncthreads();
+        if (own) {
+            const int64_t cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + (int64_t)kvh * D;
+            const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
+            for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+                cstore<C>(kc + cell + i, rv[1][i]);
+                cstore<C>(vc + cell + i, vt[i]);
+            }
+            __syncthreads(); /* the cell is read below by other threads of this block */
+        }
 #pragma unroll
-    for (int k = 0; k < DL; k++)
-        qr[k] = qt[lane * DL + k];
+        for (int k = 0; k < DL; k++)
+            qr[k] = rv[0][lane * DL + k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < DL; k++)
+            qr[k] = qt[lane * DL + k];
+    }
     const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
     const C *kb = kc + base, *vb = vc + base;
     const float scale = 1.0f / sqrtf((float)D);
+    /* this warp's cells' v loaded now, with the keys: one memory round trip instead of two */
+    constexpr int NCW = ATTN_CHUNK / ATTN_WARPS;
+    float vv[NCW][DL];
+#pragma unroll
+    for (int u = 0; u < NCW; u++) {
+        const int t = warp + ATTN_WARPS * u;
+#pragma unroll
+        for (int k = 0; k < DL; k++)
+            vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
+    }
 #pragma unroll
     for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
         float s[4];
@@ -1055,20 +1297,17 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         o[k] = 0.0f;
 #pragma unroll
     for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
-        float vv[4][DL], p[4];
+        float p[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int t = warp + ATTN_WARPS * (u0 + u);
             p[u] = t < nc ? expf(sc[t] - m) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < DL; k++)
-                vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
             for (int k = 0; k < DL; k++)
-                o[k] = __fmaf_rn(p[u], vv[u][k], o[k]);
+                o[k] = __fmaf_rn(p[u], vv[u0 + u][k], o[k]);
     }
 #pragma unroll
     for (int k = 0; k < DL; k++)
@@ -1116,18 +1355,24 @@ extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
     return (size_t)(nt * g->n_head * nch * (g->head_dim + 2));
 }
 
-template <class C, int DL>
-static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                       const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
+struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
+    const float *k, *v, *inv_freq;
+};
+
+template <class C, int DL, bool ROPE>
+static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
+                       const int32_t *seq, float *out, float *part, int B, int32_t max_pos, const rope_in &ri,
                        cudaStream_t st)
 {
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
+    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>) && carve((const void *)k_attn_merge);
+    (void)carved;
     for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
         const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
-        k_attn_part<C, DL><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
-            *g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0, seq + t0, part, nch);
+        k_attn_part<C, DL, ROPE><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
+            *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch, ri.k, ri.v, ri.inv_freq);
         int rc = launched();
         if (rc)
             return rc;
@@ -1138,15 +1383,15 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, const void
     return 0;
 }
 
-template <class C>
-static int attn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                  const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t mp, cudaStream_t st)
+template <class C, bool ROPE>
+static int attn_c(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
+                  const int32_t *seq, float *out, float *part, int B, int32_t mp, const rope_in &ri, cudaStream_t st)
 {
     switch (g->head_dim) {
-    case 32: return attn_launch<C, 1>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 64: return attn_launch<C, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 128: return attn_launch<C, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
-    case 256: return attn_launch<C, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, st);
+    case 32: return attn_launch<C, 1, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 64: return attn_launch<C, 2, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 128: return attn_launch<C, 4, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 256: return attn_launch<C, 8, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
     default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
 }
@@ -1157,9 +1402,34 @@ extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const voi
                         const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
                         void *st)
 {
+    const rope_in ri = { nullptr, nullptr, nullptr };
     if (g->f16)
-        return attn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
-    return attn_c<float>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, S(st));
+        return attn_c<__half, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+    return attn_c<float, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+}
+
+static bool rope_fuse_on(void)
+{
+    static int on = -1; /* read once: a decode graph must not change kernels between captures */
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_ROPE_FUSE");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
+                             const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out,
+                             float *part, int B, int32_t max_pos, void *st)
+{
+    if (B != 1 || g->n_head != g->n_head_kv || !rope_fuse_on()) {
+        int rc = cuk_rope_store(g, q, k, v, pos, seq, k_cache, v_cache, inv_freq, B, st);
+        return rc ? rc : cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
+    }
+    const rope_in ri = { k, v, inv_freq };
+    if (g->f16)
+        return attn_c<__half, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+    return attn_c<float, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
 }
 
 /* ---- greedy sampling ---- */
@@ -1195,6 +1465,8 @@ __global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n,
 
 extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
 {
+    static const bool carved = carve((const void *)k_argmax);
+    (void)carved;
     k_argmax<<<(unsigned)B, 1024, 0, S(st)>>>(logits, n, ids);
     return launched();
 }

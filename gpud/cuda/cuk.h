@@ -102,6 +102,16 @@ int cuk_mask_mul(float *x, const uint8_t *mask, int64_t n, void *st);
 int cuk_relu(float *y, int64_t n, void *st);
 int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st);
 
+/* Q types with 32-element blocks (the Q8_0-quantized activation): x's RMSNorm (cuk_rmsnorm's bits)
+ * and its quantization in one launch into xq, then cuk_gemv_split3 / cuk_glu on it — the bits of
+ * the three launches, one fewer. Return 1 (nothing enqueued) for the other types, and unless
+ * PINFER_CUDA_NORMQ=1 (off by default: not measured apart on the GPU). */
+int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
+                     int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
+int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
+                  int B, float *act, int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride,
+                  bool compact, void *xq, void *st);
+
 /* KV cache geometry: cells [n_seq][n_ctx][n_kv_heads * head_dim] per layer, f16 or f32. */
 struct cuk_attn_geom {
     int n_head, n_head_kv, head_dim, rope_dim, rope_mode; /* rope_mode: enum ops_rope_mode */
@@ -121,6 +131,12 @@ int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const floa
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
              const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
 size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
+/* cuk_rope_store then cuk_attn, the same bits; for one token (and a kv head per head) one launch
+ * fewer: the attention rotates q itself, and its block over the token's own cell rotates k and
+ * stores k and v first (q and k are then left unrotated). PINFER_CUDA_ROPE_FUSE=0: always the two. */
+int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
+                  const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out, float *part,
+                  int B, int32_t max_pos, void *st);
 /* Head sizes the attention kernel supports (32, 64, 128, 256). */
 bool cuk_attn_ok(int head_dim);
 

@@ -1,0 +1,495 @@
+/* cuk_mmv.cu — F16 / BF16 decode products on mma.sync, streamed (design and bits: cuk_mmv.h).
+ *
+ * A block of CUK_MMA_KS warps per SM; warp w owns K range w (cuk_mma.h) of every tile the block
+ * computes (tiles blockIdx.x, + gridDim.x, ...). Its work is the flat list of (tile, chunk) items;
+ * item p is copied by cp.async into stage p % S of a per-thread ring in shared memory S − 1 items
+ * before it is used: thread (g, t) copies exactly the 16-byte words that cuk_mma.cu's decode kernel
+ * loads into its registers (rows g and g + 8 of the tile, elements [8t, 8t + 8) and [32 + 8t, 40 + 8t)
+ * of the chunk, and token g's f32 activation there), so no thread reads another's words and no
+ * barrier is needed inside the stream. At a tile's end each warp leaves its range's four
+ * accumulators in shared memory; after one barrier a warp (rotating) adds the ranges in range order
+ * and writes the outputs, while the rings already hold the next tile's first chunks. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cuk_mma.h"
+#include "cuk_mmv.h"
+#include "model.h"
+#include "quant.h"
+}
+
+#define KS CUK_MMA_KS
+#define CH 64 /* elements of K per chunk, as cuk_mma.cu */
+#define NTH (KS * 32)
+
+static int launched(void)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : -(int)e;
+}
+
+extern "C" int cuk_mmv_level(void)
+{
+    static int lv = -1; /* read once: a decode graph must not change kernels between captures */
+    if (lv < 0) {
+        const char *e = getenv("PINFER_CUDA_MMV");
+        lv = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
+    }
+    return lv;
+}
+
+extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
+
+/* ---- the arithmetic of cuk_mma.cu's decode kernel, operation for operation ---- */
+
+template <bool BF> struct H2;
+template <> struct H2<false> {
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __half2 h = __floats2half2_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
+};
+template <> struct H2<true> {
+    __device__ static uint32_t pack(float a, float b)
+    {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *(const uint32_t *)&h;
+    }
+    __device__ static float2 unpack(uint32_t w) { return __bfloat1622float2(*(const __nv_bfloat162 *)&w); }
+};
+
+/* x = hi + lo: 4 floats → 2 hi words, 2 lo words */
+template <bool BF>
+__device__ static inline void split4(float4 v, uint32_t *hi, uint32_t *lo)
+{
+    hi[0] = H2<BF>::pack(v.x, v.y), hi[1] = H2<BF>::pack(v.z, v.w);
+    const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
+    lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
+    lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
+}
+
+template <bool BF>
+__device__ static inline void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                  uint32_t b1)
+{
+    if constexpr (BF)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ static inline uint32_t wd(const uint4 *p, int k)
+{
+    const uint4 v = p[k >> 2];
+    return (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
+}
+
+/* one chunk: its four k16 tiles in order, hi then lo (cuk_mma.cu's mma_chunk) */
+template <bool BF>
+__device__ static inline void mma_chunk(float *acc, const uint4 *ag, const uint4 *ah, const uint4 *bh, const uint4 *bl)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t a0 = wd(ag, 2 * i), a1 = wd(ah, 2 * i), a2 = wd(ag, 2 * i + 1), a3 = wd(ah, 2 * i + 1);
+        mma<BF>(acc, a0, a1, a2, a3, wd(bh, 2 * i), wd(bh, 2 * i + 1));
+        mma<BF>(acc, a0, a1, a2, a3, wd(bl, 2 * i), wd(bl, 2 * i + 1));
+    }
+}
+
+/* ---- outputs (cuk_mma.cu's epilogues) ---- */
+
+struct mvo {
+    void *y;
+    float *y1, *y2;
+    int64_t n0, n1;
+    float thr;
+    int kind;
+    const int32_t *idx, *cnt;
+    int64_t idx_stride;
+    bool compact;
+    const float *nw; /* NORM: the RMSNorm weight, and its eps */
+    float eps;
+};
+
+template <int MODE>
+__device__ static inline void emit(const mvo &o, int64_t n_out, int64_t r, int64_t tok, float v)
+{
+    const int64_t at = tok * n_out + r;
+    if (MODE == CUK_SPLIT3) {
+        if (r < o.n0)
+            ((float *)o.y)[tok * o.n0 + r] = v;
+        else if (r < o.n0 + o.n1)
+            o.y1[tok * o.n1 + r - o.n0] = v;
+        else
+            o.y2[tok * (n_out - o.n0 - o.n1) + r - o.n0 - o.n1] = v;
+    } else if (MODE == CUK_SET)
+        ((float *)o.y)[at] = v;
+    else if (MODE == CUK_ADD)
+        ((float *)o.y)[at] = __fadd_rn(((float *)o.y)[at], v);
+    else if (MODE == CUK_RELU)
+        ((float *)o.y)[at] = v > 0.0f ? v : 0.0f;
+    else
+        ((uint8_t *)o.y)[at] = v >= o.thr;
+}
+
+__device__ static inline float glu_f(int kind, float g, float u)
+{
+    if (kind == PI_ACT_SWIGLU)
+        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    if (kind == PI_ACT_REGLU)
+        return g > 0.0f ? __fmul_rn(g, u) : 0.0f;
+    return (g > 0.0f && u > 0.0f) ? __fmul_rn(g, u) : 0.0f;
+}
+
+template <bool IDX>
+__device__ static inline void emit_glu(const mvo &o, int64_t n_out, int64_t j, int64_t tok, float g, float u)
+{
+    const int64_t rr = IDX ? o.idx[tok * o.idx_stride + j] : j;
+    ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
+}
+
+/* ---- the streamed kernel ---- */
+
+__device__ static inline void cp16(void *smem, const void *gp, int n)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n));
+}
+__device__ static inline void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ static inline void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* the element of chunk c where thread t's 16-byte word h starts (cuk_mma.cu's elem) */
+__device__ static inline int64_t elem(int c, int t, int h) { return (int64_t)c * CH + 32 * h + 8 * t; }
+
+/* stages of the ring: S × NM · 4 words a thread (128 / 160 KiB a block: one block an SM); the
+ * block's one token row (normalized for NORM) sits in shared memory after the ring */
+template <int NM, bool NORM> struct Ring {
+    enum { S = NM == 2 ? 5 : 8, SLOTS = NM * 4 };
+    static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
+};
+#define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
+
+/* cuk.cu's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
+__device__ static float block_sum(float v, float *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < NTH / 32; i++)
+        s += sh[i];
+    __syncthreads();
+    return s;
+}
+
+/* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
+ * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
+ * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
+template <bool BF, int MODE, int NM, bool IDX, bool NORM>
+__global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+                                                int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
+{
+    constexpr int S = Ring<NM, NORM>::S, SLOTS = Ring<NM, NORM>::SLOTS;
+    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats */
+    __shared__ float red[2][KS][NM * 4][32];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
+    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
+    if ((int64_t)blockIdx.x >= ntiles)
+        return; /* the whole block */
+    const int nt_blk = (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
+    const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
+    const bool xg = g < ntok; /* this thread's token column is the token (not padding) */
+    const int total = nt_blk * nw;
+
+    /* the producer: item p = chunk pc of the block's tile number pit */
+    int p = 0, pit = 0, pc = c0;
+    const uint8_t *rp[NM][2];
+    auto rows = [&](int it) {
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
+        const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
+        const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            const uint8_t *w = m ? w1 : w0;
+            rp[m][0] = w + rg * K * 2, rp[m][1] = w + rh * K * 2;
+        }
+    };
+    auto produce = [&]() {
+        if (p < total) {
+            uint4 *st = ring + (size_t)(p % S) * SLOTS * NTH + tid;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t e = elem(pc, t, h);
+                const bool ok = e + 8 <= K;
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+                        cp16(st + ((m * 2 + r) * 2 + h) * NTH, ok ? rp[m][r] + 2 * e : rp[m][r], ok ? 16 : 0);
+            }
+            if (++pc == c1) {
+                pc = c0, pit++;
+                if (pit < nt_blk)
+                    rows(pit);
+            }
+        }
+        cp_commit(); /* one group per item, empty past the end: wait_group counts stay uniform */
+        p++;
+    };
+
+    if (nw > 0)
+        rows(0);
+#pragma unroll
+    for (int s = 0; s < S - 1; s++)
+        produce();
+    float *xs = (float *)(ring + (size_t)S * SLOTS * NTH);
+    const float *xt = x + (int64_t)tok0 * K;
+    if constexpr (NORM) { /* cuk_rmsnorm's operations, while the first chunks load */
+        __shared__ float sh[NTH / 32];
+        float ss = 0.0f;
+        for (int64_t e = tid; e < K; e += NTH)
+            ss = __fmaf_rn(xt[e], xt[e], ss);
+        ss = block_sum(ss, sh);
+        const float scale = 1.0f / sqrtf(ss / (float)K + o.eps);
+        for (int64_t e = tid; e < K; e += NTH)
+            xs[e] = __fmul_rn(__fmul_rn(xt[e], scale), o.nw[e]);
+    } else {
+        for (int64_t e = tid; e < K; e += NTH)
+            xs[e] = xt[e];
+    }
+    __syncthreads();
+    int i = 0, buf = 0;
+    for (int it = 0; it < nt_blk; it++, buf ^= 1) {
+        float acc[NM][4];
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                acc[m][k] = 0.0f;
+        for (int k = 0; k < nw; k++, i++) {
+            cp_wait<S - 2>(); /* item i has landed */
+            const uint4 *st = ring + (size_t)(i % S) * SLOTS * NTH + tid;
+            uint4 a[NM][2][2];
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        a[m][r][h] = st[((m * 2 + r) * 2 + h) * NTH];
+            float4 xv[2][2];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int64_t e = elem(c0 + k, t, h);
+                    xv[h][q] = xg && e + 8 <= K ? *(const float4 *)(xs + e + 4 * q)
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            produce(); /* item i + S − 1, into the stage item i − 1 left */
+            uint32_t hw[8], lw[8];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    split4<BF>(xv[h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
+            const uint4 bh[2] = { make_uint4(hw[0], hw[1], hw[2], hw[3]), make_uint4(hw[4], hw[5], hw[6], hw[7]) };
+            const uint4 bl[2] = { make_uint4(lw[0], lw[1], lw[2], lw[3]), make_uint4(lw[4], lw[5], lw[6], lw[7]) };
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+                mma_chunk<BF>(acc[m], a[m][0], a[m][1], bh, bl);
+        }
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                red[buf][warp][m * 4 + k][lane] = acc[m][k];
+        __syncthreads(); /* red[buf] is rewritten two tiles on, after the next barrier */
+        if (warp != it % KS)
+            continue;
+        float s[NM][4];
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                s[m][k] = red[buf][0][m * 4 + k][lane];
+#pragma unroll
+                for (int w = 1; w < KS; w++)
+                    s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
+            }
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
+            const int tl = 2 * t + (k & 1);
+            if (j >= n || tl >= ntok)
+                continue;
+            const int64_t tok = tok0 + tl;
+            if constexpr (NM == 2)
+                emit_glu<IDX>(o, n_out, j, tok, s[0][k], s[1][k]);
+            else
+                emit<MODE>(o, n_out, j, tok, s[0][k]);
+        }
+    }
+}
+
+static int sm_count(void)
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0, v = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        n = v > 0 ? v : 1;
+    }
+    return n;
+}
+
+template <bool BF, int MODE, int NM, bool IDX, bool NORM>
+static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
+                     const mvo &o, cudaStream_t st)
+{
+    static const cudaError_t attr = [] {
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             MMV_SMEM_MAX);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared);
+        return e;
+    }();
+    if (attr != cudaSuccess)
+        return -(int)attr;
+    const size_t smem = Ring<NM, NORM>::bytes + (size_t)K * sizeof(float);
+    if (smem > MMV_SMEM_MAX)
+        return -(int)cudaErrorInvalidValue;
+    const int64_t tiles = (n_out + 15) / 16;
+    const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
+    k_mmv<BF, MODE, NM, IDX, NORM><<<dim3(gx, IDX ? (unsigned)B : 1u), NTH, smem, st>>>(w0, w1, K, n_out, x, B, o);
+    return launched();
+}
+
+template <bool BF, bool NORM>
+static int gemv_b(const struct cuk_w *w, const float *x, int B, const mvo &o, int mode, cudaStream_t st)
+{
+    const uint8_t *q = (const uint8_t *)w->q;
+    switch (mode) {
+    case CUK_SET: return mv_launch<BF, CUK_SET, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_ADD: return mv_launch<BF, CUK_ADD, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_RELU: return mv_launch<BF, CUK_RELU, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_MASK: return mv_launch<BF, CUK_MASK, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_SPLIT3: return mv_launch<BF, CUK_SPLIT3, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    default: return -(int)cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1,
+                            float *y2, int64_t n0, int64_t n1, void *st)
+{
+    if (!cuk_mma_type(w->type) || w->n_in % 8 || B != 1)
+        return -(int)cudaErrorInvalidValue;
+    if (B < 1)
+        return 0;
+    mvo o = {};
+    o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
+    const cudaStream_t s = (cudaStream_t)st;
+    return w->type == PI_TYPE_BF16 ? gemv_b<true, false>(w, x, B, o, mode, s) : gemv_b<false, false>(w, x, B, o, mode, s);
+}
+
+template <bool NORM>
+static int glu_b(bool bf, const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, int B, const mvo &o,
+                 bool idx, cudaStream_t s)
+{
+    if (idx)
+        return bf ? mv_launch<true, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s)
+                  : mv_launch<false, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s);
+    return bf ? mv_launch<true, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s)
+              : mv_launch<false, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s);
+}
+
+extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
+                           int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
+                           void *st)
+{
+    if (!cuk_mma_type(gate->type) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
+        gate->n_in % 8 || (!idx && B != 1) || B > 8)
+        return -(int)cudaErrorInvalidValue;
+    if (B < 1)
+        return 0;
+    mvo o = {};
+    o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
+    const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
+    const int64_t K = gate->n_in, N = gate->n_out;
+    const bool bf = gate->type == PI_TYPE_BF16;
+    const cudaStream_t s = (cudaStream_t)st;
+    return glu_b<false>(bf, g, u, K, N, x, B, o, idx != nullptr, s);
+}
+
+/* ---- the RMSNorm fused into the product (one token) ---- */
+
+extern "C" bool cuk_mmv_fits(const struct cuk_w *w, int nm)
+{
+    return cuk_mmv_on() && (nm == 2 ? Ring<2, false>::bytes : Ring<1, false>::bytes) + (size_t)w->n_in * sizeof(float) <=
+                               MMV_SMEM_MAX;
+}
+
+static bool norm_fits(const struct cuk_w *w, int B, int nm)
+{
+    return B == 1 && cuk_mma_on(w->type) && cuk_mmv_fits(w, nm) && w->n_in % 8 == 0;
+}
+
+extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B,
+                                    float *xn, float *y0, int64_t n0, float *y1, int64_t n1, float *y2, void *xq,
+                                    void *st)
+{
+    if (!norm_fits(w, B, 1)) {
+        int rc = cuk_normq_split3(w, x, norm_w, eps, B, y0, n0, y1, n1, y2, xq, st);
+        if (rc <= 0) /* a Q type: done (or failed) */
+            return rc;
+        rc = cuk_rmsnorm(xn, x, norm_w, B, w->n_in, w->n_in, eps, st);
+        return rc ? rc : cuk_gemv_split3(w, xn, B, y0, n0, y1, n1, y2, xq, st);
+    }
+    mvo o = {};
+    o.y = y0, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.nw = norm_w, o.eps = eps;
+    const uint8_t *q = (const uint8_t *)w->q;
+    const cudaStream_t s = (cudaStream_t)st;
+    return w->type == PI_TYPE_BF16 ? mv_launch<true, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s)
+                                   : mv_launch<false, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s);
+}
+
+extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
+                            float eps, int B, float *xn, float *act, int act_kind, const int32_t *idx,
+                            const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st)
+{
+    if (!norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out) {
+        int rc = cuk_normq_glu(gate, up, x, norm_w, eps, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
+        if (rc <= 0)
+            return rc;
+        rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
+        return rc ? rc : cuk_glu(gate, up, xn, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
+    }
+    mvo o = {};
+    o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
+    o.nw = norm_w, o.eps = eps;
+    return glu_b<true>(gate->type == PI_TYPE_BF16, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
+                       gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
+}
