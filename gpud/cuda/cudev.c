@@ -1170,40 +1170,46 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
     return 0;
 }
 
-int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
+int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
 {
     sparse = sparse && d->sparse_ok;
+    TRY(check_n(d, n));
     cudaEvent_t ev[CUDEV_PROF_N + 1];
     int rc = 0, made = 0;
     for (; made <= CUDEV_PROF_N && !rc; made++)
         rc = CU(cudaEventCreate(&ev[made]));
     for (int i = 0; i < CUDEV_PROF_N; i++)
         ms[i] = 0;
-    int32_t seq = 0;
+    int32_t *pv = malloc((size_t)n * 2 * sizeof *pv);
+    if (!rc && !pv)
+        rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    for (int32_t i = 0; !rc && i < n; i++)
+        pv[i] = pos + i, pv[n + i] = 0;
     if (!rc)
-        rc = cudev_batch(d, 1, &tok, &pos, &seq);
+        rc = cudev_batch(d, n, tok, pv, pv + n);
+    free(pv);
     if (!rc)
-        rc = cudev_embed(d, 1);
+        rc = cudev_embed(d, n);
     for (int il = 0; !rc && il < d->m->hp.n_layer; il++) {
         rc = CU(cudaEventRecord(ev[0], d->st));
         if (!rc)
-            rc = attn_qkv(d, il, 1);
+            rc = attn_qkv(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[1], d->st));
         if (!rc)
-            rc = attn_core(d, il, 1);
+            rc = attn_core(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[2], d->st));
         if (!rc)
-            rc = attn_out(d, il, 1);
+            rc = attn_out(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[3], d->st));
         if (!rc && sparse)
-            rc = cudev_predict(d, il, 1);
+            rc = cudev_predict(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[4], d->st));
         if (!rc)
-            rc = cudev_ffn(d, il, 1, sparse, false);
+            rc = cudev_ffn(d, il, n, sparse, false);
         if (!rc)
             rc = CU(cudaEventRecord(ev[5], d->st));
         if (!rc)
@@ -1217,7 +1223,7 @@ int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double
     if (!rc)
         rc = CU(cudaEventRecord(ev[0], d->st));
     if (!rc)
-        rc = cudev_output(d, 1, 0, NULL);
+        rc = cudev_output(d, n, n - 1, NULL);
     if (!rc)
         rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
     if (!rc)
