@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuk.h"
+#include "cuk_pattn.h"
 #include "cuk_place.h"
 #include "cuk_topk.h"
 #include "sampling.h"
@@ -835,8 +836,8 @@ static int attn_core(struct cudev *d, int layer, int32_t n)
     TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
                           d->st)));
     /* a captured graph replays at other positions: launch for the whole context there */
-    return CK(cuk_attn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n,
-                       d->capturing ? -1 : d->max_pos, d->st));
+    return CK(cuk_pattn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n,
+                        d->capturing ? -1 : d->max_pos, d->st)); /* cuk_attn unless a prompt batch */
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
