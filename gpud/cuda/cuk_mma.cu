@@ -641,7 +641,8 @@ static void gm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n
  *   5: k_mma_gm, 8 warps of 32 × 32: 128 × 64, GLU 64 of each × 64 (96 KiB, ≤ 128 registers: two
  *      blocks, 16 warps an SM)
  *   6: k_mma_gm, 16 warps of 32 × 32: 128 × 128, GLU 64 of each × 128 (144 KiB, 16 warps an SM)
- * Measured on the H200 (pp512 d16, bench/gpu/NOTES.md): 0 5 586, 3 5 283, 4 5 383 tok/s. */
+ * Measured on the H200 (pp512 d16, bench/gpu/NOTES.md, two runs): 0 5 586 / 5 604, 3 5 283, 4 5 383,
+ * 5 5 374, 6 5 084 tok/s — tiling 0 stays the default. */
 /* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
  * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
 static int mv_u(void)
