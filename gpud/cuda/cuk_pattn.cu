@@ -86,15 +86,26 @@ __global__ void __launch_bounds__(PT_WARPS * 32) k_pattn_part(struct cuk_attn_ge
 #pragma unroll
         for (int k = 0; k < DL; k++)
             qr[k] = qt[lane * DL + k];
-        float sc = 0.0f; /* lane t: the score of cell t */
-        for (int t = 0; t < nc; t++) {
-            float s = 0.0f;
+        float sc = 0.0f; /* lane t: the score of cell t; 8 cells' sums in flight (independent chains) */
 #pragma unroll
-            for (int k = 0; k < DL; k++)
-                s = __fmaf_rn(qr[k], sh ? pt_load(&ks[t][lane * DL + k]) : pt_load(kc + gb + (int64_t)t * KV + k), s);
-            const float v = pt_warp_sum(s);
-            if (lane == t)
-                sc = v * scale;
+        for (int t0 = 0; t0 < PT_CHUNK; t0 += 8) {
+            float s[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int t = t0 + u;
+                s[u] = 0.0f;
+                if (t < nc)
+#pragma unroll
+                    for (int k = 0; k < DL; k++)
+                        s[u] = __fmaf_rn(qr[k], sh ? pt_load(&ks[t][lane * DL + k]) : pt_load(kc + gb + (int64_t)t * KV + k),
+                                         s[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float v = pt_warp_sum(s[u]);
+                if (lane == t0 + u)
+                    sc = v * scale;
+            }
         }
         float m = fmaxf(lane < nc ? sc : -INFINITY, -INFINITY); /* as k_attn_part (a NaN score included) */
 #pragma unroll
@@ -183,8 +194,9 @@ static int pattn_launch(const struct cuk_attn_geom *g, const float *q, const voi
     return 0;
 }
 
-/* Off unless PINFER_CUDA_PATTN=1: measured slower than cuk_attn on the H200 (pp512 d16: 26.6 against
- * 22.3 ms of attention a step, bench/gpu/NOTES.md), same bits. */
+/* Off unless PINFER_CUDA_PATTN=1. Measured (bench/gpu/NOTES.md) with the scores as one dependent
+ * chain of 32 warp sums: slower than cuk_attn (pp512 d16: 26.6 against 22.3 ms of attention a step),
+ * same bits. The 8-sums-in-flight version above has not run on the GPU yet. */
 static bool pattn_on(void)
 {
     static int on = -1;
