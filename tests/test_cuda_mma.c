@@ -2,8 +2,9 @@
  * cuk_gemv_split3 and cuk_glu, on random weights of awkward shapes (K not a multiple of the 64-element
  * chunk, rows not a multiple of the 16-row tile), tokens of very different magnitudes (the per-token
  * scale) and an all-zero token:
- *   - batch invariance: every token of a batch of B (1, 3, 8: the decode kernel; 9, 70, 130: the
- *     prefill kernel) is bitwise the token computed alone;
+ *   - batch invariance: every token of a batch of B (1, 3, 8: the decode kernel; 9: the prefill
+ *     kernel of small batches; 70, 130: the tiled prefill kernel, one and two blocks of tokens at
+ *     its default tiling; PINFER_CUDA_MMA_TILE picks the others) is bitwise the token computed alone;
  *   - accuracy against an f64 reference, token by token: NMSE ≤ 1e-8 (test_cuda_ops's bound for
  *     float weights against the CPU). The hi/lo split keeps ~22 bits of an F16 activation of
  *     magnitude ≥ 2^-2 (~16 bits for BF16); below, f16's subnormal lo leaves an absolute 2^-25, so
@@ -226,8 +227,10 @@ int main(void)
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0)
         SKIP("no CUDA device");
-    static const int64_t shapes[][2] = { { 200, 37 }, { 64, 16 }, { 1032, 100 }, { 4096, 48 } }; /* k, n */
-    const int64_t KMAX = 4096, NMAX = 100;
+    /* k, n; 520 × 300: more than one block of rows of the tiled prefill kernel (128 or 64 rows) and
+     * K ranges of 2 chunks with the last 3 empty */
+    static const int64_t shapes[][2] = { { 200, 37 }, { 64, 16 }, { 1032, 100 }, { 4096, 48 }, { 520, 300 } };
+    const int64_t KMAX = 4096, NMAX = 300;
     float *x = malloc((size_t)BMAX * KMAX * sizeof *x);
     void *dx = dev((size_t)BMAX * KMAX * sizeof(float)), *xq = dev((size_t)BMAX * cuk_xq_row_bytes(KMAX));
     float *dy = dev((size_t)BMAX * NMAX * sizeof(float));

@@ -99,7 +99,7 @@ static int run_decode(struct cudev *d, const struct pi_model *m, const int32_t *
     }
     double prof[CUDEV_PROF_N] = { 0 };
     if (!rc) /* at the last position decoded: rewrites that cell with the same token */
-        rc = cudev_profile(d, ids[n - 2], np + n - 2, sparse, prof);
+        rc = cudev_profile(d, &ids[n - 2], 1, np + n - 2, sparse, prof);
     if (rc) {
         fprintf(stderr, "bench_cuda: decode: %s\n", pi_errmsg());
         free(ids);
@@ -157,6 +157,9 @@ static int run_pp(struct cudev *d, const int32_t *prompt, int32_t np, int pp, bo
         inv = !rc && !memcmp(la, lb, (size_t)V * sizeof *la);
     }
     free(la), free(lb);
+    double prof[CUDEV_PROF_N] = { 0 }; /* one prompt batch, eager, with events between the parts */
+    if (!rc)
+        rc = cudev_profile(d, t, pp, 0, sparse, prof);
     if (!rc)
         rc = cudev_blas_prefill(d, false);
     free(t);
@@ -166,9 +169,10 @@ static int run_pp(struct cudev *d, const int32_t *prompt, int32_t np, int pp, bo
     }
     qsort(all, 3, sizeof all[0], cmp_d);
     printf("{\"case\":\"prefill\",\"model\":\"%s\",\"mode\":\"%s\",\"path\":\"%s\",\"tokens\":%d,\"best_s\":%.6f,"
-           "\"median_s\":%.6f,\"tok_s\":%.1f,\"pp_invariant\":%s}\n",
+           "\"median_s\":%.6f,\"tok_s\":%.1f,\"pp_invariant\":%s,"
+           "\"profile_ms\":{\"qkv\":%.3f,\"attn\":%.3f,\"wo\":%.3f,\"pred\":%.3f,\"ffn\":%.3f,\"output\":%.3f}}\n",
            path, sparse ? "sparse" : "dense", blas ? "cublas" : "own", pp, best, all[1], pp / all[1],
-           inv < 0 ? "null" : inv ? "true" : "false");
+           inv < 0 ? "null" : inv ? "true" : "false", prof[0], prof[1], prof[2], prof[3], prof[4], prof[5]);
     fflush(stdout);
     return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "cuk.h"
 #include "cuk_mmv.h"
+#include "cuk_pattn.h"
 #include "cuk_place.h"
 #include "cuk_topk.h"
 #include "sampling.h"
@@ -834,10 +835,15 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
 static int attn_core(struct cudev *d, int layer, int32_t n)
 {
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
-    /* RoPE, the cache store and attention (one kernel fewer for one token); a captured graph replays at
-     * other positions: launch for the whole context there */
-    return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
-                            d->att, d->apart, n, d->capturing ? -1 : d->max_pos, d->st));
+    /* a captured graph replays at other positions: launch for the whole context there */
+    const int32_t max_pos = d->capturing ? -1 : d->max_pos;
+    if (n == 1) /* RoPE, the cache store and attention in one kernel fewer; the same bits as below */
+        return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
+                                d->att, d->apart, n, max_pos, d->st));
+    TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
+                          d->st)));
+    return CK(cuk_pattn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n, max_pos,
+                        d->st)); /* cuk_attn unless a prompt batch */
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }
@@ -1171,40 +1177,46 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
     return 0;
 }
 
-int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
+int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])
 {
     sparse = sparse && d->sparse_ok;
+    TRY(check_n(d, n));
     cudaEvent_t ev[CUDEV_PROF_N + 1];
     int rc = 0, made = 0;
     for (; made <= CUDEV_PROF_N && !rc; made++)
         rc = CU(cudaEventCreate(&ev[made]));
     for (int i = 0; i < CUDEV_PROF_N; i++)
         ms[i] = 0;
-    int32_t seq = 0;
+    int32_t *pv = malloc((size_t)n * 2 * sizeof *pv);
+    if (!rc && !pv)
+        rc = pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    for (int32_t i = 0; !rc && i < n; i++)
+        pv[i] = pos + i, pv[n + i] = 0;
     if (!rc)
-        rc = cudev_batch(d, 1, &tok, &pos, &seq);
+        rc = cudev_batch(d, n, tok, pv, pv + n);
+    free(pv);
     if (!rc)
-        rc = cudev_embed(d, 1);
+        rc = cudev_embed(d, n);
     for (int il = 0; !rc && il < d->m->hp.n_layer; il++) {
         rc = CU(cudaEventRecord(ev[0], d->st));
         if (!rc)
-            rc = attn_qkv(d, il, 1);
+            rc = attn_qkv(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[1], d->st));
         if (!rc)
-            rc = attn_core(d, il, 1);
+            rc = attn_core(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[2], d->st));
         if (!rc)
-            rc = attn_out(d, il, 1);
+            rc = attn_out(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[3], d->st));
         if (!rc && sparse)
-            rc = cudev_predict(d, il, 1);
+            rc = cudev_predict(d, il, n);
         if (!rc)
             rc = CU(cudaEventRecord(ev[4], d->st));
         if (!rc)
-            rc = cudev_ffn(d, il, 1, sparse, false);
+            rc = cudev_ffn(d, il, n, sparse, false);
         if (!rc)
             rc = CU(cudaEventRecord(ev[5], d->st));
         if (!rc)
@@ -1218,7 +1230,7 @@ int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double
     if (!rc)
         rc = CU(cudaEventRecord(ev[0], d->st));
     if (!rc)
-        rc = cudev_output(d, 1, 0, NULL);
+        rc = cudev_output(d, n, n - 1, NULL);
     if (!rc)
         rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
     if (!rc)

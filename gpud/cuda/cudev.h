@@ -122,10 +122,11 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
  * after): *next = its greedy successor. */
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next);
 
-/* Where one eager decode step's GPU time goes (ms, summed over layers): norm + q/k/v, rope + cache
- * + attention, wo, predictor, FFN, output + argmax. */
+/* Where one eager step of n tokens (tok, at positions pos.., sequence 0: a decode step or a prompt
+ * batch) spends GPU time (ms, summed over layers): norm + q/k/v, rope + cache + attention, wo,
+ * predictor, FFN, output + argmax. */
 #define CUDEV_PROF_N 6
-int cudev_profile(struct cudev *d, int32_t tok, int32_t pos, bool sparse, double ms[CUDEV_PROF_N]);
+int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, bool sparse, double ms[CUDEV_PROF_N]);
 
 /* HBM read floor: GB/s of a read-only kernel over bytes of device memory (the best of reps). */
 int cudev_hbm_read(size_t bytes, int reps, double *gbps);

@@ -34,6 +34,7 @@ extern "C" {
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
 #define MM_TILE_DEFAULT 0 /* mm_tile() */
+#define GM_MIN_B 64      /* k_mma_gm for batches larger than this */
 #define MV_U_DEFAULT 2    /* mv_u() */
 #define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
 
@@ -451,13 +452,197 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
         }
 }
 
+/* ---- prefill, tiled: blocks of WM·MT·16 rows × WN·NT·8 tokens, ST-stage cp.async pipeline ---- */
+
+/* The same products in the same order as k_mma_mv / k_mma_mm (the order paragraph at the top),
+ * staged for a whole block: each stage holds one 64-element chunk of the block's weight rows
+ * (128 bytes a row) and of its tokens' hi and lo rows (256 bytes a token), copied with cp.async ST−1
+ * chunks ahead of the one being multiplied. Each warp multiplies MT 16-row tiles (of each of the NM
+ * matrices) by NT 8-token tiles from shared memory; a thread's 16-byte loads are the words the
+ * fragment mapping gives it (elements 32h + 8t.. of rows g and g + 8, of token g), so no ldmatrix
+ * and no repacking: the row position inside the mma (r mod 16) and the token column (tok mod 8) are
+ * those of the other kernels, and each K range is accumulated from 0 and added in range order in
+ * registers. Bank conflicts: a quarter warp's LDS.128 reads two rows' 64 bytes at the same offsets,
+ * so odd rows (tokens) store their 16-byte units with the halves of the 128-byte row swapped
+ * (unit u at u ^ 4). */
+#define GM_AROW 128 /* bytes of a staged weight row (one chunk) */
+#define GM_BTOK 256 /* bytes of a staged token: hi 128, lo 128 */
+
+__device__ static inline int gm_sw(int row, int u) { return (u ^ ((row & 1) << 2)) * 16; }
+
+template <int N> __device__ static inline void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <int NM, int WM, int WN, int MT, int NT, int ST> struct gm_shape {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int rows = WM * MT * 16;  /* weight rows per block (of each matrix) */
+    static constexpr int toks = WN * NT * 8;   /* tokens per block */
+    static constexpr int a_bytes = NM * rows * GM_AROW;
+    static constexpr int stage = a_bytes + toks * GM_BTOK;
+    static constexpr int smem = ST * stage;
+};
+
+__device__ static inline uint32_t w4(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+template <bool BF, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
+__global__ void __launch_bounds__(WM * WN * 32, MINB)
+    k_mma_gm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1, int64_t K, int64_t n_out,
+             const uint8_t *__restrict__ xh, int64_t xs, int B, mout o)
+{
+    using SH = gm_shape<NM, WM, WN, MT, NT, ST>;
+    extern __shared__ __align__(16) uint8_t gsm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
+    const int tok0 = (int)blockIdx.x * SH::toks;
+    const int64_t r0 = (int64_t)blockIdx.y * SH::rows;
+    int nk, cpr;
+    kranges(K, &nk, &cpr);
+    /* chunk c into stage s; zeros past n_out, B or K (the stored outputs never read them) */
+    auto fill = [&](int s, int c) {
+        uint8_t *as = gsm + s * SH::stage, *bs = as + SH::a_bytes;
+        for (int q = threadIdx.x; q < NM * SH::rows * 8; q += SH::threads) {
+            const int row = q >> 3, u = q & 7, m = row / SH::rows;
+            const int64_t r = r0 + (row - m * SH::rows), e = (int64_t)c * CH + 8 * u;
+            const bool ok = r < n_out && e + 8 <= K;
+            const uint8_t *src = ok ? (m ? w1 : w0) + r * K * 2 + 2 * e : w0;
+            cp16(as + row * GM_AROW + gm_sw(row, u), src, ok ? 16 : 0);
+        }
+        for (int q = threadIdx.x; q < SH::toks * 16; q += SH::threads) {
+            const int tl = q >> 4, part = (q >> 3) & 1, u = q & 7;
+            const int64_t e = (int64_t)c * CH + 8 * u, tok = tok0 + tl;
+            const bool ok = tok < B && e + 8 <= K;
+            const uint8_t *src = ok ? xh + tok * xs + part * 2 * K + 2 * e : xh;
+            cp16(bs + tl * GM_BTOK + part * 128 + gm_sw(tl, u), src, ok ? 16 : 0);
+        }
+    };
+    float acc[NM][MT][NT][4], sum[NM][MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int a = 0; a < MT; a++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[m][a][j][i] = 0.0f, sum[m][a][j][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (s < nk)
+            fill(s, s);
+        cp_commit();
+    }
+    int done = 0; /* K ranges added into sum */
+    for (int c = 0; c < nk; c++) {
+        cp_wait<ST - 2>(); /* chunk c has landed (this thread's copies) */
+        __syncthreads();   /* everyone's copies, and everyone is done with chunk c − 1's stage */
+        if (c + ST - 1 < nk)
+            fill((c + ST - 1) % ST, c + ST - 1);
+        cp_commit();
+        const uint8_t *as = gsm + (c % ST) * SH::stage, *bs = as + SH::a_bytes;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int u = 4 * h + t;
+            uint4 a[NM][MT][2];
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int rh = 0; rh < 2; rh++) {
+                        const int row = m * SH::rows + (wm * MT + mt) * 16 + g + 8 * rh;
+                        a[m][mt][rh] = *(const uint4 *)(as + row * GM_AROW + gm_sw(row, u));
+                    }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int tl = (wn * NT + j) * 8 + g;
+                const uint8_t *tb = bs + tl * GM_BTOK + gm_sw(tl, u);
+                const uint4 bh = *(const uint4 *)tb, bl = *(const uint4 *)(tb + 128);
+#pragma unroll
+                for (int i2 = 0; i2 < 2; i2++) /* k16 tile 2h + i2: words 2·i2, 2·i2 + 1 */
+#pragma unroll
+                    for (int m = 0; m < NM; m++)
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            const uint32_t a0 = w4(a[m][mt][0], 2 * i2), a1 = w4(a[m][mt][1], 2 * i2),
+                                           a2 = w4(a[m][mt][0], 2 * i2 + 1), a3 = w4(a[m][mt][1], 2 * i2 + 1);
+                            mma<BF>(acc[m][mt][j], a0, a1, a2, a3, w4(bh, 2 * i2), w4(bh, 2 * i2 + 1));
+                            mma<BF>(acc[m][mt][j], a0, a1, a2, a3, w4(bl, 2 * i2), w4(bl, 2 * i2 + 1));
+                        }
+            }
+        }
+        if ((c + 1) % cpr == 0 || c + 1 == nk) { /* the end of a K range */
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int a = 0; a < MT; a++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            sum[m][a][j][i] = done ? __fadd_rn(sum[m][a][j][i], acc[m][a][j][i]) : acc[m][a][j][i];
+                            acc[m][a][j][i] = 0.0f;
+                        }
+            done++;
+        }
+    }
+    cp_wait<0>();
+    for (; done < KS; done++) /* the empty ranges' +0, as the decode kernel adds them */
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int a = 0; a < MT; a++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        sum[m][a][j][i] = __fadd_rn(sum[m][a][j][i], 0.0f);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int64_t r = r0 + (wm * MT + mt) * 16 + g + (i >= 2 ? 8 : 0);
+                const int64_t tok = tok0 + (wn * NT + j) * 8 + 2 * t + (i & 1);
+                if (r >= n_out || tok >= B)
+                    continue;
+                if constexpr (NM == 2)
+                    emit_glu<false>(o, n_out, r, tok, sum[0][mt][j][i], sum[1][mt][j][i]);
+                else
+                    emit<MODE>(o, n_out, r, tok, sum[0][mt][j][i]);
+            }
+}
+
+template <bool BF, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
+static void gm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const void *xh, int B,
+                      const mout &o, cudaStream_t st)
+{
+    using SH = gm_shape<NM, WM, WN, MT, NT, ST>;
+    static bool attr; /* over 48 KiB of dynamic shared memory needs the opt-in, once per kernel */
+    if (!attr) {
+        cudaFuncSetAttribute(k_mma_gm<BF, MODE, NM, WM, WN, MT, NT, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             SH::smem);
+        attr = true;
+    }
+    const unsigned groups = (unsigned)((B + SH::toks - 1) / SH::toks), rows = (unsigned)((n_out + SH::rows - 1) / SH::rows);
+    k_mma_gm<BF, MODE, NM, WM, WN, MT, NT, ST, MINB><<<dim3(groups, rows), SH::threads, SH::smem, st>>>(
+        w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
+}
+
 /* ---- launchers ---- */
 
-/* The prefill tiling (the bits do not depend on it): row tiles W per block (each block stages its
- * NT·8 tokens' chunk once for all of them, so larger blocks move fewer bytes from L2) and token
- * tiles NT. PINFER_CUDA_MMA_TILE picks one (benchmarks):
+/* The prefill tiling (the bits do not depend on it). k_mma_mm: row tiles W per block (each block
+ * stages its NT·8 tokens' chunk once for all of them) and token tiles NT; k_mma_gm: blocks of
+ * rows × tokens, both operands staged, for batches of more than GM_MIN_B tokens (smaller ones take
+ * tiling 0). PINFER_CUDA_MMA_TILE picks one (benchmarks):
  *   0: plain W 4, NT 8; GLU W 4, NT 4      1: plain W 8, NT 8; GLU W 8, NT 4
- *   2: plain W 8, NT 8; GLU W 4, NT 8 */
+ *   2: plain W 8, NT 8; GLU W 4, NT 8
+ *   3: k_mma_gm, 8 warps of 64 rows × 32 tokens: 128 × 128 a block, GLU 64 rows of each × 128 (144 KiB)
+ *   4: k_mma_gm, 4 warps of 64 × 32: 128 × 64, GLU 64 of each × 64 (96 KiB: two blocks an SM)
+ *   5: k_mma_gm, 8 warps of 32 × 32: 128 × 64, GLU 64 of each × 64 (96 KiB, ≤ 128 registers: two
+ *      blocks, 16 warps an SM)
+ *   6: k_mma_gm, 16 warps of 32 × 32: 128 × 128, GLU 64 of each × 128 (144 KiB, 16 warps an SM)
+ * Measured on the H200 (pp512 d16, bench/gpu/NOTES.md, two runs): 0 5 586 / 5 604, 3 5 283, 4 5 383,
+ * 5 5 374, 6 5 084 tok/s — tiling 0 stays the default. */
 /* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
  * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
 static int mv_u(void)
@@ -475,7 +660,7 @@ static int mm_tile(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("PINFER_CUDA_MMA_TILE");
-        v = e && *e >= '0' && *e <= '2' ? *e - '0' : MM_TILE_DEFAULT;
+        v = e && *e >= '0' && *e <= '6' ? *e - '0' : MM_TILE_DEFAULT;
     }
     return v;
 }
@@ -511,15 +696,37 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
     if (rc)
         return rc;
     const int v = mm_tile();
+    if (v >= 3 && B > GM_MIN_B) { /* the tiled pipeline (k_mma_gm) */
+        if constexpr (NM == 2) {
+            if (v == 3)
+                gm_launch<BF, MODE, NM, 2, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+            else if (v == 4)
+                gm_launch<BF, MODE, NM, 2, 2, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+            else if (v == 5)
+                gm_launch<BF, MODE, NM, 4, 2, 1, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
+            else
+                gm_launch<BF, MODE, NM, 4, 4, 1, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+        } else {
+            if (v == 3)
+                gm_launch<BF, MODE, NM, 2, 4, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+            else if (v == 4)
+                gm_launch<BF, MODE, NM, 2, 2, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+            else if (v == 5)
+                gm_launch<BF, MODE, NM, 4, 2, 2, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
+            else
+                gm_launch<BF, MODE, NM, 4, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+        }
+        return launched();
+    }
     if constexpr (NM == 2) {
-        if (v == 0)
+        if (v == 0 || v >= 3)
             mm_launch<BF, MODE, NM, 4, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
         else if (v == 1)
             mm_launch<BF, MODE, NM, 4, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
         else
             mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
     } else {
-        if (v == 0)
+        if (v == 0 || v >= 3)
             mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
         else if (v == 1)
             mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);

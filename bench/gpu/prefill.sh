@@ -1,0 +1,78 @@
+#!/bin/bash
+# bench/gpu/prefill.sh — the prefill kernels' GPU call (issue 14, branch gpre): test_cuda_mma under
+# the prefill tilings, test_cuda_ops, test_backend_ops, then pp512 of d16 (default, then under each
+# tiling of TILES and with PINFER_CUDA_PATTN=1 = cuk_pattn.cu's attention, same run) and d4, each with
+# its per-part profile of one 512-token batch.
+# Stops itself before LIMIT seconds (default 210) so that partial results come back.
+#
+#   bash bench/gpu/prefill.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/
+#   env: LIMIT, TILES ("3 5 6": test_cuda_mma and d16's prefill again under PINFER_CUDA_MMA_TILE=N)
+# Results: $OUT/prefill.tgz (logs, bench.jsonl), $OUT/summary.txt, and the key figures on stdout.
+set -u
+KIT=$1
+OUT=${OUT:-/tmp/prefill-out}
+LIMIT=${LIMIT:-210}
+TILES=${TILES-3 5 6}
+T0=$(date +%s)
+W=/tmp/prefill-kit
+mkdir -p "$W" "$OUT/r"
+xz -dc "$KIT/b.txz" | tar -C "$W" -xf -
+export LD_LIBRARY_PATH="$PWD/$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SHM=/dev/shm/pinfer-prefill
+mkdir -p "$SHM"
+left() { echo $((LIMIT - ($(date +%s) - T0))); }
+log() { echo "[$(date +%T) +$(($(date +%s) - T0))s] $*" | tee -a "$OUT/r/run.log"; }
+step() { # seconds name cmd...: run under timeout min(seconds, time left - 5)
+    local s=$1 name=$2 l
+    shift 2
+    l=$(($(left) - 5))
+    [ "$l" -lt "$s" ] && s=$l
+    if [ "$s" -le 3 ]; then log "$name: no time left"; return 1; fi
+    timeout "$s" "$@" >"$OUT/r/$name.log" 2>&1
+    local rc=$?
+    log "$name rc=$rc ($(tail -1 "$OUT/r/$name.log"))"
+    return $rc
+}
+log "start: $(nproc) cores; $(nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader 2>&1)"
+(for name in d16 d4; do
+    t=f16
+    [ $name = d4 ] && t=q4_0
+    "$W/tools/pictl" synth --shape llama-7b --type $t -t 8 -q -o "$SHM/$name.gguf" >"$OUT/r/synth-$name.log" 2>&1
+done; touch "$SHM/.done") &
+step 40 test_cuda_mma "$W/tests/test_cuda_mma"
+grep -m3 "failed" "$OUT/r/test_cuda_mma.log"
+for v in $TILES; do
+    step 40 "test_cuda_mma-tile$v" env PINFER_CUDA_MMA_TILE=$v "$W/tests/test_cuda_mma"
+    grep -m3 "failed" "$OUT/r/test_cuda_mma-tile$v.log"
+done
+step 60 test_cuda_ops "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
+grep -m5 "failed" "$OUT/r/test_cuda_ops.log"
+step 40 test_backend_ops "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+grep -m5 "failed" "$OUT/r/test_backend_ops.log"
+while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 20 ]; do sleep 1; done
+log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
+bench() { # name file env...
+    local name=$1 f=$2
+    shift 2
+    [ -f "$f" ] || return
+    step 45 "bench-$name" env "$@" "$W/bench/bench_cuda" "$f" --mode dense -n 32 -c 2048 --pp 512
+    sed "s/^{/{\"file\":\"$name\",/" "$OUT/r/bench-$name.log" | grep '^{' >>"$OUT/r/bench.jsonl"
+    grep '"prefill"' "$OUT/r/bench-$name.log" | cut -c1-400
+}
+bench d16 "$SHM/d16.gguf" PINFER_NONE=1
+bench d16-pattn "$SHM/d16.gguf" PINFER_CUDA_PATTN=1
+bench d4 "$SHM/d4.gguf" PINFER_NONE=1
+for v in $TILES; do
+    bench "d16-tile$v" "$SHM/d16.gguf" PINFER_CUDA_MMA_TILE=$v
+done
+log "done"
+python3 - "$OUT/r/bench.jsonl" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+for l in open(sys.argv[1]):
+    if not l.startswith('{'):
+        continue
+    r = json.loads(l)
+    keep = {k: r[k] for k in ('file', 'case', 'path', 'tok_s', 'pp_invariant', 'profile_ms') if k in r}
+    print(json.dumps(keep))
+EOF
+tar -C "$OUT/r" -czf "$OUT/prefill.tgz" .
