@@ -9,7 +9,7 @@
 #   bench/bench_gemv), DIR/lib: .so files (all may come packed as DIR/trees.txz). Results in $OUT/ab.log.
 #   env VARIANTS: more trees (bench/bench_ffn only) timed beside old and new; N: tokens per decode (64);
 #   PINFER_POOL_STATS=1 puts the pool's straggle / solo counts of each decode in the log; DECODE_VARIANTS:
-#   more trees (tools/pictl) decoded beside old and new; SKIP_FFN: no bench_ffn; PERF=1: a perf profile of
+#   more trees (tools/pictl) decoded beside old and new; SKIP_FFN: no bench_ffn; SKIP_DECODE: no decode; PERF=1: a perf profile of
 #   one decode per tree (if the host has perf), its top symbols in the log; F16S_FRACS: the mask
 #   fractions of the s16 part (default 0.1).
 set -u
@@ -36,7 +36,7 @@ dec() { # tree round
         --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
     log "s4 decode $n $(python3 -c "import json;d=json.load(open('$R/$n.json'));print(round((d['n_gen']-1)/d['decode_ms']*1e3,2),'tok/s',{k:round(v) for k,v in d.get('phase_ms',{}).items()})" 2>&1 | tail -1) $(grep -h '\[pool\]' "$R/$n.err" | head -1)"
 }
-for r in 1 2 3; do for v in old new ${DECODE_VARIANTS:-}; do dec $v $r; done; done
+[ -z "${SKIP_DECODE:-}" ] && for r in 1 2 3; do for v in old new ${DECODE_VARIANTS:-}; do dec $v $r; done; done
 if [ -n "${PERF:-}" ] && command -v perf >/dev/null; then
     for v in old new ${DECODE_VARIANTS:-}; do
         perf record -q -o "$R/perf.$v" "$D/$v/tools/pictl" run --inproc -m /dev/shm/s4.gguf -t 16 -n "${N:-64}" -c 512 \
@@ -47,7 +47,8 @@ if [ -n "${PERF:-}" ] && command -v perf >/dev/null; then
 elif [ -n "${PERF:-}" ]; then
     log "no perf on this host"
 fi
-cmp -s "$R/old-r1.logits" "$R/new-r1.logits" && log "s4 logits old = new (bytes)" || log "s4 logits DIFFER old vs new"
+[ -z "${SKIP_DECODE:-}" ] && { cmp -s "$R/old-r1.logits" "$R/new-r1.logits" && log "s4 logits old = new (bytes)" ||
+    log "s4 logits DIFFER old vs new"; }
 rm -f /dev/shm/s4.gguf
 if [ -z "${SKIP_F16:-}" ]; then
     $P synth --shape llama-7b --type f16 --pwri -t 16 -q -o /dev/shm/s16.gguf 2>&1 | tail -1
