@@ -280,11 +280,13 @@ static inline __attribute__((always_inline)) void kdot_rows(enum kdot_type kt, i
         out[r] = s[r];
 }
 
-/* Rows per GEMV pass: KROWS, or 2 with PINFER_KDOT_ROWS=2 — the previous two-row pass with its
- * prefetch 3 KB ahead in each row, kept for A/B runs on machines where one measurement could not
- * tell them apart (docs/BENCHMARKS.md, "K-quant quantizers and GEMV"). Set once by the install
- * (under quant_init's once), read-only after; the bits are the same either way. */
-static int kdot_pass_rows = KROWS;
+/* Rows per GEMV pass, per type: the two-row pass (its prefetch 3 KB ahead in each row) or KROWS.
+ * Three interleaved rounds on the GPU host's 16 cores (docs/BENCHMARKS.md, "K-quant GEMV rows per
+ * pass") had q4_K at 57 / 76 / 74 GB/s with two rows against 43 / 61 / 58 with four, q5_K 64 / 63 / 63
+ * against 58 / 53 / 71, q6_K 68 / 66 / 67 against 67 / 74 / 76: each type takes its faster pass.
+ * PINFER_KDOT_ROWS=2 or 4 forces one for every type (A/B runs). Set once by the install (under
+ * quant_init's once), read-only after; the bits are the same either way. */
+static int kdot_pass_rows[] = { [KD_Q4_K] = 2, [KD_Q5_K] = 2, [KD_Q6_K] = KROWS };
 
 #define KDOT(T, KT)                                                                                \
     static void T##_vec_dot_avx2k(int64_t n, float *s, const void *vx, const void *vy)             \
@@ -297,7 +299,7 @@ static int kdot_pass_rows = KROWS;
     {                                                                                              \
         const char *x[KROWS];                                                                      \
         int64_t r = r0;                                                                            \
-        if (kdot_pass_rows == 2)                                                                   \
+        if (kdot_pass_rows[KT] == 2)                                                               \
             for (; r + 2 <= r1; r += 2) {                                                          \
                 x[0] = (const char *)w + (size_t)r * row_bytes;                                    \
                 x[1] = x[0] + row_bytes;                                                           \
@@ -345,5 +347,7 @@ void quant_avx2_kdot_install(struct pi_type_traits *traits, size_t count)
     traits[PI_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx2k;
     traits[PI_TYPE_Q8_K].from_float = q8_K_from_float_avx2;
     const char *e = getenv("PINFER_KDOT_ROWS");
-    kdot_pass_rows = e && atoi(e) == 2 ? 2 : KROWS;
+    if (e && (atoi(e) == 2 || atoi(e) == KROWS))
+        for (size_t k = 0; k < sizeof kdot_pass_rows / sizeof kdot_pass_rows[0]; k++)
+            kdot_pass_rows[k] = atoi(e);
 }
