@@ -12,7 +12,8 @@
 #   env: DEADLINE (seconds, default 115), DIR (default /var/tmp/pinfer-disk: removed at the end),
 #        S4 (an existing q4_0 --pwri 7B synthetic to copy instead of synthesizing one; default: the one
 #        bench_sparse.py leaves in /dev/shm/pinfer-bench-sparse-*, if any), N (tokens, 24),
-#        T (threads, nproc), F16 (0: skip the F16 part).
+#        T (threads, nproc), F16 (0: skip the F16 part), FRACS (the q4_0 fractions, "0.25 0.5"),
+#        ASYNC_FRACS (those also run with PINFER_STREAM_ASYNC=1 --stream-qd 1024, "0.25").
 # Results: OUTDIR (default $OUT or /tmp/disk-out)/disk.log, *.json (--json-stats of every run).
 set -u
 PICTL=$1
@@ -74,13 +75,14 @@ run_case() {
 
 if make_model s4 q4_0 45; then
     run_case s4 q4_0-ram 20
-    for f in 0.25 0.5; do
+    for f in ${FRACS:-0.25 0.5}; do
         B=$(budget s4 $f)
         log "q4_0 budget at $f of the FFN: ${B:-?} GiB"
         [ -n "$B" ] && run_case s4 "q4_0-$f" 25 --ram-budget "$B" --disk-floor
         # the same with the reads issued by the kernel's workers and the whole prefetch in flight:
         # the submitting thread does not block on the device's queue (loaderd/stream.h)
-        [ -n "$B" ] && [ "$f" = 0.25 ] && [ "$(left)" -gt 70 ] &&
+        case " ${ASYNC_FRACS:-0.25} " in *" $f "*) ;; *) continue ;; esac
+        [ -n "$B" ] && [ "$(left)" -gt 70 ] &&
             PINFER_STREAM_ASYNC=1 run_case s4 "q4_0-$f-async" 25 --ram-budget "$B" --stream-qd 1024 --disk-floor
     done
     rm -f "$DIR/s4.gguf" "$DIR/s4.gguf.ffnbundle"
