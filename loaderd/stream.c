@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/uio.h>
 
 #include "pi_err.h"
@@ -25,9 +26,10 @@ static int st_register(void *ctx, void *base, size_t len)
         s->fixed = true;
         s->base = base;
         s->len = len;
-        snprintf(s->name, sizeof s->name, "io_uring qd %u, registered buffers", s->qd);
+        snprintf(s->name, sizeof s->name, "io_uring qd %u%s, registered buffers", s->qd, s->async ? " async" : "");
     } else {
-        snprintf(s->name, sizeof s->name, "io_uring qd %u (buffers not registered: %s: RLIMIT_MEMLOCK, or over 1 GiB)", s->qd,
+        snprintf(s->name, sizeof s->name, "io_uring qd %u%s (buffers not registered: %s: RLIMIT_MEMLOCK, or over 1 GiB)", s->qd,
+                 s->async ? " async" : "",
                  strerror(-rc));
     }
     return 0;
@@ -130,7 +132,9 @@ static int st_reap(void *ctx, unsigned min, void (*done)(void *, uint64_t, int),
 int stream_io_init(struct stream_io *s, unsigned qd)
 {
     memset(s, 0, sizeof *s);
-    s->qd = qd ? qd : STREAM_QD;
+    const char *as = getenv(STREAM_ENV_ASYNC);
+    s->async = as ? as[0] == '1' : sysconf(_SC_NPROCESSORS_ONLN) >= STREAM_ASYNC_MIN_CORES;
+    s->qd = qd ? qd : s->async ? STREAM_QD_ASYNC : STREAM_QD;
     s->cap_stash = s->qd;
     s->stash = malloc(s->cap_stash * sizeof *s->stash);
     if (!s->stash)
@@ -142,9 +146,7 @@ int stream_io_init(struct stream_io *s, unsigned qd)
         return pi_fail(-rc, "stream: io_uring refused: %s", strerror(-rc));
     }
     s->ready = true;
-    const char *as = getenv(STREAM_ENV_ASYNC);
-    s->async = as && as[0] == '1';
-    snprintf(s->name, sizeof s->name, "io_uring qd %u", s->qd);
+    snprintf(s->name, sizeof s->name, "io_uring qd %u%s", s->qd, s->async ? " async" : "");
     s->io = (struct ncache_io){ .ctx = s, .submit = st_submit, .reap = st_reap, .register_mem = st_register,
                                 .name = s->name };
     return 0;

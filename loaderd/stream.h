@@ -13,12 +13,17 @@
 
 #define STREAM_QD 64u /* reads in flight: 8 KiB random reads on the virtio disk gain little past 32-64 */
 #define STREAM_BATCH 16u /* queued reads are submitted (one io_uring_enter) every STREAM_BATCH */
-/* PINFER_STREAM_ASYNC=1: every read with IOSQE_ASYNC (the kernel's io-wq workers issue it): the
- * submitting thread then never blocks on the device's queue (an O_DIRECT read submitted inline waits
- * for a free request tag: an in-process prefetch of a layer's ~650 reads took 280-440 ms/token to
- * hand over on the dev box, at qd 64 or 1024), at the cost of worker threads competing for the
- * cores. A measurement knob: off by default. */
+/* Async reads: every read with IOSQE_ASYNC (the kernel's io-wq workers issue it), so the submitting
+ * thread never blocks on the device's queue (an O_DIRECT read submitted inline waits for a free
+ * request tag: an in-process prefetch of a layer's ~650 reads took 280-440 ms/token to hand over on
+ * the dev box, 34 ms/token on the GPU host at 50 % of the FFN in RAM), with STREAM_QD_ASYNC reads in
+ * flight. The workers compete with the compute threads for cores: on the GPU host's 16 cores a 7B
+ * q4_0 at 50 % decoded 1.33x faster with them (hand-over 2.9 ms/token), on the 2-core dev box slower.
+ * So the default is async from STREAM_ASYNC_MIN_CORES online cores; PINFER_STREAM_ASYNC=1 / 0 forces
+ * it either way. */
 #define STREAM_ENV_ASYNC "PINFER_STREAM_ASYNC"
+#define STREAM_QD_ASYNC 1024u
+#define STREAM_ASYNC_MIN_CORES 8
 
 struct stream_done {
     uint64_t tag;

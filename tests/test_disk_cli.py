@@ -23,15 +23,16 @@ def check(cond, msg):
     return cond
 
 
-def run(*a, timeout=600):
-    return subprocess.run([pictl, *a], capture_output=True, timeout=timeout)
+def run(*a, timeout=600, env=None):
+    return subprocess.run([pictl, *a], capture_output=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
-def gen(model, i, tag, *extra):
+def gen(model, i, tag, *extra, env=None):
     js, lg = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".bin")
     prompt, samp = PROMPTS[i]
     p = run("run", "--inproc", "-m", model, "-p", prompt, "-n", str(N), "--ignore-eos", "-c", "256", "-t", "2",
-            *samp, "--json-stats", js, "--dump-logits", lg, *extra)
+            *samp, "--json-stats", js, "--dump-logits", lg, *extra, env=env)
     if not check(p.returncode == 0, f"{tag}: run failed: {p.stderr[-400:]!r}"):
         return None, None, None, p
     with open(js) as f:
@@ -79,6 +80,18 @@ try:
         check(b"[disk]" in p.stderr and b"KiB read/token" in p.stderr, f"prompt {i}: no [disk] line: {p.stderr[-300:]!r}")
         print(f"prompt {i}: bitwise with {d['disk_neurons']} of {n_neurons} neurons on disk; "
               f"{d['bytes_read_per_token'] / 1024:.1f} KiB/token, hit rate {d['hit_rate']:.3f}, reader {d['reader']}")
+
+    # the reads issued by the kernel's workers (the default from 8 cores; forced both ways here): the same bits
+    ref_t, ref_l, _, _ = gen(cal, 0, "ram-a")
+    for a in ("1", "0"):
+        got_t, got_l, st, p = gen(cal, 0, f"disk-async{a}", "--ram-budget", f"{budget:.9f}",
+                                  env={"PINFER_STREAM_ASYNC": a})
+        if got_t is None:
+            continue
+        check(got_t == ref_t and got_l == ref_l, f"PINFER_STREAM_ASYNC={a}: tokens or logits differ from all in RAM")
+        reader = st["disk"]["reader"]
+        check(("async" in reader and "qd 1024" in reader) if a == "1" else ("async" not in reader and "qd 64" in reader),
+              f"PINFER_STREAM_ASYNC={a}: reader {reader!r}")
 
     p = run("run", "--inproc", "-m", cal, "-p", "x", "-n", "1", "--ram-budget", "0.0000001")
     check(p.returncode != 0 and b"dense weights" in p.stderr, f"too small a budget: {p.stderr[-300:]!r}")
