@@ -1187,9 +1187,7 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
     return launched();
 }
 
-#define ATTN_WARPS 4
-#define ATTN_CHUNK 32 /* cells per block: the split of the cells is fixed, whatever the batch */
-#define ATTN_GROUP 64 /* tokens per launch pair (bounds the partial buffer) */
+#include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP and k_attn_merge */
 
 /* Split-K attention ("flash decoding"), pass 1: one block per (token, head, chunk of 32 cells of the
  * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
@@ -1325,29 +1323,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         pt[D] = m, pt[D + 1] = l;
 }
 
-/* Pass 2: the chunks of (token, head) merged in chunk order: out = Σ o_c e^(m_c − M) / Σ l_c e^(m_c − M). */
-__global__ void k_attn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out, int n_chunk)
-{
-    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
-    const int nc = (pos[tok] + 1 + ATTN_CHUNK - 1) / ATTN_CHUNK;
-    const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
-    float M = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < nc; c++)
-        M = fmaxf(M, pt[c * (D + 2) + D]);
-    float L = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < nc; c++)
-        L += pt[c * (D + 2) + D + 1] * expf(pt[c * (D + 2) + D] - M);
-    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float a = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < nc; c++)
-            a += pt[c * (D + 2) + i] * expf(pt[c * (D + 2) + D] - M);
-        ot[i] = a / L;
-    }
-}
+/* Pass 2, k_attn_merge: cuk_attn_dev.cuh (shared with cuk_pattn.cu). */
 
 extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
 {
@@ -1369,18 +1345,10 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
     static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>) && carve((const void *)k_attn_merge);
     (void)carved;
-    for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
-        const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
+    return attn_groups(g, pos, part, out, B, nch, st, [&](int t0, int nt) {
         k_attn_part<C, DL, ROPE><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
             *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch, ri.k, ri.v, ri.inv_freq);
-        int rc = launched();
-        if (rc)
-            return rc;
-        k_attn_merge<<<dim3((unsigned)nt, (unsigned)g->n_head), 128, 0, st>>>(*g, pos + t0, part, out + t0 * Q, nch);
-        if ((rc = launched()))
-            return rc;
-    }
-    return 0;
+    });
 }
 
 template <class C, bool ROPE>

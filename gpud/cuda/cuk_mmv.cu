@@ -28,11 +28,8 @@ extern "C" {
 #define CH 64 /* elements of K per chunk, as cuk_mma.cu */
 #define NTH (KS * 32)
 
-static int launched(void)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
-}
+/* the arithmetic of cuk_mma.cu's decode kernel, operation for operation: the same helpers */
+#include "cuk_mma_dev.cuh"
 
 extern "C" int cuk_mmv_level(void)
 {
@@ -46,134 +43,14 @@ extern "C" int cuk_mmv_level(void)
 
 extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
 
-/* ---- the arithmetic of cuk_mma.cu's decode kernel, operation for operation ---- */
+/* ---- outputs: cuk_mma.cu's struct mout and epilogues (cuk_mma_dev.cuh), plus NORM's fields ---- */
 
-template <bool BF> struct H2;
-template <> struct H2<false> {
-    __device__ static uint32_t pack(float a, float b)
-    {
-        const __half2 h = __floats2half2_rn(a, b);
-        return *(const uint32_t *)&h;
-    }
-    __device__ static float2 unpack(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
-};
-template <> struct H2<true> {
-    __device__ static uint32_t pack(float a, float b)
-    {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-        return *(const uint32_t *)&h;
-    }
-    __device__ static float2 unpack(uint32_t w) { return __bfloat1622float2(*(const __nv_bfloat162 *)&w); }
-};
-
-/* x = hi + lo: 4 floats → 2 hi words, 2 lo words */
-template <bool BF>
-__device__ static inline void split4(float4 v, uint32_t *hi, uint32_t *lo)
-{
-    hi[0] = H2<BF>::pack(v.x, v.y), hi[1] = H2<BF>::pack(v.z, v.w);
-    const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
-    lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
-    lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
-}
-
-template <bool BF>
-__device__ static inline void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                  uint32_t b1)
-{
-    if constexpr (BF)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ static inline uint32_t wd(const uint4 *p, int k)
-{
-    const uint4 v = p[k >> 2];
-    return (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
-}
-
-/* one chunk: its four k16 tiles in order, hi then lo (cuk_mma.cu's mma_chunk) */
-template <bool BF>
-__device__ static inline void mma_chunk(float *acc, const uint4 *ag, const uint4 *ah, const uint4 *bh, const uint4 *bl)
-{
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t a0 = wd(ag, 2 * i), a1 = wd(ah, 2 * i), a2 = wd(ag, 2 * i + 1), a3 = wd(ah, 2 * i + 1);
-        mma<BF>(acc, a0, a1, a2, a3, wd(bh, 2 * i), wd(bh, 2 * i + 1));
-        mma<BF>(acc, a0, a1, a2, a3, wd(bl, 2 * i), wd(bl, 2 * i + 1));
-    }
-}
-
-/* ---- outputs (cuk_mma.cu's epilogues) ---- */
-
-struct mvo {
-    void *y;
-    float *y1, *y2;
-    int64_t n0, n1;
-    float thr;
-    int kind;
-    const int32_t *idx, *cnt;
-    int64_t idx_stride;
-    bool compact;
+struct mvo : mout {
     const float *nw; /* NORM: the RMSNorm weight, and its eps */
     float eps;
 };
 
-template <int MODE>
-__device__ static inline void emit(const mvo &o, int64_t n_out, int64_t r, int64_t tok, float v)
-{
-    const int64_t at = tok * n_out + r;
-    if (MODE == CUK_SPLIT3) {
-        if (r < o.n0)
-            ((float *)o.y)[tok * o.n0 + r] = v;
-        else if (r < o.n0 + o.n1)
-            o.y1[tok * o.n1 + r - o.n0] = v;
-        else
-            o.y2[tok * (n_out - o.n0 - o.n1) + r - o.n0 - o.n1] = v;
-    } else if (MODE == CUK_SET)
-        ((float *)o.y)[at] = v;
-    else if (MODE == CUK_ADD)
-        ((float *)o.y)[at] = __fadd_rn(((float *)o.y)[at], v);
-    else if (MODE == CUK_RELU)
-        ((float *)o.y)[at] = v > 0.0f ? v : 0.0f;
-    else
-        ((uint8_t *)o.y)[at] = v >= o.thr;
-}
-
-__device__ static inline float glu_f(int kind, float g, float u)
-{
-    if (kind == PI_ACT_SWIGLU)
-        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-    if (kind == PI_ACT_REGLU)
-        return g > 0.0f ? __fmul_rn(g, u) : 0.0f;
-    return (g > 0.0f && u > 0.0f) ? __fmul_rn(g, u) : 0.0f;
-}
-
-template <bool IDX>
-__device__ static inline void emit_glu(const mvo &o, int64_t n_out, int64_t j, int64_t tok, float g, float u)
-{
-    const int64_t rr = IDX ? o.idx[tok * o.idx_stride + j] : j;
-    ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
-}
-
 /* ---- the streamed kernel ---- */
-
-__device__ static inline void cp16(void *smem, const void *gp, int n)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n));
-}
-__device__ static inline void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ static inline void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-/* the element of chunk c where thread t's 16-byte word h starts (cuk_mma.cu's elem) */
-__device__ static inline int64_t elem(int c, int t, int h) { return (int64_t)c * CH + 32 * h + 8 * t; }
 
 /* stages of the ring: S × NM · 4 words a thread (128 / 160 KiB a block: one block an SM); the
  * block's one token row (normalized for NORM) sits in shared memory after the ring */

@@ -6,9 +6,10 @@
  * k_attn_part's four warps do, the four warps' 8-cell chains one after the other in one warp; a
  * token of another sequence reads its cells from global memory (the same values). The partials'
  * layout, the 64-token groups (the partial buffer's size, cuk_attn_part_floats) and the merge are
- * cuk.cu's: the constants below must equal ATTN_CHUNK, ATTN_WARPS and ATTN_GROUP there, and
- * k_pattn_merge is k_attn_merge's code (a copy: cuk.cu's kernels are file-local; the same source and
- * flags compile to the same operations). */
+ * cuk.cu's: the constants and the merge kernel come from cuk_attn_dev.cuh, which cuk.cu includes
+ * too (each object compiles its own copy of the one source, with the same flags). k_pattn_part stays
+ * its own kernel: it stages a tile's cells and replays k_attn_part's four warp chains in one warp,
+ * so its code differs from k_attn_part's while its sums are the same. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -21,9 +22,8 @@ extern "C" {
 #include "cuk_pattn.h"
 }
 
-#define PT_CHUNK 32 /* = ATTN_CHUNK: cells per partial */
-#define PT_VW 4     /* = ATTN_WARPS: k_attn_part's warps, whose 8-cell chains are replayed here */
-#define PT_GROUP 64 /* = ATTN_GROUP: tokens per partial buffer */
+#define PT_CHUNK ATTN_CHUNK /* cells per partial */
+#define PT_VW ATTN_WARPS     /* k_attn_part's warps, whose 8-cell chains are replayed here */
 #define PT_WARPS 4  /* warps of a block here */
 #define PT_TOK 16   /* tokens per block */
 
@@ -32,6 +32,8 @@ static int launched(void)
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : -(int)e;
 }
+
+#include "cuk_attn_dev.cuh" /* the constants, k_attn_merge and the group loop, one definition with cuk.cu */
 
 __device__ static inline float pt_load(const float *p) { return *p; }
 __device__ static inline float pt_load(const __half *p) { return __half2float(*p); }
@@ -147,30 +149,6 @@ __global__ void __launch_bounds__(PT_WARPS * 32) k_pattn_part(struct cuk_attn_ge
     }
 }
 
-/* k_attn_merge (cuk.cu), the same code */
-__global__ void k_pattn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out, int n_chunk)
-{
-    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
-    const int nc = (pos[tok] + 1 + PT_CHUNK - 1) / PT_CHUNK;
-    const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
-    float M = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < nc; c++)
-        M = fmaxf(M, pt[c * (D + 2) + D]);
-    float L = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < nc; c++)
-        L += pt[c * (D + 2) + D + 1] * expf(pt[c * (D + 2) + D] - M);
-    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float a = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < nc; c++)
-            a += pt[c * (D + 2) + i] * expf(pt[c * (D + 2) + D] - M);
-        ot[i] = a / L;
-    }
-}
-
 template <class C, int DL>
 static int pattn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
@@ -179,19 +157,11 @@ static int pattn_launch(const struct cuk_attn_geom *g, const float *q, const voi
     const int nch = (g->n_ctx + PT_CHUNK - 1) / PT_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / PT_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
-    for (int t0 = 0; t0 < B; t0 += PT_GROUP) {
-        const int nt = B - t0 < PT_GROUP ? B - t0 : PT_GROUP;
+    return attn_groups(g, pos, part, out, B, nch, st, [&](int t0, int nt) {
         k_pattn_part<C, DL><<<dim3((unsigned)((nt + PT_TOK - 1) / PT_TOK), (unsigned)g->n_head, (unsigned)nlaunch),
                               PT_WARPS * 32, 0, st>>>(*g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0,
                                                       seq + t0, part, nch, nt);
-        int rc = launched();
-        if (rc)
-            return rc;
-        k_pattn_merge<<<dim3((unsigned)nt, (unsigned)g->n_head), 128, 0, st>>>(*g, pos + t0, part, out + t0 * Q, nch);
-        if ((rc = launched()))
-            return rc;
-    }
-    return 0;
+    });
 }
 
 /* Off unless PINFER_CUDA_PATTN=1. Measured (bench/gpu/NOTES.md) with the scores as one dependent
