@@ -228,6 +228,8 @@ struct group_rows {
     int64_t idx[AXPY_GROUP];
     const void *gate[AXPY_GROUP], *up[AXPY_GROUP];
     float g[AXPY_GROUP], u[AXPY_GROUP];
+    const void *down[AXPY_GROUP]; /* one token's live down_t rows, and their activations */
+    float a[AXPY_GROUP];
     uint8_t live[AXPY_GROUP]; /* the neuron is added for some token (its down_t row is read) */
 };
 
@@ -296,14 +298,14 @@ static void group_worker(void *arg, int ith, int nth)
                 const int64_t i = gr.idx[r];
                 if (a[i] == 0.0f)
                     continue;
-                gr.g[nl] = a[i];
-                gr.gate[nl] = lw_row(j->w, PI_ROW_DOWN_T, i); /* gate's slots reused for down_t rows */
+                gr.a[nl] = a[i];
+                gr.down[nl] = lw_row(j->w, PI_ROW_DOWN_T, i);
                 gr.live[r] = 1;
                 nl++;
             }
             used[t] = nl > 0;
             if (nl)
-                quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.g, gr.gate, nl, true);
+                quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.a, gr.down, nl, true);
         }
         for (int32_t r = 0; r < gr.n; r++) {
             rows += gr.live[r];
