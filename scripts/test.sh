@@ -26,13 +26,16 @@ if [ $status -eq 0 ]; then
 fi
 
 # --- release: what only an uninstrumented build can check (the 'release' suite: apid's RSS over two
-# identical load rounds; ASan's quarantine and shadow memory would hide or fake growth). .ci/run builds
-# build-release before this script, so in CI this is a no-op build; without build-release the summary
-# lists the check as skipped. The sanitized builds leave the suite out. ---
+# identical load rounds; ASan's quarantine and shadow memory would hide or fake growth), and, when
+# build-release has the CUDA backend (.ci/run configures it with -Dcuda=enabled), the 'cuda' suite:
+# the CUDA tests built for real, which run on a GPU machine and skip (77) without a device. .ci/run
+# builds build-release before this script, so in CI this is a no-op build; without build-release the
+# summary lists the check as skipped. The sanitized builds leave the suite out. ---
 rm -f build-release/meson-logs/testlog.json
 if [ $status -eq 0 ] && [ -f build-release/build.ninja ]; then
   ninja -C build-release -j "$JOBS" >build-release.build.log 2>&1 || { tail -30 build-release.build.log; status=1; }
-  [ $status -eq 0 ] && meson test -C build-release --suite release --print-errorlogs --num-processes "$JOBS"
+  [ $status -eq 0 ] && meson test -C build-release --suite release --suite cuda --print-errorlogs \
+    --num-processes "$JOBS"
 fi
 # --- end release ---
 
@@ -64,7 +67,7 @@ for d, log in logs:
 if not os.path.exists("build-release/build.ninja"):  # the 'release' suite did not run
     skipped += 1
     skips.append("  apid_rss (build-release): SKIP no build-release; .ci/run builds it "
-                 "(meson setup build-release -Dbuildtype=release -Dcuda=disabled)")
+                 "(meson setup build-release -Dbuildtype=release -Dcuda=enabled)")
 if sys.argv[1] != "0":
     failed += 1  # the build itself failed
 print("skipped:" if skips else "skipped: none")
