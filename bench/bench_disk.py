@@ -164,6 +164,6 @@ for frac in [float(x) for x in a.fractions.split(",")]:
     limit = (budget + a.slack_gib) * GIB
     if not a.skip_inproc:
         r = run(f"ram-budget {frac:.0%} of FFN", ["--ram-budget", f"{budget:.4f}", "--disk-floor"], limit)
-        run(f"mmap, same limit as {frac:.0%}", [], limit, timeout=a.mmap_timeout)
+        run(f"mmap, same limit as {frac:.0%}", ["--mmap"], limit, timeout=a.mmap_timeout)
     if a.pipeline:
         pipeline(f"pipeline ram-budget {frac:.0%} of FFN", budget, limit)

@@ -1,6 +1,6 @@
 /* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
  *
- *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS]
+ *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [--no-mmap]
  *
  * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
  * in decode) over random masks keeping FRACTION of the neurons (default 0.1), new masks every
@@ -44,6 +44,7 @@ int main(int argc, char **argv)
     int n_layers = 0; /* 0: all */
     double frac = 0.1;
     const char *path = NULL;
+    enum model_weights weights = MODEL_WEIGHTS_MAP;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -55,10 +56,12 @@ int main(int argc, char **argv)
             B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-L") && i + 1 < argc)
             n_layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run's default */
+            weights = MODEL_WEIGHTS_READ;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS]\n");
+            fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [--no-mmap]\n");
             return 2;
         }
     }
@@ -68,7 +71,7 @@ int main(int argc, char **argv)
     }
     struct pi_model *m;
     struct pi_pool *pool;
-    int rc = model_load(&m, path);
+    int rc = model_load_as(&m, path, weights);
     if (rc) {
         fprintf(stderr, "bench_ffn: %s: %s\n", path, pi_errmsg());
         return 1;

@@ -62,7 +62,9 @@ struct gguf_index {
 struct gguf_file {
     const uint8_t *base;
     size_t size;
-    bool mapped;
+    bool mapped;     /* base is ours to munmap, map_len bytes */
+    bool anon;       /* gguf_open_read's copy (not a file mapping) */
+    size_t map_len;
     uint32_t magic;
     uint32_t version;
     size_t alignment;
@@ -587,18 +589,25 @@ void gguf_close(struct gguf_file *f)
     gguf_index_fini(&f->kv_index);
     gguf_index_fini(&f->tensor_index);
     if (f->mapped)
-        munmap((void *)f->base, f->size);
+        munmap((void *)f->base, f->map_len);
     free(f);
 }
 
-static int gguf_open_image(struct gguf_file **out, const void *data, size_t size, bool mapped)
+/* map_len > 0: data is a mapping of that many bytes the handle owns (unmapped on any failure too);
+ * anon: gguf_open_read's copy */
+static int gguf_open_image(struct gguf_file **out, const void *data, size_t size, size_t map_len, bool anon)
 {
     struct gguf_file *f = calloc(1, sizeof *f);
-    if (!f)
+    if (!f) {
+        if (map_len)
+            munmap((void *)data, map_len);
         return pi_fail(PI_E_NOMEM, "gguf: cannot allocate a file handle");
+    }
     f->base = data;
     f->size = size;
-    f->mapped = mapped;
+    f->mapped = map_len > 0;
+    f->map_len = map_len;
+    f->anon = anon;
     int rc = gguf_parse(f);
     if (rc) {
         gguf_close(f); /* also unmaps: the handle owns the mapping from here on */
@@ -613,41 +622,129 @@ int gguf_open_mem(struct gguf_file **out, const void *data, size_t size)
     *out = NULL;
     if (!data && size)
         return pi_fail(PI_E_INVAL, "gguf: NULL image of %zu bytes", size);
-    return gguf_open_image(out, data, size, false);
+    return gguf_open_image(out, data, size, 0, false);
+}
+
+/* path opened read-only and checked to be a regular file of at least a header: 0 with *fd, *size */
+static int open_file(const char *path, int *fd, size_t *size)
+{
+    struct stat st;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return pi_fail(errno, "gguf: cannot open '%s': %s", path, strerror(errno));
+    int rc = 0;
+    if (fstat(*fd, &st) != 0)
+        rc = pi_fail(errno, "gguf: cannot stat '%s': %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = pi_fail(PI_E_INVAL, "gguf: '%s' is not a regular file", path);
+    else if (st.st_size < GGUF_HEADER_SIZE)
+        rc = pi_fail(PI_E_TRUNCATED, "gguf: '%s': file size %lld is smaller than the %d-byte header",
+                     path, (long long)st.st_size, GGUF_HEADER_SIZE);
+    if (rc) {
+        close(*fd);
+        return rc;
+    }
+    *size = (size_t)st.st_size;
+    return 0;
 }
 
 int gguf_open(struct gguf_file **out, const char *path)
 {
-    struct stat st;
-    void *map;
-    int rc;
+    int fd = -1;
+    size_t size = 0;
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return pi_fail(errno, "gguf: cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        rc = pi_fail(errno, "gguf: cannot stat '%s': %s", path, strerror(errno));
-        goto fail;
+    int rc = open_file(path, &fd, &size);
+    if (rc)
+        return rc;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    rc = map == MAP_FAILED ? pi_fail(errno, "gguf: cannot map '%s': %s", path, strerror(errno)) : 0;
+    close(fd);
+    return rc ? rc : gguf_open_image(out, map, size, size, false);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+#define READ_CHUNK ((size_t)1 << 30) /* pread returns at most ~2 GiB at once anyway */
+
+/* len bytes of anonymous memory starting on a 2 MiB boundary (Linux 6.1 aligns large anonymous
+ * mappings to pages only: map 2 MiB more and trim both ends), or MAP_FAILED */
+static uint8_t *map_huge_aligned(size_t len)
+{
+    uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return MAP_FAILED;
+    uint8_t *base = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (base > raw)
+        munmap(raw, (size_t)(base - raw));
+    if (raw + HUGE_PAGE > base)
+        munmap(base + len, (size_t)(raw + HUGE_PAGE - base));
+    return base;
+}
+
+int gguf_open_read(struct gguf_file **out, const char *path)
+{
+    int fd = -1;
+    size_t size = 0;
+    *out = NULL;
+    int rc = open_file(path, &fd, &size);
+    if (rc)
+        return rc;
+    const size_t len = (size + 4095) & ~(size_t)4095;
+    uint8_t *base = map_huge_aligned(len);
+    if (base == MAP_FAILED) {
+        rc = pi_fail(errno, "gguf: cannot allocate %zu bytes to read '%s' into: %s", size, path, strerror(errno));
+        close(fd);
+        return rc;
     }
-    if (!S_ISREG(st.st_mode)) {
-        rc = pi_fail(PI_E_INVAL, "gguf: '%s' is not a regular file", path);
-        goto fail;
-    }
-    if (st.st_size < GGUF_HEADER_SIZE) {
-        rc = pi_fail(PI_E_TRUNCATED, "gguf: '%s': file size %lld is smaller than the %d-byte header",
-                     path, (long long)st.st_size, GGUF_HEADER_SIZE);
-        goto fail;
-    }
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = pi_fail(errno, "gguf: cannot map '%s': %s", path, strerror(errno));
-        goto fail;
+    /* advice before the first touch, so each 2 MiB is faulted in as one huge page; refused
+     * (EINVAL without THP) only costs the speed */
+    (void)madvise(base, len, MADV_HUGEPAGE);
+    for (size_t off = 0; !rc && off < size;) {
+        const size_t want = size - off < READ_CHUNK ? size - off : READ_CHUNK;
+        const ssize_t n = pread(fd, base + off, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            rc = pi_fail(errno, "gguf: read '%s' at byte %zu: %s", path, off, strerror(errno));
+        else if (n == 0)
+            rc = pi_fail(PI_E_TRUNCATED, "gguf: '%s' ended at byte %zu while reading %zu (did it shrink?)", path, off, size);
+        else
+            off += (size_t)n;
     }
     close(fd);
-    return gguf_open_image(out, map, (size_t)st.st_size, true);
-fail:
-    close(fd);
-    return rc;
+    if (!rc && mprotect(base, len, PROT_READ) != 0) /* weights are read-only: a stray write faults */
+        rc = pi_fail(errno, "gguf: mprotect '%s': %s", path, strerror(errno));
+    if (rc) {
+        munmap(base, len);
+        return rc;
+    }
+    return gguf_open_image(out, base, size, len, true);
+}
+
+size_t gguf_huge_bytes(const struct gguf_file *f)
+{
+    if (!f->anon)
+        return 0;
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    if (!fp)
+        return 0;
+    char line[256];
+    size_t kb = 0;
+    bool in = false;
+    const uintptr_t want = (uintptr_t)f->base;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = lo <= want && want < hi;
+            continue;
+        }
+        size_t v;
+        if (in && sscanf(line, "AnonHugePages: %zu kB", &v) == 1) {
+            kb = v;
+            break;
+        }
+    }
+    fclose(fp);
+    return kb * 1024;
 }
 
 /* ---- file accessors ---- */

@@ -50,8 +50,17 @@ struct gguf_tensor {
     const void *data;           /* into the mapping */
 };
 
-/* Open and validate a file (mmap, read-only). */
+/* Open and validate a file (mmap, read-only: the page cache's 4 KiB pages). */
 int gguf_open(struct gguf_file **out, const char *path);
+/* Open and validate a file read into anonymous memory, 2 MiB-aligned and advised for transparent
+ * huge pages (read-only once read; llama.cpp's --no-mmap). Costs the file's size in RAM that the
+ * kernel cannot reclaim, and the read; gains a TLB entry per 2 MiB instead of per 4 KiB, which is
+ * what scattered sparse-FFN rows and, in a VM (two-level page walks), even streamed GEMV rows pay
+ * for. Without THP (transparent_hugepage=never) the pages are 4 KiB: correct, just no faster. */
+int gguf_open_read(struct gguf_file **out, const char *path);
+/* Bytes of f's image on huge pages (AnonHugePages of its mapping in /proc/self/smaps); 0 for a
+ * file mapping or an in-memory image, or when the kernel gave none. */
+size_t gguf_huge_bytes(const struct gguf_file *f);
 /* Validate an in-memory image (not copied: must outlive the handle). */
 int gguf_open_mem(struct gguf_file **out, const void *data, size_t size);
 void gguf_close(struct gguf_file *f);

@@ -275,9 +275,103 @@ static int validate_tensors(const struct gguf_file *f, const struct pi_hparams *
 
 int model_load(struct pi_model **out, const char *path)
 {
+    return model_load_as(out, path, MODEL_WEIGHTS_MAP);
+}
+
+int model_load_as(struct pi_model **out, const char *path, enum model_weights how)
+{
     struct gguf_file *f = NULL;
-    int rc = gguf_open(&f, path);
+    int rc = how == MODEL_WEIGHTS_READ ? gguf_open_read(&f, path) : gguf_open(&f, path);
     return rc ? rc : model_from_gguf(out, f);
+}
+
+/* The first unsigned number in file path, or 0 ("max" and missing files too) */
+static uint64_t read_u64(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    unsigned long long v = 0;
+    if (fp) {
+        if (fscanf(fp, "%llu", &v) != 1)
+            v = 0;
+        fclose(fp);
+    }
+    return (uint64_t)v;
+}
+
+/* What this process's memory cgroup has left (limit − usage; v2 or v1's memory controller), or
+ * UINT64_MAX without a limit: a process in a cgroup is killed at its limit whatever MemAvailable says */
+static uint64_t cgroup_left(void)
+{
+    FILE *fp = fopen("/proc/self/cgroup", "r");
+    if (!fp)
+        return UINT64_MAX;
+    char line[512], path[600];
+    uint64_t left = UINT64_MAX;
+    while (fgets(line, sizeof line, fp)) {
+        line[strcspn(line, "\n")] = 0;
+        const char *v2 = !strncmp(line, "0::", 3) ? line + 3 : NULL, *v1 = strstr(line, ":memory:");
+        uint64_t lim = 0, use = 0;
+        if (v2) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", v2);
+            lim = read_u64(path);
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", v2);
+            use = read_u64(path);
+        } else if (v1) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", v1 + 8);
+            lim = read_u64(path);
+            snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", v1 + 8);
+            use = read_u64(path);
+        }
+        const uint64_t room = lim > use ? lim - use : 0;
+        if (lim > 0 && lim < ((uint64_t)1 << 60) && room < left) /* v1 says "no limit" with a huge number */
+            left = room;
+    }
+    fclose(fp);
+    return left;
+}
+
+/* MemAvailable from /proc/meminfo, capped by the cgroup's room, in bytes; 0 when unknown */
+static uint64_t mem_available(void)
+{
+    FILE *fp = fopen("/proc/meminfo", "r");
+    if (!fp)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, fp) && sscanf(line, "MemAvailable: %llu kB", &kb) != 1)
+        ;
+    fclose(fp);
+    const uint64_t avail = (uint64_t)kb * 1024, left = cgroup_left();
+    return left < avail ? left : avail;
+}
+
+enum model_weights model_weights_auto(uint64_t file_size, const char **why)
+{
+    const char *w = "read into huge pages";
+    enum model_weights how = MODEL_WEIGHTS_READ;
+    char thp[128] = "";
+    FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (fp) {
+        if (!fgets(thp, sizeof thp, fp))
+            thp[0] = 0;
+        fclose(fp);
+    }
+    const uint64_t avail = mem_available();
+    if (!thp[0] || strstr(thp, "[never]")) {
+        how = MODEL_WEIGHTS_MAP;
+        w = "mapped: the kernel has no transparent huge pages";
+    } else if (avail == 0 || file_size > avail / 2) {
+        how = MODEL_WEIGHTS_MAP;
+        w = "mapped: the file is larger than half of the available memory (MemAvailable, the cgroup's limit)";
+    }
+    if (why)
+        *why = w;
+    return how;
+}
+
+size_t model_huge_bytes(const struct pi_model *m)
+{
+    return gguf_huge_bytes(m->gguf);
 }
 
 int model_load_image(struct pi_model **out, const void *image, size_t size)

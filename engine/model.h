@@ -100,6 +100,17 @@ struct pi_model {
 /* Load a model and its tokenizer. Unknown architecture, missing tensor, wrong shape → error naming
  * it. */
 int model_load(struct pi_model **out, const char *path);
+/* How a model's weights are held: the file's mapping (model_load: page cache, 4 KiB pages, nothing
+ * read until used), or the file read into anonymous memory on 2 MiB transparent huge pages
+ * (gguf_open_read: the CPU backend's GEMVs pay a TLB miss per 2 MiB instead of per 4 KiB). */
+enum model_weights { MODEL_WEIGHTS_MAP, MODEL_WEIGHTS_READ };
+int model_load_as(struct pi_model **out, const char *path, enum model_weights how);
+/* The automatic choice for a file of file_size bytes: READ when the kernel has transparent huge
+ * pages (not `never`) and the file takes at most half of MemAvailable, else MAP; why goes to
+ * *why (may be NULL). */
+enum model_weights model_weights_auto(uint64_t file_size, const char **why);
+/* Bytes of m's weights on huge pages now (0 for a mapped file). */
+size_t model_huge_bytes(const struct pi_model *m);
 /* The same from a file image in memory (the pipeline's shared weights segment); not copied. */
 int model_load_image(struct pi_model **out, const void *image, size_t size);
 /* The same from an open GGUF, whose ownership passes to the model (closed on failure too). */

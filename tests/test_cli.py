@@ -144,6 +144,29 @@ for mode in (["--inproc"], []):
 p = run("run", "--inproc", "-m", model, "-p", "x", "-n", "2", "--temp", "0")
 check(b"[seed]" not in p.stderr, "greedy runs print no seed")
 
+# --mmap / --no-mmap (in process): the weights from the file's mapping or read into huge pages give
+# the same logits, byte for byte; --json-stats says how they were held; the flags are refused where
+# they do not apply; a truncated file is refused in either mode
+held = {}
+for flag in ("--mmap", "--no-mmap", None):
+    js, lg = os.path.join(tmp, f"w{flag}.json"), os.path.join(tmp, f"w{flag}.bin")
+    p = run("run", "--inproc", "-m", model, "-p", "ROMEO:", "-n", "12", "--temp", "0", "--ignore-eos",
+            "--json-stats", js, "--dump-logits", lg, *([flag] if flag else []))
+    check(p.returncode == 0, f"run --inproc {flag}: exit {p.returncode}")
+    if p.returncode == 0:
+        held[flag] = (json.load(open(js))["weights"], open(lg, "rb").read())
+if len(held) == 3:
+    check(held["--mmap"][1] == held["--no-mmap"][1] == held[None][1], "--mmap / --no-mmap / default logits differ")
+    check(held["--mmap"][0]["held"] == "mapped (--mmap)" and held["--mmap"][0]["huge_mib"] == 0,
+          f"--mmap: {held['--mmap'][0]}")
+    check(held["--no-mmap"][0]["held"].startswith("read into huge pages"), f"--no-mmap: {held['--no-mmap'][0]}")
+    check(held[None][0]["held"] != "", f"default: {held[None][0]}")
+expect_error(["run", "-m", model, "-p", "x", "--no-mmap"], "--no-mmap applies in process (--inproc)", code=2,
+             what="pipeline --no-mmap")
+expect_error(["run", "--inproc", "-m", model, "-p", "x", "--mmap", "--no-mmap"], "give --mmap or --no-mmap, not both",
+             code=2, what="--mmap --no-mmap")
+expect_error(["run", "--inproc", "-m", trunc, "-p", "x", "--no-mmap"], "truncated", what="truncated model, --no-mmap")
+
 # --version (issue 7, item 12)
 p = run("--version")
 check(p.returncode == 0 and p.stdout.startswith(b"pictl (pinfer) ") and len(p.stdout.split()) == 3,

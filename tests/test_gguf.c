@@ -289,6 +289,36 @@ int main(void)
     }
     free(copy);
 
+    /* 2b. gguf_open_read: the same file read into (huge-page) anonymous memory: the same keys and
+     * tensor bytes, the image 2 MiB-aligned and read-only; a file that is not there, a directory and
+     * a file shorter than a header are refused naming the path. */
+    struct gguf_file *fr = NULL;
+    CHECK_OK(gguf_open_read(&fr, path));
+    if (fr) {
+        check_keys(fr, N_KEYS);
+        check_tensors(fr, true);
+        CHECK(gguf_size(fr) == size && memcmp(gguf_base(fr), gguf_base(f), size) == 0, "read image = mapped image");
+        CHECK(((uintptr_t)gguf_base(fr) & ((2u << 20) - 1)) == 0, "read image on a 2 MiB boundary");
+        CHECK(gguf_huge_bytes(fr) <= size, "huge bytes %zu within the image", gguf_huge_bytes(fr));
+        gguf_close(fr);
+    }
+    CHECK(gguf_huge_bytes(f) == 0, "a file mapping reports no huge pages");
+    char missing[sizeof tmpdir + 40];
+    snprintf(missing, sizeof missing, "%s/none.gguf", tmpdir);
+    pi_errmsg_clear();
+    CHECK(gguf_open_read(&fr, missing) < 0 && strstr(pi_errmsg(), "none.gguf") && !fr, "missing file: %s", pi_errmsg());
+    pi_errmsg_clear();
+    CHECK(gguf_open_read(&fr, tmpdir) == -PI_E_INVAL && strstr(pi_errmsg(), "not a regular file"), "directory: %s",
+          pi_errmsg());
+    FILE *shortf = fopen(missing, "wb");
+    REQUIRE(shortf, "create %s", missing);
+    fputs("GGUF", shortf);
+    fclose(shortf);
+    pi_errmsg_clear();
+    CHECK(gguf_open_read(&fr, missing) == -PI_E_TRUNCATED && strstr(pi_errmsg(), "header"), "short file: %s",
+          pi_errmsg());
+    unlink(missing);
+
     /* 3. copy_kv into a PWRI file with a 64-byte alignment; every key survives. */
     CHECK_OK(gguf_writer_new(&w, GGUF_MAGIC_PWRI));
     CHECK_OK(gguf_writer_copy_kv(w, f));

@@ -44,7 +44,8 @@ int cmd_perplexity(int argc, char **argv)
         pictl_error("perplexity", o.file, rc);
         goto out;
     }
-    if ((rc = model_load(&m, o.model))) {
+    const char *weights_why = "";
+    if ((rc = model_load_as(&m, o.model, run_opts_weights(&o, &weights_why)))) {
         pictl_error("perplexity", o.model, rc);
         goto out;
     }

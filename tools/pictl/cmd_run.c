@@ -58,7 +58,8 @@ static json_t *ffn_stats(const struct pi_ctx *c, const struct pi_model *m)
 }
 
 static int write_stats(const char *path, const struct run_opts *o, const struct pi_model *m,
-                       const struct pi_ctx *c, const struct gen_stats *st, json_t *ids, const struct run_disk *disk)
+                       const struct pi_ctx *c, const struct gen_stats *st, json_t *ids, const struct run_disk *disk,
+                       const char *weights_why)
 {
     json_t *j = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:i, s:O, s:b, s:b, s:o}", "model", m->name, "n_prompt",
                           st->n_prompt, "n_gen", st->n_gen, "prefill_ms", st->prefill_ms, "decode_ms",
@@ -69,6 +70,9 @@ static int write_stats(const char *path, const struct run_opts *o, const struct 
         return pi_fail(PI_E_NOMEM, "cannot build --json-stats");
     if (disk && disk->nc)
         json_object_set_new(j, "disk", run_disk_json(disk));
+    /* how the weights are held, and how much of them the kernel put on huge pages */
+    json_object_set_new(j, "weights", json_pack("{s:s, s:f}", "held", weights_why, "huge_mib",
+                                                (double)model_huge_bytes(m) / (1 << 20)));
     /* host time per phase over the whole run (prefill and decode): where a step's time goes */
     json_object_set_new(j, "phase_ms", json_pack("{s:f, s:f, s:f, s:f}", "attn", ctx_phase_ms(c, EVAL_ATTN), "predict",
                                                  ctx_phase_ms(c, EVAL_PREDICT), "ffn", ctx_phase_ms(c, EVAL_FFN),
@@ -99,7 +103,8 @@ int cmd_run(int argc, char **argv)
     int exit_code = 1;
     struct run_disk disk = { 0 };
 
-    if ((rc = model_load(&m, o.model))) {
+    const char *weights_why = "";
+    if ((rc = model_load_as(&m, o.model, run_opts_weights(&o, &weights_why)))) {
         pictl_error("run", o.model, rc);
         goto out;
     }
@@ -152,7 +157,7 @@ int cmd_run(int argc, char **argv)
     }
     if (disk.nc)
         run_disk_print(&disk, stderr);
-    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, c, &st, gen_ids, &disk))) {
+    if (o.json_stats && (rc = write_stats(o.json_stats, &o, m, c, &st, gen_ids, &disk, weights_why))) {
         pictl_error("run", o.json_stats, rc);
         goto out;
     }

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"  /* enum be_cache_type */
+#include "backend.h"  /* enum be_cache_type, be_find */
+#include "model.h"    /* enum model_weights */
 #include "instance.h" /* INST_DEFAULT_NAME */
 #include "pi_err.h"
 
@@ -33,6 +35,7 @@ enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
     OPT_DUMP_LOGITS, OPT_JSON_STATS, OPT_IGNORE_EOS, OPT_INPROC, OPT_DENSE, OPT_VRAM, OPT_RESET_IDX,
     OPT_DISABLE_IDX, OPT_AUDIT, OPT_PREDICT_IN, OPT_CACHE_TYPE, OPT_BACKEND, OPT_RAM, OPT_BUNDLE, OPT_STREAM_QD, OPT_DISK_FLOOR, OPT_NGL,
+    OPT_MMAP, OPT_NO_MMAP,
 };
 
 /* Which commands a flag applies to (bit per enum run_opts_cmd). */
@@ -92,6 +95,11 @@ static const struct run_flag flags[] = {
     { { "bundle", required_argument, NULL, OPT_BUNDLE }, F_RUN, "FILE", "(--ram-budget) the FFN bundle (default MODEL.ffnbundle; pictl bundle)" },
     { { "stream-qd", required_argument, NULL, OPT_STREAM_QD }, F_RUN, "N", "(--ram-budget) disk reads in flight (default 64; 1024 with async reads, the default from 8 cores)" },
     { { "disk-floor", no_argument, NULL, OPT_DISK_FLOOR }, F_RUN, NULL, "(--ram-budget) measure the random-read floor after the run" },
+    { { "mmap", no_argument, NULL, OPT_MMAP }, F_RUN | F_PPL, NULL,
+      "(in process) use the weights from the file's mapping (4 KiB pages, nothing read up front)" },
+    { { "no-mmap", no_argument, NULL, OPT_NO_MMAP }, F_RUN | F_PPL, NULL,
+      "(in process) read the weights into memory on 2 MiB huge pages (default on the CPU backend when the "
+      "file takes at most half of the available memory)" },
     { { "help", no_argument, NULL, 'h' }, F_ALL, NULL, "this text" },
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
@@ -271,6 +279,7 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     o->gen.n_predict = DEFAULT_N_PREDICT;
     o->vram_budget_gib = -1.0;
     o->ram_budget_gib = -1.0;
+    o->weights = -1;
     o->n_gpu_layers = -1;
     o->cache_type = -1;
     run_opts_ngl_alias(argc, argv);
@@ -370,6 +379,15 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
             break;
         }
         case OPT_DISK_FLOOR: o->disk_floor = true; break;
+        case OPT_MMAP: case OPT_NO_MMAP: {
+            const int32_t w = c == OPT_MMAP ? MODEL_WEIGHTS_MAP : MODEL_WEIGHTS_READ;
+            if (o->weights >= 0 && o->weights != w) {
+                fprintf(stderr, "pictl %s: give --mmap or --no-mmap, not both\n", name);
+                rc = -PI_E_INVAL;
+            }
+            o->weights = w;
+            break;
+        }
         case OPT_NGL: if (!(rc = parse_long(name, "--n-gpu-layers", optarg, 0, 1L << 20, &v))) o->n_gpu_layers = (int32_t)v; break;
         case OPT_RESET_IDX: o->reset_gpu_index = true; break;
         case OPT_DISABLE_IDX: o->disable_gpu_index = true; break;
@@ -393,6 +411,11 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
     }
     if (optind < argc) {
         fprintf(stderr, "pictl %s: unexpected argument '%s'\n", cmd_names[cmd], argv[optind]);
+        return -PI_E_INVAL;
+    }
+    if (cmd == RUN_OPTS_RUN && !o->inproc && o->weights >= 0) {
+        fprintf(stderr, "pictl run: --%s applies in process (--inproc); the pipeline's weights live in loaderd's "
+                "shared memory\n", o->weights == MODEL_WEIGHTS_MAP ? "mmap" : "no-mmap");
         return -PI_E_INVAL;
     }
     if (cmd == RUN_OPTS_PERPLEXITY) {
@@ -454,6 +477,30 @@ int run_opts_check_utf8(const char *text, size_t len)
         i += n;
     }
     return 0;
+}
+
+int run_opts_weights(const struct run_opts *o, const char **why)
+{
+    if (o->weights >= 0) {
+        *why = o->weights == MODEL_WEIGHTS_READ ? "read into huge pages (--no-mmap)" : "mapped (--mmap)";
+        return o->weights;
+    }
+    if (o->ram_budget_gib >= 0) {
+        *why = "mapped: --ram-budget reads the FFN rows from the bundle";
+        return MODEL_WEIGHTS_MAP;
+    }
+    const bool gpu = o->backend ? !strcmp(o->backend, "cuda") || (!strcmp(o->backend, "auto") && be_find("cuda"))
+                                : be_find("cuda") != NULL;
+    if (gpu) {
+        *why = "mapped: the weights go to the GPU";
+        return MODEL_WEIGHTS_MAP;
+    }
+    struct stat st;
+    if (stat(o->model, &st) != 0) { /* the load reports the error */
+        *why = "mapped";
+        return MODEL_WEIGHTS_MAP;
+    }
+    return model_weights_auto((uint64_t)st.st_size, why);
 }
 
 void run_opts_fini(struct run_opts *o)
