@@ -10,9 +10,11 @@
  *   - pdl_trigger() comes after pdl_wait(), so the next kernel starts at most one kernel ahead.
  * A kernel launched with <<<>>> waits for the full completion of the one before it, as always; a pdl_wait() in a kernel not launched by pdl_launch
  * returns at once. The bits never depend on it: the same loads and the same math, only earlier.
- * PINFER_CUDA_PDL=0 launches everything with plain stream order (read once: a decode graph must not
- * change its launches between captures); so does a launch on the legacy NULL stream (the kernel
- * tests' direct calls), leaving PDL to the device context's own stream (cudev.c). */
+ * PINFER_CUDA_PDL=1 turns it on; off by default until it has been measured and its tests have run on
+ * the GPU (written in a session whose device calls were withdrawn: bench/gpu/NOTES.md). Read once: a
+ * decode graph must not change its launches between captures. A launch on the legacy NULL stream is
+ * always in plain order (the kernel tests' direct calls are the reference the PDL chain is checked
+ * against, test_cuda_ops' test_pdl). */
 #ifndef CUK_PDL_CUH
 #define CUK_PDL_CUH
 
@@ -39,7 +41,7 @@ static bool pdl_on(void)
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("PINFER_CUDA_PDL");
-        on = !(e && strcmp(e, "0") == 0);
+        on = e && strcmp(e, "1") == 0;
     }
     return on;
 }
