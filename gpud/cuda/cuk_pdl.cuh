@@ -4,7 +4,9 @@
  * (captured into a graph, the edge becomes a programmatic one). The contract every such kernel
  * keeps, so that the chain stays ordered:
  *   - before pdl_wait() it reads only what no kernel of the step writes (weights, launch arguments)
- *     and writes nothing — the kernel before it may still read what this one would overwrite;
+ *     and writes nothing — the kernel before it may still read what this one would overwrite. The
+ *     weights are written only while the device context opens, which ends with a stream
+ *     synchronize (cudev.c's upload), so no kernel that may still be running has written them;
  *   - pdl_wait() returns once the previous kernel has completed and its writes are visible; since
  *     that kernel passed its own pdl_wait() before completing, every earlier kernel has too;
  *   - pdl_trigger() comes after pdl_wait(), so the next kernel starts at most one kernel ahead.
