@@ -8,7 +8,9 @@
  *   the GEMV path, the CUDA-graph decode step's greedy id; batch invariance: a token's logits are
  *   bitwise the same alone and batched with other sequences' tokens, and a 16-token prefill (the
  *   tiled GEMM kernels) the same as the same tokens chunked or one at a time, dense and sparse; the
- *   benchmarks' cuBLAS prefill within tolerance. Then the embedded tiny model (models/): greedy tokens agree with the
+ *   benchmarks' cuBLAS prefill within tolerance. Programmatic dependent launch (on for this test): a
+ *   decode-shaped chain of every decode kernel on a stream of its own, eagerly and as a replayed
+ *   graph, bitwise the same chain on the legacy stream (plain order). Then the embedded tiny model (models/): greedy tokens agree with the
  *   CPU backend, teacher-forced, wherever the CPU's top-2 margin exceeds the tolerance.
  *
  * Thresholds: float weight types differ from the CPU only in summation order (NMSE ≤ 1e-8); the
@@ -526,11 +528,239 @@ static void test_mmv(void)
     }
 }
 
+/* ---- programmatic dependent launch (gpud/cuda/cuk_pdl.cuh) ---- */
+
+/* A decode-shaped net of random weights on the device: per layer RMSNorm + q/k/v, RoPE + attention
+ * over the layer's f16 cache, wo added to x, then the FFN added to x — dense (norm + gate/up, down)
+ * on even layers, sparse on odd ones (predictor fc1 → fc2 mask → compaction → norm + gathered
+ * gate/up → AXPY over down_t) —, then the output norm, product and argmax: every kernel of the
+ * decode graph, in its order. */
+enum { PDL_L = 4, PDL_E = 512, PDL_HD = 128, PDL_NH = 4, PDL_F = 1376, PDL_R = 64, PDL_V = 1000, PDL_CTX = 64 };
+
+struct pdl_net {
+    struct cuk_w qkv[PDL_L], wo[PDL_L], gate[PDL_L], up[PDL_L], down[PDL_L], down_t[PDL_L], fc1[PDL_L], fc2[PDL_L];
+    struct cuk_w out;
+    float *an[PDL_L], *fn[PDL_L], *on; /* the norms' weights (E) */
+    struct cuk_attn_geom geom;
+    void *kc[PDL_L], *vc[PDL_L];
+    float *inv;
+    float *x, *xn, *q, *k, *v, *att, *apart, *act, *p1, *part, *logits; /* scratch */
+    uint8_t *mask;
+    int32_t *idx, *cnt, *pos, *seq, *ids;
+    void *xq;
+};
+
+/* a (n_out, n_in) weight of type with values in [-a, a), uploaded and repacked */
+static struct cuk_w pdl_weight(uint32_t type, int64_t n_in, int64_t n_out, float a)
+{
+    const struct pi_type_traits *tt = quant_traits(type);
+    REQUIRE(tt && n_in % tt->blck_size == 0, "type %u", type);
+    const size_t rb = (size_t)(n_in / tt->blck_size) * tt->type_size;
+    float *row = malloc((size_t)n_in * sizeof *row);
+    uint8_t *raw = malloc(rb * (size_t)n_out);
+    REQUIRE(row && raw, "out of memory");
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n_in; i++)
+            row[i] = a * mmv_rand();
+        tt->from_float(row, raw + (size_t)r * rb, n_in);
+    }
+    struct cuk_w w = { .type = type, .n_in = n_in, .n_out = n_out };
+    w.q = mmv_dev(cuk_w_qbytes(type, n_in, n_out));
+    const size_t db = cuk_w_dbytes(type, n_in, n_out);
+    w.d = db ? mmv_dev(db) : NULL;
+    void *draw = mmv_dev(rb * (size_t)n_out);
+    REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)n_out, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    CHECK_OK(cuk_repack(&w, draw, 0, n_out, NULL));
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "repack");
+    cudaFree(draw);
+    free(row), free(raw);
+    return w;
+}
+
+static float *pdl_norm_w(void)
+{
+    float h[PDL_E];
+    for (int i = 0; i < PDL_E; i++)
+        h[i] = 1.0f + 0.25f * mmv_rand();
+    float *d = mmv_dev(sizeof h);
+    REQUIRE(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    return d;
+}
+
+static void pdl_net_init(struct pdl_net *n, uint32_t type)
+{
+    memset(n, 0, sizeof *n);
+    const int64_t Q = PDL_NH * PDL_HD;
+    const float a = 1.0f / sqrtf((float)PDL_E);
+    for (int l = 0; l < PDL_L; l++) {
+        n->qkv[l] = pdl_weight(type, PDL_E, 3 * Q, a);
+        n->wo[l] = pdl_weight(type, Q, PDL_E, a);
+        n->gate[l] = pdl_weight(type, PDL_E, PDL_F, a);
+        n->up[l] = pdl_weight(type, PDL_E, PDL_F, a);
+        n->down[l] = pdl_weight(type, PDL_F, PDL_E, 1.0f / sqrtf((float)PDL_F));
+        n->down_t[l] = pdl_weight(type, PDL_E, PDL_F, 1.0f / sqrtf((float)PDL_F));
+        n->fc1[l] = pdl_weight(type, PDL_E, PDL_R, a);
+        n->fc2[l] = pdl_weight(type, PDL_R, PDL_F, 1.0f / sqrtf((float)PDL_R));
+        n->an[l] = pdl_norm_w(), n->fn[l] = pdl_norm_w();
+        const size_t cb = (size_t)PDL_CTX * Q * 2;
+        n->kc[l] = mmv_dev(cb), n->vc[l] = mmv_dev(cb);
+    }
+    n->out = pdl_weight(type, PDL_E, PDL_V, a);
+    n->on = pdl_norm_w();
+    n->geom = (struct cuk_attn_geom){ .n_head = PDL_NH, .n_head_kv = PDL_NH, .head_dim = PDL_HD, .rope_dim = PDL_HD,
+                                      .rope_mode = OPS_ROPE_NORM, .rope_theta = 10000.0f, .n_ctx = PDL_CTX,
+                                      .n_seq = 1, .f16 = true };
+    float inv[PDL_HD / 2];
+    for (int i = 0; i < PDL_HD / 2; i++)
+        inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)PDL_HD);
+    n->inv = mmv_dev(sizeof inv);
+    REQUIRE(cudaMemcpy(n->inv, inv, sizeof inv, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    n->x = mmv_dev(PDL_E * 4), n->xn = mmv_dev(PDL_E * 4 * 2);
+    n->q = mmv_dev((size_t)Q * 4), n->k = mmv_dev((size_t)Q * 4), n->v = mmv_dev((size_t)Q * 4);
+    n->att = mmv_dev((size_t)Q * 4), n->apart = mmv_dev(cuk_attn_part_floats(&n->geom, 1) * 4);
+    n->act = mmv_dev(PDL_F * 4), n->p1 = mmv_dev(PDL_R * 4), n->part = mmv_dev(cuk_axpy_part_floats(PDL_F, PDL_E, 1) * 4);
+    n->logits = mmv_dev(PDL_V * 4), n->mask = mmv_dev(PDL_F);
+    n->idx = mmv_dev(PDL_F * 4), n->cnt = mmv_dev(4), n->pos = mmv_dev(4), n->seq = mmv_dev(4), n->ids = mmv_dev(4);
+    n->xq = mmv_dev(cuk_xq_row_bytes(PDL_F) + cuk_mma_x_row_bytes(PDL_F));
+    REQUIRE(cudaMemset(n->seq, 0, 4) == cudaSuccess, "memset");
+}
+
+static void pdl_net_free(struct pdl_net *n)
+{
+    struct cuk_w *ws[] = { n->qkv, n->wo, n->gate, n->up, n->down, n->down_t, n->fc1, n->fc2 };
+    for (int l = 0; l < PDL_L; l++) {
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            cudaFree(ws[i][l].q), cudaFree(ws[i][l].d);
+        cudaFree(n->an[l]), cudaFree(n->fn[l]), cudaFree(n->kc[l]), cudaFree(n->vc[l]);
+    }
+    cudaFree(n->out.q), cudaFree(n->out.d), cudaFree(n->on), cudaFree(n->inv);
+    void *sc[] = { n->x, n->xn, n->q, n->k, n->v, n->att, n->apart, n->act, n->p1, n->part, n->logits, n->mask,
+                   n->idx, n->cnt, n->pos, n->seq, n->ids, n->xq };
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+        cudaFree(sc[i]);
+}
+
+/* one token through the net (x and pos already on the device) */
+static int pdl_step(struct pdl_net *n, void *st)
+{
+    const int64_t Q = PDL_NH * PDL_HD;
+    const float eps = 1e-5f;
+    int rc = 0;
+    for (int l = 0; l < PDL_L && !rc; l++) {
+        rc = cuk_norm_gemv_split3(&n->qkv[l], n->x, n->an[l], eps, 1, n->xn, n->q, Q, n->k, Q, n->v, n->xq, st);
+        rc = rc ? rc : cuk_rope_attn(&n->geom, n->q, n->k, n->v, n->pos, n->seq, n->kc[l], n->vc[l], n->inv, n->att,
+                                     n->apart, 1, -1, st);
+        rc = rc ? rc : cuk_gemv(&n->wo[l], n->att, 1, n->x, CUK_ADD, 0.0f, n->xq, st);
+        if (l % 2 == 0) {
+            rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
+                                        NULL, NULL, PDL_F, false, n->xq, st);
+            rc = rc ? rc : cuk_gemv(&n->down[l], n->act, 1, n->x, CUK_ADD, 0.0f, n->xq, st);
+        } else {
+            rc = rc ? rc : cuk_gemv(&n->fc1[l], n->x, 1, n->p1, CUK_RELU, 0.0f, n->xq, st);
+            rc = rc ? rc : cuk_gemv(&n->fc2[l], n->p1, 1, n->mask, CUK_MASK, 0.0f, n->xq, st);
+            rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
+            rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
+                                        n->idx, n->cnt, PDL_F, true, n->xq, st);
+            rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
+        }
+    }
+    rc = rc ? rc : cuk_rmsnorm(n->xn, n->x, n->on, 1, PDL_E, PDL_E, eps, st);
+    rc = rc ? rc : cuk_gemv(&n->out, n->xn, 1, n->logits, CUK_SET, 0.0f, n->xq, st);
+    return rc ? rc : cuk_argmax(n->logits, 1, PDL_V, n->ids, st);
+}
+
+enum { PDL_STEPS = 6 };
+
+/* PDL_STEPS tokens (input rows xs) through the net from an empty cache; each step's logits and id
+ * into lg / ids. how: 0 the legacy stream (always plain order), 1 a stream of our own (the PDL
+ * attribute when on), 2 that stream replaying one captured graph, as cudev_step does. */
+static void pdl_run(struct pdl_net *n, int how, const float *xs, float *lg, int32_t *ids)
+{
+    cudaStream_t st = NULL;
+    cudaGraphExec_t ge = NULL;
+    if (how)
+        REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    for (int l = 0; l < PDL_L; l++) {
+        const size_t cb = (size_t)PDL_CTX * PDL_NH * PDL_HD * 2;
+        REQUIRE(cudaMemset(n->kc[l], 0, cb) == cudaSuccess && cudaMemset(n->vc[l], 0, cb) == cudaSuccess, "memset");
+    }
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    if (how == 2) {
+        cudaGraph_t g = NULL;
+        REQUIRE(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "capture");
+        CHECK_OK(pdl_step(n, st));
+        REQUIRE(cudaStreamEndCapture(st, &g) == cudaSuccess, "end capture: %s", cudaGetErrorString(cudaGetLastError()));
+        REQUIRE(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess, "instantiate");
+        cudaGraphDestroy(g);
+    }
+    for (int p = 0; p < PDL_STEPS; p++) {
+        const int32_t pos = p;
+        REQUIRE(cudaMemcpyAsync(n->pos, &pos, 4, cudaMemcpyHostToDevice, st) == cudaSuccess, "up");
+        REQUIRE(cudaMemcpyAsync(n->x, xs + (size_t)p * PDL_E, PDL_E * 4, cudaMemcpyHostToDevice, st) == cudaSuccess,
+                "up");
+        if (how == 2)
+            REQUIRE(cudaGraphLaunch(ge, st) == cudaSuccess, "graph launch");
+        else
+            CHECK_OK(pdl_step(n, st));
+        REQUIRE(cudaMemcpyAsync(lg + (size_t)p * PDL_V, n->logits, PDL_V * 4, cudaMemcpyDeviceToHost, st) == cudaSuccess,
+                "down");
+        REQUIRE(cudaMemcpyAsync(ids + p, n->ids, 4, cudaMemcpyDeviceToHost, st) == cudaSuccess, "down");
+        REQUIRE(cudaStreamSynchronize(st) == cudaSuccess, "step %d (how %d): %s", p, how,
+                cudaGetErrorString(cudaGetLastError()));
+    }
+    if (ge)
+        cudaGraphExecDestroy(ge);
+    if (st)
+        cudaStreamDestroy(st);
+}
+
+/* The chain on its own stream (with PDL: main turns it on) and as a replayed graph gives the legacy
+ * stream's bits, every step; F16 (streamed and mma kernels) and Q8_0 (activation quantizer, the Q
+ * products). A missing wait in any kernel would let it read a half-written activation. */
+static void test_pdl(void)
+{
+    static const uint32_t types[] = { PI_TYPE_F16, PI_TYPE_Q8_0 };
+    float *xs = malloc((size_t)PDL_STEPS * PDL_E * sizeof *xs);
+    float *lg[3];
+    int32_t ids[3][PDL_STEPS];
+    for (int h = 0; h < 3; h++)
+        lg[h] = malloc((size_t)PDL_STEPS * PDL_V * sizeof *lg[h]);
+    REQUIRE(xs && lg[0] && lg[1] && lg[2], "out of memory");
+    for (size_t i = 0; i < (size_t)PDL_STEPS * PDL_E; i++)
+        xs[i] = mmv_rand();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        struct pdl_net n;
+        pdl_net_init(&n, types[ti]);
+        for (int h = 0; h < 3; h++)
+            pdl_run(&n, h, xs, lg[h], ids[h]);
+        for (int h = 1; h < 3; h++) {
+            CHECK(!memcmp(lg[0], lg[h], (size_t)PDL_STEPS * PDL_V * sizeof(float)),
+                  "pdl type %u: the %s's logits differ from the legacy stream's", types[ti],
+                  h == 1 ? "own stream" : "graph");
+            CHECK(!memcmp(ids[0], ids[h], sizeof ids[0]), "pdl type %u: ids differ (%s)", types[ti],
+                  h == 1 ? "own stream" : "graph");
+        }
+        bool finite = true;
+        for (size_t i = 0; i < (size_t)PDL_STEPS * PDL_V; i++)
+            finite = finite && isfinite(lg[0][i]);
+        CHECK(finite, "pdl type %u: logits not finite", types[ti]);
+        pdl_net_free(&n);
+        printf("pdl type %u: %d steps, own stream and graph = legacy stream bitwise checked (PINFER_CUDA_PDL=%s)\n",
+               types[ti], PDL_STEPS, getenv("PINFER_CUDA_PDL"));
+    }
+    for (int h = 0; h < 3; h++)
+        free(lg[h]);
+    free(xs);
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
     if (!cudev_available(why, sizeof why))
         SKIP("%s", why);
+    /* the kernels' launches on the device context's stream with programmatic dependent launch, unless
+     * the caller says otherwise: read once, at the first launch (gpud/cuda/cuk_pdl.cuh) */
+    setenv("PINFER_CUDA_PDL", "1", 0);
     const uint32_t types[] = { PI_TYPE_F32,  PI_TYPE_F16,    PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0,
                                PI_TYPE_Q4_1, PI_TYPE_Q5_0,   PI_TYPE_Q5_1, PI_TYPE_IQ4_NL, PI_TYPE_Q2_K,
                                PI_TYPE_Q3_K, PI_TYPE_Q4_K,   PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
@@ -538,6 +768,7 @@ int main(int argc, char **argv)
         test_type(types[i]);
     test_topk();
     test_mmv();
+    test_pdl();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench/gpu/dec.sh — the decode kernels' GPU call (issue 14, branch gdec): the CUDA tests, then the
-# decode rates of d16 / s16 (streamed F16 kernels, then PINFER_CUDA_MMV=0 = cuk_mma.cu's decode
-# kernel, same run) and d4, with the HBM read floor before and after. Stops itself before LIMIT
-# seconds (default 240) so that partial results come back.
+# decode rates of d16 / s16 / d4, each also in the A/B variants of VARIANTS (below; e.g.
+# PINFER_CUDA_PDL=1, PINFER_CUDA_MMV=0 = cuk_mma.cu's decode kernel), with the HBM read floor before
+# and after. Stops itself before LIMIT seconds (default 240) so that partial results come back.
 #
 #   bash bench/gpu/dec.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/ (shared libs)
 #   env: MODELS ("d16 s16 d4": the files written), VARIANTS (the decode runs, below), LIMIT, SKIP_TESTS=1
@@ -49,7 +49,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     step 40 test_cuda_mma "$W/tests/test_cuda_mma"
     grep -m5 "failed\|FAIL" "$OUT/r/test_cuda_mma.log"
     step 100 test_cuda_ops "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
-    grep "mmv" "$OUT/r/test_cuda_ops.log" | head -6
+    grep "mmv\|pdl" "$OUT/r/test_cuda_ops.log" | head -8
     grep -m8 "failed\|FAIL" "$OUT/r/test_cuda_ops.log"
     step 40 test_backend_ops "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops.log"
@@ -59,6 +59,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     step 40 test_cuda_mma-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_cuda_mma"
     step 40 test_backend_ops-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-mmv2.log"
+    # the decode chain with programmatic dependent launch (test_cuda_ops turns it on itself)
+    step 40 test_backend_ops-pdl env PINFER_CUDA_PDL=1 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-pdl.log"
+    step 60 test_backend_ops_random-pdl env PINFER_CUDA_PDL=1 "$W/tests/test_backend_ops_random"
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops_random-pdl.log"
 fi
 while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
 log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
@@ -69,8 +74,9 @@ run() { # tag file mode batches env...
     step 40 "bench-$tag" env "$@" "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 ${bt:+--batch $bt}
     sed "s/^{/{\"file\":\"$tag\",/" "$OUT/r/bench-$tag.log" | grep '^{' >>"$OUT/r/bench.jsonl"
 }
-# VARIANTS: "tag:file:VAR=V,VAR=V ..." (default: each file as is, d16 and s16 also under PINFER_CUDA_MMV=0)
-VARIANTS=${VARIANTS-"d16:d16:X=1 d16-old:d16:PINFER_CUDA_MMV=0 s16:s16:X=1 s16-old:s16:PINFER_CUDA_MMV=0 d4:d4:X=1"}
+# VARIANTS: "tag:file:VAR=V,VAR=V ..." (default: each file as is and with programmatic dependent
+# launch, PINFER_CUDA_PDL=1)
+VARIANTS=${VARIANTS-"d16:d16:X=1 d16-pdl:d16:PINFER_CUDA_PDL=1 s16:s16:X=1 s16-pdl:s16:PINFER_CUDA_PDL=1 d4:d4:X=1 d4-pdl:d4:PINFER_CUDA_PDL=1"}
 for v in $VARIANTS; do
     IFS=: read -r tag name envs <<<"$v"
     f=$SHM/$name.gguf

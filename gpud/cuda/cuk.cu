@@ -56,6 +56,7 @@ static bool carve(const void *kernel)
 }
 
 #include "cuk_traits.cuh"
+#include "cuk_pdl.cuh" /* the decode chain's launches: pdl_launch, pdl_wait / pdl_trigger in the kernels */
 
 static int lane_elems(uint32_t type)
 {
@@ -316,6 +317,21 @@ template <class T> struct WideR {
     enum { R = T::QX ? 4 : 8 };
 };
 
+/* The N rows' bytes (quants, then scales) fetched into L2 by a warp, lane l every 32nd 128-byte line
+ * from l: the prologue of the Q types' products before pdl_wait() (cuk_pdl.cuh). */
+template <class T, int N>
+__device__ static inline void pf_rows(const uint8_t *const *qr, const uint8_t *const *dr, int64_t nb, int lane)
+{
+    const int64_t qb = nb * (16 * T::NQ), db = T::HAS_D ? (int64_t)T::sbytes(nb) : 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        for (int64_t o = (int64_t)lane * 128; o < qb; o += 32 * 128)
+            pdl_prefetch(qr[i] + o);
+        for (int64_t o = (int64_t)lane * 128; o < db; o += 32 * 128)
+            pdl_prefetch(dr[i] + o);
+    }
+}
+
 template <class T, int NB, int MODE, int R, bool TG_X>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
@@ -334,6 +350,9 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
         qr[i] = q + r * nb * (16 * T::NQ);
         dr[i] = T::HAS_D ? d + r * T::sbytes(nb) : nullptr;
     }
+    pf_rows<T, R>(qr, dr, nb, lane); /* the weights on their way before the activation can be read */
+    pdl_wait();
+    pdl_trigger();
     float acc[R][NB];
     dot_rows<T, NB, R>(qr, dr, nb, x + (int64_t)t0 * xs, xs, n_in, nt, lane, acc);
     if (lane)
@@ -372,6 +391,7 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
 /* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), CPU's Q8_0 rounding (d stored as f16). */
 __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
 {
+    pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31;
     const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (blk >= n_in / 32)
@@ -403,6 +423,7 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
                                                      int64_t n_in, float eps, uint8_t *__restrict__ out, int64_t xs)
 {
     __shared__ float sh[32];
+    pdl_enter();
     const int tok = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *xr = x + (int64_t)tok * n_in;
     float ss = 0.0f;
@@ -439,6 +460,7 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
  * super-block; lane l holds elements l + 32 k (k < 8). */
 __global__ void k_quant_x8k(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
 {
+    pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31;
     const int64_t sb = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (sb >= n_in / 256)
@@ -492,10 +514,11 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
             return -(int)cudaErrorInvalidValue;
         *xs = (int64_t)cuk_xq_row_bytes(n_in);
         if constexpr (T::GQ == 256) /* the CPU dots these types against Q8_K */
-            k_quant_x8k<<<dim3((unsigned)((n_in / 256 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq,
-                                                                                            *xs);
+            pdl_launch(k_quant_x8k, dim3((unsigned)((n_in / 256 + 7) / 8), (unsigned)nt), dim3(256), 0, st, x, n_in,
+                       (uint8_t *)xq, *xs);
         else
-            k_quant_x<<<dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), 256, 0, st>>>(x, n_in, (uint8_t *)xq, *xs);
+            pdl_launch(k_quant_x, dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, st, x, n_in,
+                       (uint8_t *)xq, *xs);
         *xr = (const uint8_t *)xq;
         return launched();
     } else {
@@ -528,17 +551,17 @@ static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int 
     do {                                                                                                               \
         if constexpr (NB == GEMV_MAX_NB) { /* only the 8-token kernel is tiled */                                   \
             if (wide)                                                                                                  \
-                k_gemv<T, NB, M, WR, true><<<dim3(groups, rows), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, \
-                                                                                B, y1, y2, n0, n1);                    \
+                pdl_launch(k_gemv<T, NB, M, WR, true>, dim3(groups, rows), dim3(128), 0, st, q, d, w->n_in, w->n_out, \
+                           x, xs, y, thr, B, y1, y2, n0, n1);                                                  \
         }                                                                                                              \
         if (wide)                                                                                                      \
             break;                                                                                                     \
         if (two)                                                                                                       \
-            k_gemv<T, NB, M, R2, false><<<dim3(rows, groups), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, B, \
-                                                                             y1, y2, n0, n1);                          \
+            pdl_launch(k_gemv<T, NB, M, R2, false>, dim3(rows, groups), dim3(128), 0, st, q, d, w->n_in, w->n_out, x, \
+                       xs, y, thr, B, y1, y2, n0, n1);                                                         \
         else                                                                                                           \
-            k_gemv<T, NB, M, 1, false><<<dim3(rows, groups), 128, 0, st>>>(q, d, w->n_in, w->n_out, x, xs, y, thr, B,  \
-                                                                            y1, y2, n0, n1);                           \
+            pdl_launch(k_gemv<T, NB, M, 1, false>, dim3(rows, groups), dim3(128), 0, st, q, d, w->n_in, w->n_out, x,  \
+                       xs, y, thr, B, y1, y2, n0, n1);                                                         \
     } while (0)
     switch (mode) {
     case CUK_SET: GEMV_L(CUK_SET); break;
@@ -633,6 +656,8 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
     const int64_t j0 = ((int64_t)(TG_X ? blockIdx.y : blockIdx.x) * GEMV_ROWS + warp) * J;
     const int grp = (int)(TG_X ? blockIdx.x : blockIdx.y);
     const int tok = idx ? grp : grp * NB, nt = idx ? 1 : (B - tok < NB ? B - tok : NB);
+    if (idx)
+        pdl_wait(); /* the listed rows are the previous kernel's output */
     const int64_t n = idx && cnt ? cnt[tok] : n_out;
     if (j0 >= n)
         return;
@@ -649,6 +674,9 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
         const int64_t rd = r * T::sbytes(nb);
         dr[2 * i] = T::HAS_D ? gd + rd : nullptr, dr[2 * i + 1] = T::HAS_D ? ud + rd : nullptr;
     }
+    pf_rows<T, 2 * J>(qr, dr, nb, lane);
+    pdl_wait();
+    pdl_trigger();
     float acc[2 * J][NB];
     dot_rows<T, NB, 2 * J>(qr, dr, nb, xt, xs, n_in, nt, lane, acc);
     if (lane)
@@ -698,12 +726,13 @@ static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint
     const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
     const unsigned gx = (unsigned)((g->n_out + GEMV_ROWS - 1) / GEMV_ROWS);
     if (idx) {
-        k_glu<T, 1, 1, false><<<dim3(gx, (unsigned)B), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act,
-                                                                     kind, idx, cnt, idx_stride, compact, B);
+        pdl_launch(k_glu<T, 1, 1, false>, dim3(gx, (unsigned)B), dim3(128), 0, st, gq, gd, uq, ud, g->n_in, g->n_out, xr,
+                   xs, act, kind, idx, cnt, idx_stride, compact, B);
         return launched();
     }
-#define GLU_L(NB) k_glu<T, NB, 1, false><<<dim3(gx, 1), 128, 0, st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, \
-                                                                      kind, nullptr, nullptr, 0, false, B)
+#define GLU_L(NB)                                                                                                      \
+    pdl_launch(k_glu<T, NB, 1, false>, dim3(gx, 1), dim3(128), 0, st, gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, \
+               kind, (const int32_t *)nullptr, (const int32_t *)nullptr, (int64_t)0, false, B)
     if (B == 1)
         GLU_L(1);
     else if (B == 2)
@@ -714,9 +743,9 @@ static int glu_prepared(const struct cuk_w *g, const struct cuk_w *u, const uint
         GLU_L(GEMV_MAX_NB);
     else {
         const unsigned rows = (unsigned)((g->n_out + GEMV_ROWS * GLU_WIDE_J - 1) / (GEMV_ROWS * GLU_WIDE_J));
-        k_glu<T, GEMV_MAX_NB, GLU_WIDE_J, true><<<dim3((unsigned)((B + GEMV_MAX_NB - 1) / GEMV_MAX_NB), rows), 128, 0,
-                                                  st>>>(gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, nullptr,
-                                                        nullptr, 0, false, B);
+        pdl_launch(k_glu<T, GEMV_MAX_NB, GLU_WIDE_J, true>, dim3((unsigned)((B + GEMV_MAX_NB - 1) / GEMV_MAX_NB), rows),
+                   dim3(128), 0, st, gq, gd, uq, ud, g->n_in, g->n_out, xr, xs, act, kind, (const int32_t *)nullptr,
+                   (const int32_t *)nullptr, (int64_t)0, false, B);
     }
 #undef GLU_L
     return launched();
@@ -745,7 +774,7 @@ static int norm_quant(const float *x, const float *nw, float eps, int B, int64_t
                       cudaStream_t st)
 {
     *xs = (int64_t)cuk_xq_row_bytes(n_in);
-    k_norm_quant_x<<<(unsigned)B, 256, 0, st>>>(x, nw, n_in, eps, (uint8_t *)xq, *xs);
+    pdl_launch(k_norm_quant_x, dim3((unsigned)B), dim3(256), 0, st, x, nw, n_in, eps, (uint8_t *)xq, *xs);
     return launched();
 }
 
@@ -812,6 +841,7 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
+    pdl_enter();
     const int tok = blockIdx.z;
     const int64_t c = blockIdx.x, j0 = c * CUK_AXPY_CHUNK;
     const int64_t n = cnt ? cnt[tok] : n_ff;
@@ -859,6 +889,7 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
                             int64_t n_embd, int64_t n_chunk, float *y, bool add)
 {
+    pdl_enter();
     const int tok = blockIdx.y;
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_embd)
@@ -901,13 +932,13 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
         const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)nt);
-        k_axpy<T><<<grid, AXPY_THREADS, 0, st>>>((const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff, at, it, ct,
-                                                  idx_stride, part, n_chunk);
+        pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
+                   at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
             return rc;
-        k_chunk_sum<<<dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), 64, 0, st>>>(part, ct, n_ff, n_embd,
-                                                                                           n_chunk, yt, add);
+        pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, (const float *)part,
+                   ct, n_ff, n_embd, n_chunk, yt, add);
         if ((rc = launched()))
             return rc;
     }
@@ -1005,6 +1036,7 @@ __device__ static float block_sum(float v, float *sh)
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t sx, float eps)
 {
     __shared__ float sh[32];
+    pdl_enter();
     const float *xr = x + (int64_t)blockIdx.x * sx;
     float *o = out + (int64_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -1021,7 +1053,7 @@ extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, in
 {
     static const bool carved = carve((const void *)k_rmsnorm);
     (void)carved;
-    k_rmsnorm<<<(unsigned)B, 256, 0, S(st)>>>(out, x, w, n, stride_x, eps);
+    pdl_launch(k_rmsnorm, dim3((unsigned)B), dim3(256), 0, S(st), out, x, w, n, stride_x, eps);
     return launched();
 }
 
@@ -1203,6 +1235,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     __shared__ float po[ATTN_WARPS][DL * 32];
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
     if (c0 >= n_kv)
         return;
@@ -1346,8 +1379,9 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>) && carve((const void *)k_attn_merge);
     (void)carved;
     return attn_groups(g, pos, part, out, B, nch, st, [&](int t0, int nt) {
-        k_attn_part<C, DL, ROPE><<<dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch), ATTN_WARPS * 32, 0, st>>>(
-            *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch, ri.k, ri.v, ri.inv_freq);
+        pdl_launch(k_attn_part<C, DL, ROPE>, dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch),
+                   dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch,
+                   ri.k, ri.v, ri.inv_freq);
     });
 }
 
@@ -1406,6 +1440,7 @@ __global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n,
 {
     __shared__ float bv[32];
     __shared__ int32_t bi[32];
+    pdl_enter();
     const float *l = logits + (int64_t)blockIdx.x * n;
     float v = -INFINITY;
     int32_t best = 0x7fffffff;
@@ -1435,7 +1470,7 @@ extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, v
 {
     static const bool carved = carve((const void *)k_argmax);
     (void)carved;
-    k_argmax<<<(unsigned)B, 1024, 0, S(st)>>>(logits, n, ids);
+    pdl_launch(k_argmax, dim3((unsigned)B), dim3(1024), 0, S(st), logits, n, ids);
     return launched();
 }
 

@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuk_pdl.cuh" /* the merge is launched as a link of the decode chain */
+
 #define ATTN_WARPS 4
 #define ATTN_CHUNK 32 /* cells per block: the split of the cells is fixed, whatever the batch */
 #define ATTN_GROUP 64 /* tokens per launch pair (bounds the partial buffer) */
@@ -20,6 +22,7 @@
 static __global__ void k_attn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out,
                                     int n_chunk)
 {
+    pdl_enter(); /* the partials are the previous kernel's (cuk_pdl.cuh) */
     const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
     const int nc = (pos[tok] + 1 + ATTN_CHUNK - 1) / ATTN_CHUNK;
     const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
@@ -55,7 +58,8 @@ static int attn_groups(const struct cuk_attn_geom *g, const int32_t *pos, float 
         int rc = launched();
         if (rc)
             return rc;
-        k_attn_merge<<<dim3((unsigned)nt, (unsigned)g->n_head), 128, 0, st>>>(*g, pos + t0, part, out + t0 * Q, nch);
+        pdl_launch(k_attn_merge, dim3((unsigned)nt, (unsigned)g->n_head), dim3(128), 0, st, *g, pos + t0,
+                   (const float *)part, out + t0 * Q, nch);
         if ((rc = launched()))
             return rc;
     }

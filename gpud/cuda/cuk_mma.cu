@@ -39,6 +39,7 @@ extern "C" {
 #define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
 
 #include "cuk_mma_dev.cuh" /* launched, H2, split4, mma, wd, mma_chunk, mout and its epilogues, cp.async, elem */
+#include "cuk_pdl.cuh"
 
 static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 
@@ -93,27 +94,53 @@ __host__ __device__ static inline void kranges(int64_t K, int *nk, int *cpr)
 
 /* ---- decode: B ≤ 8, one 16-row tile per block, the K ranges on its KS warps ---- */
 
+/* the weight words of chunks c .. c + U − 1 (those below c1) of the rows rp[m][0..1] */
+template <int NM, int U>
+__device__ static inline void mv_load_a(uint4 (*a)[NM][2][2], const uint8_t *const (*rp)[2], int64_t K, int c, int c1,
+                                        int t)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t e = elem(c + u, t, h);
+            const bool ok = c + u < c1 && e + 8 <= K;
+#pragma unroll
+            for (int m = 0; m < NM; m++) {
+                a[u][m][0][h] = ld16(rp[m][0] + 2 * e, ok);
+                a[u][m][1][h] = ld16(rp[m][1] + 2 * e, ok);
+            }
+        }
+}
+
 /* acc[m] += the chunks [c0, c1) of the rows rp[m][0..1] · token row xr (f32, split here; NULL: a
- * padding column) */
+ * padding column). The first U chunks' weights are loaded before pdl_wait() (they do not depend on
+ * the previous kernel; cuk_pdl.cuh), and pf chunks after them fetched into L2; x only after it. */
 template <bool BF, int NM, int U>
 __device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K, int c0, int c1,
-                                       const float *xr, int t, float (*acc)[4])
+                                       const float *xr, int t, int pf, float (*acc)[4])
 {
+    uint4 a[U][NM][2][2];
+    mv_load_a<NM, U>(a, rp, K, c0, c1, t);
+    const int pe = c0 + U + pf < c1 ? c0 + U + pf : c1;
+    for (int c = c0 + U + t; c < pe; c += 4) /* lane (g, t): rows g and g + 8, every 4th chunk from t */
+#pragma unroll
+        for (int m = 0; m < NM; m++) {
+            pdl_prefetch(rp[m][0] + 2 * elem(c, 0, 0));
+            pdl_prefetch(rp[m][1] + 2 * elem(c, 0, 0));
+        }
+    pdl_wait();
+    pdl_trigger();
     for (int c = c0; c < c1; c += U) {
-        uint4 a[U][NM][2][2];
         float4 xv[U][2][2];
+        if (c != c0)
+            mv_load_a<NM, U>(a, rp, K, c, c1, t);
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t e = elem(c + u, t, h);
-                const bool ok = c + u < c1 && e + 8 <= K;
-#pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    a[u][m][0][h] = ld16(rp[m][0] + 2 * e, ok);
-                    a[u][m][1][h] = ld16(rp[m][1] + 2 * e, ok);
-                }
-                const bool xo = ok && xr;
+                const bool xo = c + u < c1 && e + 8 <= K && xr;
                 xv[u][h][0] = xo ? __ldg((const float4 *)(xr + e)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 xv[u][h][1] = xo ? __ldg((const float4 *)(xr + e + 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
@@ -145,6 +172,8 @@ __global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uin
     __shared__ float red[KS][NM * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : (int)blockIdx.y * 8, ntok = IDX ? 1 : (B - tok0 < 8 ? B - tok0 : 8);
+    if constexpr (IDX)
+        pdl_wait(); /* the listed rows are the previous kernel's output */
     const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, j0 = (int64_t)blockIdx.x * 16;
     if (j0 >= n)
         return; /* the whole block */
@@ -166,7 +195,7 @@ __global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uin
 #pragma unroll
         for (int i = 0; i < 4; i++)
             acc[m][i] = 0.0f;
-    mv_range<BF, NM, U>(rp, K, c0, c1, xr, t, acc);
+    mv_range<BF, NM, U>(rp, K, c0, c1, xr, t, o.pf, acc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -524,6 +553,20 @@ static int mv_u(void)
     return v;
 }
 
+/* Chunks a warp of the decode kernel fetches into L2 before pdl_wait(), after the U it loads
+ * (PINFER_CUDA_PDL_PF, default 0; the bits do not depend on it): the prologue that the previous
+ * kernel's tail can hide (cuk_pdl.cuh). */
+static int pdl_pf(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_PDL_PF");
+        v = e ? atoi(e) : 0;
+        v = v < 0 ? 0 : v;
+    }
+    return v;
+}
+
 static int mm_tile(void)
 {
     static int v = -1;
@@ -553,10 +596,12 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
     const unsigned tiles = (unsigned)((n_out + 15) / 16);
     if (IDX || B <= 8) {
         const dim3 grid(tiles, IDX ? (unsigned)B : 1u);
+        mout op = o;
+        op.pf = pdl_pf();
         if (mv_u() == 4)
-            k_mma_mv<BF, MODE, NM, IDX, 4><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
+            pdl_launch(k_mma_mv<BF, MODE, NM, IDX, 4>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
         else
-            k_mma_mv<BF, MODE, NM, IDX, 2><<<grid, MV_THREADS, 0, st>>>(w0, w1, K, n_out, x, B, o);
+            pdl_launch(k_mma_mv<BF, MODE, NM, IDX, 2>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
         return launched();
     }
     if (!xh)

@@ -101,6 +101,7 @@ struct mout {
     const int32_t *idx, *cnt;
     int64_t idx_stride;
     bool compact;
+    int pf; /* k_mma_mv: chunks a warp fetches into L2 before pdl_wait() (cuk_mma.cu's pdl_pf) */
 };
 
 template <int MODE>

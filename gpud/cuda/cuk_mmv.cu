@@ -30,6 +30,7 @@ extern "C" {
 
 /* the arithmetic of cuk_mma.cu's decode kernel, operation for operation: the same helpers */
 #include "cuk_mma_dev.cuh"
+#include "cuk_pdl.cuh"
 
 extern "C" int cuk_mmv_level(void)
 {
@@ -89,6 +90,8 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     __shared__ float red[2][KS][NM * 4][32];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
+    if constexpr (IDX)
+        pdl_wait(); /* the listed rows are the previous kernel's output */
     const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
     if ((int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
@@ -139,6 +142,9 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
         produce();
+    /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
+    pdl_wait();
+    pdl_trigger();
     float *xs = (float *)(ring + (size_t)S * SLOTS * NTH);
     const float *xt = x + (int64_t)tok0 * K;
     if constexpr (NORM) { /* cuk_rmsnorm's operations, while the first chunks load */
@@ -261,7 +267,8 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16;
     const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    k_mmv<BF, MODE, NM, IDX, NORM><<<dim3(gx, IDX ? (unsigned)B : 1u), NTH, smem, st>>>(w0, w1, K, n_out, x, B, o);
+    pdl_launch(k_mmv<BF, MODE, NM, IDX, NORM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1, K, n_out, x,
+               B, o);
     return launched();
 }
 

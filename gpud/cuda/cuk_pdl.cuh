@@ -1,0 +1,65 @@
+/* cuk_pdl.cuh — Hopper's programmatic dependent launch (PDL) for the decode chain.
+ *
+ * A kernel launched by pdl_launch may start while the kernel before it in the stream still runs
+ * (captured into a graph, the edge becomes a programmatic one). The contract every such kernel
+ * keeps, so that the chain stays ordered:
+ *   - before pdl_wait() it reads only what no kernel of the step writes (weights, launch arguments)
+ *     and writes nothing — the kernel before it may still read what this one would overwrite. The
+ *     weights are written only while the device context opens, which ends with a stream
+ *     synchronize (cudev.c's upload), so no kernel that may still be running has written them;
+ *   - pdl_wait() returns once the previous kernel has completed and its writes are visible; since
+ *     that kernel passed its own pdl_wait() before completing, every earlier kernel has too;
+ *   - pdl_trigger() comes after pdl_wait(), so the next kernel starts at most one kernel ahead.
+ * A kernel launched with <<<>>> waits for the full completion of the one before it, as always; a pdl_wait() in a kernel not launched by pdl_launch
+ * returns at once. The bits never depend on it: the same loads and the same math, only earlier.
+ * PINFER_CUDA_PDL=1 turns it on; off by default until it has been measured and its tests have run on
+ * the GPU (written in a session whose device calls were withdrawn: bench/gpu/NOTES.md). Read once: a
+ * decode graph must not change its launches between captures. A launch on the legacy NULL stream is
+ * always in plain order (the kernel tests' direct calls are the reference the PDL chain is checked
+ * against, test_cuda_ops' test_pdl). */
+#ifndef CUK_PDL_CUH
+#define CUK_PDL_CUH
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utility>
+
+/* wait for the previous kernel in the stream (completion and memory); PTX griddepcontrol.wait */
+__device__ static inline void pdl_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+/* let the next kernel launch (its blocks take SMs as they free up); griddepcontrol.launch_dependents */
+__device__ static inline void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+/* a kernel with no prologue of its own: wait, then let the next one start its prologue */
+__device__ static inline void pdl_enter(void)
+{
+    pdl_wait();
+    pdl_trigger();
+}
+/* the L2 line of p fetched ahead (no register, no fault on a valid address) */
+__device__ static inline void pdl_prefetch(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
+static bool pdl_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_PDL");
+        on = e && strcmp(e, "1") == 0;
+    }
+    return on;
+}
+
+/* kernel<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute (when
+ * on). A failed launch is reported as a <<<>>> launch's is: through cudaGetLastError (launched()). */
+template <typename... KArgs, typename... Args>
+static void pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args &&...args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = pdl_on() && st ? 1 : 0; /* the legacy stream (tests' NULL) in plain order */
+    cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+#endif
