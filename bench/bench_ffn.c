@@ -1,6 +1,7 @@
 /* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
  *
- *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [--no-mmap]
+ *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [-g GAP_US] [-s SPIN_US]
+ *             [--no-mmap]
  *
  * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
  * in decode) over random masks keeping FRACTION of the neurons (default 0.1), new masks every
@@ -9,7 +10,10 @@
  * with their own masks); the runs are built inside the timed region, as the FFN step does. Reports
  * per layer microseconds and the weight bytes ffn_partial says it read, as GB/s, one JSON line.
  * -L: only the first LAYERS layers (one layer's live rows fit in the last-level cache: the kernels'
- * cost without DRAM). */
+ * cost without DRAM).
+ * -g: the caller waits GAP_US between layers (spinning on the clock, as cpud's main thread polls its
+ * rings), outside the timed region: the pipeline's pattern, a layer's GPU part between two steps, in
+ * which idle workers may fall asleep; -s: the pool's idle spin (pool_set_spin_us, cpud's beside a GPU). */
 #include "ffn_split.h"
 #include "model.h"
 #include "pi_err.h"
@@ -42,6 +46,7 @@ int main(int argc, char **argv)
     int threads = 1, iters = 5;
     int32_t B = 1;
     int n_layers = 0; /* 0: all */
+    int gap_us = 0, spin_us = 0;
     double frac = 0.1;
     const char *path = NULL;
     enum model_weights weights = MODEL_WEIGHTS_MAP;
@@ -56,12 +61,17 @@ int main(int argc, char **argv)
             B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-L") && i + 1 < argc)
             n_layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-g") && i + 1 < argc)
+            gap_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc)
+            spin_us = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run's default */
             weights = MODEL_WEIGHTS_READ;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [--no-mmap]\n");
+            fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] "
+                            "[-g GAP_US] [-s SPIN_US] [--no-mmap]\n");
             return 2;
         }
     }
@@ -80,6 +90,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_ffn: %s\n", pi_errmsg());
         return 1;
     }
+    if (spin_us > 0)
+        pool_set_spin_us(pool, (unsigned)spin_us);
     const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
     const int L = n_layers > 0 && n_layers < m->hp.n_layer ? n_layers : m->hp.n_layer;
     float *xn = malloc((size_t)B * E * sizeof *xn), *y = malloc((size_t)B * E * sizeof *y);
@@ -111,8 +123,12 @@ int main(int argc, char **argv)
     uint64_t bytes_total = 0;
     for (int it = -1; it < iters; it++) { /* it = -1: warm-up */
         uint64_t bytes_it = 0;
-        const double t0 = now_us();
+        double dt = 0;
         for (int l = 0; l < L; l++) {
+            if (gap_us > 0)
+                for (const double g0 = now_us(); now_us() - g0 < gap_us;)
+                    ;
+            const double t0 = now_us();
             const struct pi_layer_weights w = model_layer_weights(m, l);
             const uint8_t *mk = mask + per_it * (size_t)(it + 1) + (size_t)l * B * F;
             uint64_t b;
@@ -122,8 +138,8 @@ int main(int argc, char **argv)
                 return 1;
             }
             bytes_it += b;
+            dt += now_us() - t0;
         }
-        const double dt = now_us() - t0;
         if (it < 0)
             continue;
         best = dt < best ? dt : best;
@@ -131,8 +147,9 @@ int main(int argc, char **argv)
         bytes_total = bytes_it;
     }
     printf("{\"model\":\"%s\",\"threads\":%d,\"tokens\":%d,\"fraction\":%.3f,\"layers\":%d,\"down_t\":%s,"
-           "\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,\"gb_s_best\":%.2f}\n",
-           path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", best / L, sum / iters / L,
+           "\"gap_us\":%d,\"spin_us\":%d,\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,"
+           "\"gb_s_best\":%.2f}\n",
+           path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", gap_us, spin_us, best / L, sum / iters / L,
            bytes_total / 1e6 / L, bytes_total / best / 1e3);
     ffn_scratch_fini(&s);
     ffn_runs_fini(runs);

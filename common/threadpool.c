@@ -18,6 +18,9 @@
  * the next jobs alone (every slice itself, in order: the same results) and wakes no worker, then
  * probes the workers again; each failed probe doubles the solo period (bounded).
  *
+ * Slices are claimed in ascending order (claim() hands out the next one), and the caller running alone
+ * runs them in order: a slice may wait for a lower one (threadpool.h, "Ordered slices").
+ *
  * Only one thread may call pool_run at a time.
  *
  * Orders (each release names the acquire it pairs with):
@@ -107,6 +110,8 @@ struct pi_pool {
     _Alignas(CACHE_LINE) _Atomic uint32_t pending; /* slices not finished yet; futex word of the caller */
     _Atomic uint32_t caller_sleeping;
     _Atomic uint32_t park;   /* 1: idle workers sleep now instead of spinning (pool_park) */
+    _Atomic uint32_t spin_us; /* idle workers' spin before sleeping, 0: POOL_SPIN pauses (pool_set_spin_us) */
+    _Atomic unsigned long long sleeps; /* workers' futex sleeps (pool_stats.sleeps) */
     int n_threads;
     int slices_per_thread; /* pool_slices_for's; PINFER_POOL_SLICES overrides it (benchmarks) */
     int n_started;
@@ -129,12 +134,21 @@ static void futex_wake(_Atomic uint32_t *addr, int n)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-/* Wait until *word != old; returns the new value, read with acquire (A1/A2). */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait until *word != old; returns the new value, read with acquire (A1/A2). Spins POOL_SPIN pauses,
+ * or spin_us microseconds when that is set (the clock read every POOL_YIELD_EVERY pauses), then sleeps. */
 static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping_count,
-                            _Atomic uint32_t *park)
+                            _Atomic uint32_t *park, unsigned spin_us, _Atomic unsigned long long *sleeps)
 {
     uint32_t v;
-    for (int i = 1; i <= POOL_SPIN; i++) {
+    const uint64_t spin_end = spin_us ? now_ns() + (uint64_t)spin_us * 1000u : 0;
+    for (int i = 1; spin_us || i <= POOL_SPIN; i++) {
         v = atomic_load_explicit(word, memory_order_acquire);
         if (v != old)
             return v;
@@ -144,9 +158,14 @@ static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32
             break;
         cpu_relax();
         /* with more threads than free cores the thread we wait for may need this core */
-        if (i % POOL_YIELD_EVERY == 0)
+        if (i % POOL_YIELD_EVERY == 0) {
             sched_yield();
+            if (spin_us && now_ns() >= spin_end)
+                break;
+        }
     }
+    if (sleeps)
+        atomic_fetch_add_explicit(sleeps, 1, memory_order_relaxed);
     for (;;) {
         /* S1: announce, then recheck; pairs with S2 in wake_if_sleeping */
         atomic_fetch_add_explicit(sleeping_count, 1, memory_order_seq_cst);
@@ -203,7 +222,9 @@ static void *worker_main(void *arg)
     uint32_t seen = 0; /* pool_new publishes generation 0 before starting threads */
 
     for (;;) {
-        seen = wait_change(&pool->gen, seen, &pool->sleepers, &pool->park); /* A1 */
+        /* relaxed: a tuning hint, any value is correct */
+        seen = wait_change(&pool->gen, seen, &pool->sleepers, &pool->park,
+                           atomic_load_explicit(&pool->spin_us, memory_order_relaxed), &pool->sleeps); /* A1 */
         if (atomic_load_explicit(&pool->stop, memory_order_relaxed))
             break;
         for (int ith; (ith = claim(pool, seen)) >= 0;)
@@ -253,6 +274,9 @@ int pool_new(struct pi_pool **out, int n_threads)
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->caller_sleeping, 0);
+    atomic_init(&p->park, 0);
+    atomic_init(&p->spin_us, 0);
+    atomic_init(&p->sleeps, 0);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     if (p->workers == NULL) {
         rc = pi_fail(PI_E_NOMEM, "pool: out of memory");
@@ -285,8 +309,9 @@ void pool_free(struct pi_pool *p)
         return;
     if (getenv("PINFER_POOL_STATS")) /* benchmarks: what the contention handling did */
         fprintf(stderr, "[pool] threads %d: runs %llu, caller slices %llu, straggles %llu, solo periods %llu, "
-                "solo runs %llu\n", p->n_threads, p->stats.runs, p->stats.caller_slices, p->stats.straggles,
-                p->stats.solo_periods, p->stats.solo_runs);
+                "solo runs %llu, worker sleeps %llu\n", p->n_threads, p->stats.runs, p->stats.caller_slices,
+                p->stats.straggles, p->stats.solo_periods, p->stats.solo_runs,
+                atomic_load_explicit(&p->sleeps, memory_order_relaxed));
     pool_stop_workers(p);
     free(p->workers);
     free(p);
@@ -295,13 +320,6 @@ void pool_free(struct pi_pool *p)
 int pool_size(const struct pi_pool *p)
 {
     return p->n_threads;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* After a run with workers: was it held up by a straggler or left to the caller, and is the pool
@@ -383,7 +401,7 @@ void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
         /* every slice is claimed; one still runs on a worker */
         const uint64_t t1 = now_ns();
         while (left != 0)
-            left = wait_change(&p->pending, left, &p->caller_sleeping, NULL); /* A2 */
+            left = wait_change(&p->pending, left, &p->caller_sleeping, NULL, 0, NULL); /* A2 */
         const uint64_t waited = now_ns() - t1, per_slice = mine ? (t1 - t0) / (uint64_t)mine : 0;
         straggled = waited > STRAGGLE_MIN_NS && (mine == 0 || waited > STRAGGLE_SLICES * per_slice);
     }
@@ -394,9 +412,15 @@ void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
 void pool_get_stats(const struct pi_pool *p, struct pool_stats *out)
 {
     *out = p->stats;
+    out->sleeps = atomic_load_explicit(&p->sleeps, memory_order_relaxed);
 }
 
 void pool_park(struct pi_pool *p)
 {
     atomic_store_explicit(&p->park, 1, memory_order_relaxed);
+}
+
+void pool_set_spin_us(struct pi_pool *p, unsigned us)
+{
+    atomic_store_explicit(&p->spin_us, us, memory_order_relaxed);
 }

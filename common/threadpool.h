@@ -18,7 +18,12 @@ int pool_size(const struct pi_pool *p);
 void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg);
 /* The same with n_slices slices, fn(arg, i, n_slices) for i in [0, n_slices) (1..POOL_MAX_SLICES),
  * claimed one at a time by whichever thread is free: more slices than threads balance a job whose
- * threads run at different speeds (memory-bound GEMVs on many cores). */
+ * threads run at different speeds (memory-bound GEMVs on many cores).
+ * Ordered slices: slices are claimed in ascending order (and the caller running alone runs them in
+ * that order), so when slice i starts, every slice below i has started and runs on a thread that
+ * holds it. A slice may therefore wait for a LOWER slice's result (never a higher one's): the lowest
+ * unfinished slice never waits, so the job always completes. One job can thus compute and then
+ * reduce in a fixed order (ffn_split.c) without a second pool_run and its round trip. */
 #define POOL_MAX_SLICES 65535
 #define POOL_SLICES_PER_THREAD 4
 void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices);
@@ -32,10 +37,16 @@ struct pool_stats {
     unsigned long long straggles;     /* runs held up by a preempted worker */
     unsigned long long solo_periods;  /* times oversubscription was detected */
     unsigned long long solo_runs;     /* runs done by the caller alone because of it */
+    unsigned long long sleeps;        /* times a worker went to sleep on the futex between jobs */
 };
 void pool_get_stats(const struct pi_pool *p, struct pool_stats *out);
 /* Let idle workers sleep at once instead of spinning until the next pool_run: for a pipeline
  * stage about to wait on another process that needs these cores (the next pool_run wakes them). */
 void pool_park(struct pi_pool *p);
+/* How long an idle worker spins for the next job before it sleeps, in microseconds (0: the default,
+ * POOL_SPIN pauses, some tens of microseconds). A pipeline stage whose jobs come every ~100-300 µs
+ * from another process (cpud beside a GPU) sets it above that gap: a futex wake-up of every worker
+ * on each job costs tens of microseconds on a virtual machine's vCPUs. pool_park still wins. */
+void pool_set_spin_us(struct pi_pool *p, unsigned us);
 
 #endif

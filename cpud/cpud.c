@@ -28,6 +28,10 @@
 #define CPUD_SPIN_POLLS 4000   /* polls of both rings before sleeping (each yields the core) */
 #define CPUD_SLEEP_MS 100      /* bounded sleep, to notice a stop request */
 #define DISK_LOG_STEPS 32      /* a disk-tier line in cpud's log every this many steps */
+/* Beside a device, idle workers spin this long for the next step before sleeping: steps come every
+ * ~100-300 µs during decode (a layer's GPU part), and waking 15 sleeping workers on a virtual
+ * machine's vCPUs costs tens of µs per step; the cores are cpud's (gpud keeps one, device_check). */
+#define CPUD_WORKER_SPIN_US 3000
 
 /* The disk tier: the same placement as pictl run --inproc --ram-budget (tiers.c) over the act
  * segment's split, the bundle next to the model, the neuron cache in the "ncache" segment, its
@@ -203,6 +207,11 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 
 void cpud_fini(struct cpud *c)
 {
+    if (c->ph_steps)
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us, ffn %.1f us, publish %.1f us; gap to "
+                "the next step %.1f us\n", (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps);
     ncache_free(c->nc);
     if (c->have_dio)
         disk_io_fini(&c->dio);
@@ -253,8 +262,13 @@ static int device_check(struct cpud *c)
         return rc;
     pool_free(c->pool);
     c->pool = p;
-    fprintf(stderr, "cpud: gpud runs on %s: %d worker threads (one core left to gpud's host thread), not parked\n",
-            ctl->backend_used, nt - 1);
+    /* PINFER_CPUD_SPIN_US overrides the spin (0: the pool's default; for A/B benchmarks) */
+    const char *e = getenv("PINFER_CPUD_SPIN_US");
+    const int spin = e ? atoi(e) : CPUD_WORKER_SPIN_US;
+    pool_set_spin_us(p, spin > 0 ? (unsigned)spin : 0u);
+    c->spin_us = spin > 0 ? (unsigned)spin : 0u;
+    fprintf(stderr, "cpud: gpud runs on %s: %d worker threads (one core left to gpud's host thread), not parked, "
+            "workers spin %d us between steps\n", ctl->backend_used, nt - 1, spin > 0 ? spin : 0);
     return 0;
 }
 
@@ -284,8 +298,10 @@ static int do_step(struct cpud *c, const struct act_item *it)
      * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
     if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
+    const uint64_t t1 = stage_now_ns();
     if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
         return rc;
+    const uint64_t t2 = stage_now_ns();
     if (c->nc && it->layer == m->hp.n_layer - 1) {
         if ((rc = ncache_step(c->nc, B)))
             return rc;
@@ -307,7 +323,16 @@ static int do_step(struct cpud *c, const struct act_item *it)
     c->last_seq = it->seq;
     if (!c->beside_device)
         pool_park(c->pool); /* gpud runs the next attention on these cores */
-    stage_prof(&c->rt, it->layer, stage_now_ns() - t0, 0, bytes);
+    const uint64_t t3 = stage_now_ns();
+    if (B == 1 && !c->nc) {
+        c->ph_steps++;
+        c->ph_prep_ns += t1 - t0;
+        c->ph_ffn_ns += t2 - t1;
+        c->ph_pub_ns += t3 - t2;
+        c->ph_gap_ns += c->ph_last_end && t0 > c->ph_last_end ? t0 - c->ph_last_end : 0;
+    }
+    c->ph_last_end = t3;
+    stage_prof(&c->rt, it->layer, t3 - t0, 0, bytes);
     return 0;
 }
 
@@ -354,13 +379,19 @@ int cpud_run(struct cpud *c)
     struct act_hdr *h = c->act.hdr;
     struct ring *pred = &c->act.rings[ACT_RING_PRED_CPU], *gpu = &c->act.rings[ACT_RING_GPU_CPU];
     int idle = 0;
+    uint64_t busy_end = 0; /* beside a device: when the last step ended */
     while (!stage_should_stop(&c->rt)) {
         if (poll_ring(c, pred) + poll_ring(c, gpu)) {
             idle = 0;
+            busy_end = c->beside_device ? stage_now_ns() : 0;
             continue;
         }
-        if (++idle < CPUD_SPIN_POLLS) {
-            sched_yield(); /* 2 cores: let the producer run */
+        /* beside a device, as long as the workers spin (the next step is due within a layer's GPU
+         * part: a futex wake-up here would be on every layer's critical path); else a few thousand
+         * yields (2 cores: let the producer run) */
+        if (++idle < CPUD_SPIN_POLLS ||
+            (busy_end && stage_now_ns() - busy_end < (uint64_t)c->spin_us * 1000u)) {
+            sched_yield();
             continue;
         }
         const uint32_t bell = atomic_load_explicit(&h->cpud_bell, memory_order_seq_cst);

@@ -31,6 +31,11 @@ struct cpud {
     struct ffn_runs next;
     bool dev_known;         /* gpud's backend_used was read (device_check) */
     bool beside_device;     /* gpud computes on a device, not on these cores */
+    unsigned spin_us;       /* beside a device: how long cpud and its workers spin for the next step */
+    /* where a decode step's time goes (one-token steps; printed at exit): the norm, masks and runs
+     * before the kernels, ffn_partial, the result published, and the gap from one step's end to the
+     * next one's start (waiting for gpud) */
+    uint64_t ph_steps, ph_prep_ns, ph_ffn_ns, ph_pub_ns, ph_gap_ns, ph_last_end;
 };
 
 int cpud_init(struct cpud *c, int argc, char **argv);

@@ -1,6 +1,7 @@
 /* ffn_split.c — FFN over a subset of neurons (see ffn_split.h). */
 #include "ffn_split.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,7 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     free(s->gacc);
     free(s->gused);
     free(s->grows);
+    free((void *)s->gdone);
     memset(s, 0, sizeof *s);
 }
 
@@ -133,9 +135,13 @@ struct ffn_job {
     pi_axpy_fn axpy;
     int32_t t0, t1;             /* the tokens of this pass (at most AXPY_TOKENS) */
     int64_t n_groups;
-    float *gacc;                /* (n_groups, AXPY_TOKENS, n_embd) */
+    float *gacc;                /* (n_groups, t1 - t0, n_embd): contiguous for the pass's tokens */
     uint8_t *gused;             /* (n_groups, AXPY_TOKENS): the group has a live neuron for the token */
     int64_t *grows;             /* (n_groups) down_t rows read by the group */
+    _Atomic uint32_t *gdone;    /* (n_groups) == stamp: the group's accumulators and gused are written */
+    uint32_t stamp;
+    int32_t n_red;              /* reduction slices, after the n_groups group slices */
+    int64_t red_chunk;          /* y columns per reduction slice: whole cache lines */
 };
 
 /* Runs shorter than this are dotted row by row (vec_dot): the multi-row GEMV prepares the whole
@@ -233,51 +239,43 @@ struct group_rows {
     uint8_t live[AXPY_GROUP]; /* the neuron is added for some token (its down_t row is read) */
 };
 
-/* This thread's groups [g0, g1): the activations of their neurons (one gathered GEMV per token and
- * kind: the activation is prepared once for the group's rows, and no prefetch strays past a row),
- * then their AXPYs in ascending neuron order. */
-static void group_worker(void *arg, int ith, int nth)
+/* Group g: the activations of its neurons (one gathered GEMV per token and kind: the activation is
+ * prepared once for the group's rows, and no prefetch strays past a row), then their AXPYs in
+ * ascending neuron order into the group's accumulators; then the group is marked done. */
+static void group_one(const struct ffn_job *j, int64_t g)
 {
-    const struct ffn_job *j = arg;
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
-    const int64_t g0 = j->n_groups * ith / nth, g1 = j->n_groups * (ith + 1) / nth;
     const int32_t nt = j->t1 - j->t0;
     const uint32_t gate_type = lw_tensor(j->w, PI_ROW_GATE)->type;
     struct group_rows gr;
-    memset(gr.live, 0, sizeof gr.live);
-    /* first run that may reach group g0 (runs are sorted and disjoint): a binary search, as a
-     * slice is one group and there are ~n_ff / 10 runs */
+    const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
+    float *acc = j->gacc + (size_t)g * (size_t)nt * (size_t)E;
+    uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
+    memset(used, 0, AXPY_TOKENS);
+    /* first run that may reach the group (runs are sorted and disjoint): a binary search, as there
+     * are ~n_ff / 10 runs */
     int32_t k = 0, hi_k = j->runs->n;
     while (k < hi_k) {
         const int32_t mid = k + (hi_k - k) / 2;
-        if (j->runs->run[mid][0] + j->runs->run[mid][1] <= g0 * AXPY_GROUP)
+        if (j->runs->run[mid][0] + j->runs->run[mid][1] <= lo)
             k = mid + 1;
         else
             hi_k = mid;
     }
-    for (int64_t g = g0; g < g1; g++) {
-        const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
-        float *acc = j->gacc + (size_t)g * AXPY_TOKENS * (size_t)E;
-        uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
-        memset(used, 0, AXPY_TOKENS);
-        int64_t rows = 0;
-        while (k < j->runs->n && j->runs->run[k][0] + j->runs->run[k][1] <= lo)
-            k++;
-        gr.n = 0;
-        for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
-            const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
-            const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
-            for (int64_t i = s; i < e; i++) {
-                gr.idx[gr.n] = i;
-                gr.gate[gr.n] = lw_row(j->w, PI_ROW_GATE, i);
-                gr.up[gr.n] = lw_row(j->w, PI_ROW_UP, i);
-                gr.n++;
-            }
+    gr.n = 0;
+    for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
+        const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
+        const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
+        for (int64_t i = s; i < e; i++) {
+            gr.idx[gr.n] = i;
+            gr.gate[gr.n] = lw_row(j->w, PI_ROW_GATE, i);
+            gr.up[gr.n] = lw_row(j->w, PI_ROW_UP, i);
+            gr.live[gr.n] = 0;
+            gr.n++;
         }
-        if (gr.n == 0) {
-            j->grows[g] = 0;
-            continue;
-        }
+    }
+    int64_t rows = 0;
+    if (gr.n) {
         for (int32_t t = j->t0; t < j->t1; t++) {
             const char *x = j->xq + (size_t)t * j->xq_stride;
             quant_gemv_gather(gate_type, E, x, gr.gate, gr.n, gr.g);
@@ -307,31 +305,70 @@ static void group_worker(void *arg, int ith, int nth)
             if (nl)
                 quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.a, gr.down, nl, true);
         }
-        for (int32_t r = 0; r < gr.n; r++) {
+        for (int32_t r = 0; r < gr.n; r++)
             rows += gr.live[r];
-            gr.live[r] = 0;
-        }
-        j->grows[g] = rows;
+    }
+    j->grows[g] = rows;
+    /* release: the accumulators, gused and grows are written before a reduction slice (or the
+     * caller, after the job) takes them; pairs with the acquire in group_wait */
+    atomic_store_explicit(&j->gdone[g], j->stamp, memory_order_release);
+}
+
+#define GROUP_WAIT_YIELD 64 /* pauses between yields while a group is still being computed */
+
+/* Wait until group g of this pass is done. Group slices come before every reduction slice, so g is
+ * held by a running thread (threadpool.h, "Ordered slices"); the yield lets it run on a busy machine. */
+static void group_wait(const struct ffn_job *j, int64_t g)
+{
+    for (unsigned i = 1; atomic_load_explicit(&j->gdone[g], memory_order_acquire) != j->stamp; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (i % GROUP_WAIT_YIELD == 0)
+            sched_yield();
     }
 }
 
-/* y[t, e0:e1] = Σ in group order of the accumulators of the groups used by token t */
-static void group_reduce_worker(void *arg, int ith, int nth)
+/* y[t, e0:e1] = Σ in group order of the accumulators of the groups used by token t, each group
+ * taken as soon as it is done: a reduction slice's columns are whole cache lines (no false sharing
+ * of y between slices), and it runs along the groups while the last of them are computed. */
+static void group_reduce(const struct ffn_job *j, int32_t r)
 {
-    const struct ffn_job *j = arg;
     const int64_t E = j->m->hp.n_embd;
-    const int64_t e0 = E * ith / nth, e1 = E * (ith + 1) / nth;
-    for (int32_t t = 0; t < j->t1 - j->t0; t++) {
-        float *y = j->y + (size_t)(j->t0 + t) * E;
-        memset(y + e0, 0, (size_t)(e1 - e0) * sizeof *y);
-        for (int64_t g = 0; g < j->n_groups; g++) {
+    const int32_t nt = j->t1 - j->t0;
+    const int64_t e0 = (int64_t)r * j->red_chunk;
+    const int64_t e1 = e0 + j->red_chunk < E ? e0 + j->red_chunk : E;
+    for (int32_t t = 0; t < nt; t++)
+        memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
+    for (int64_t g = 0; g < j->n_groups; g++) {
+        group_wait(j, g);
+        for (int32_t t = 0; t < nt; t++) {
             if (!j->gused[(size_t)g * AXPY_TOKENS + t])
                 continue;
-            const float *acc = j->gacc + ((size_t)g * AXPY_TOKENS + (size_t)t) * (size_t)E;
+            float *y = j->y + (size_t)(j->t0 + t) * E;
+            const float *acc = j->gacc + ((size_t)g * (size_t)nt + (size_t)t) * (size_t)E;
             for (int64_t e = e0; e < e1; e++)
                 y[e] += acc[e];
         }
     }
+}
+
+/* The reduction alone, as a second job after the groups' (PINFER_FFN_TWO_JOBS=1: the A/B baseline) */
+static void reduce_job(void *arg, int ith, int nth)
+{
+    (void)nth;
+    group_reduce(arg, ith);
+}
+
+/* One job a pass: slices [0, n_groups) compute the groups, the n_red after them reduce. */
+static void group_job(void *arg, int ith, int nth)
+{
+    const struct ffn_job *j = arg;
+    (void)nth;
+    if (ith < j->n_groups)
+        group_one(j, ith);
+    else
+        group_reduce(j, (int32_t)(ith - j->n_groups));
 }
 
 /* y[b, e] = Σ over runs of down[e, run] · act[b, run] for this thread's rows e */
@@ -379,6 +416,20 @@ static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, i
         }
     }
     return n;
+}
+
+/* PINFER_FFN_TWO_JOBS=1: the groups and the reduction as two pool jobs, as before the fused job (the
+ * same bits; for A/B benchmarks of the hand-out's cost) */
+static bool two_jobs(void)
+{
+    static _Atomic int v = -1; /* relaxed: every thread computes the same value */
+    int x = atomic_load_explicit(&v, memory_order_relaxed);
+    if (x < 0) {
+        const char *e = getenv("PINFER_FFN_TWO_JOBS");
+        x = e && e[0] == '1';
+        atomic_store_explicit(&v, x, memory_order_relaxed);
+    }
+    return x;
 }
 
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
@@ -439,26 +490,49 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             float *p = realloc(s->gacc, gneed * sizeof *p);
             uint8_t *u = realloc(s->gused, (size_t)j.n_groups * AXPY_TOKENS);
             int64_t *gr = realloc(s->grows, (size_t)j.n_groups * sizeof *gr);
+            _Atomic uint32_t *gd = calloc((size_t)j.n_groups, sizeof *gd);
             if (p)
                 s->gacc = p;
             if (u)
                 s->gused = u;
             if (gr)
                 s->grows = gr;
-            if (!p || !u || !gr)
+            if (gd) {
+                free((void *)s->gdone);
+                s->gdone = gd;
+                s->gstamp = 0;
+            }
+            if (!p || !u || !gr || !gd)
                 return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
             s->gacc_cap = gneed;
         }
         j.gacc = s->gacc;
         j.gused = s->gused;
         j.grows = s->grows;
+        j.gdone = s->gdone;
+        /* reduction slices: one per thread, of whole cache lines of y */
+        const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
+        j.n_red = pool_size(pool);
+        j.red_chunk = ((E + j.n_red - 1) / j.n_red + line - 1) / line * line;
+        j.n_red = (int32_t)((E + j.red_chunk - 1) / j.red_chunk);
         uint64_t rows = 0;
         for (int32_t t0 = 0; t0 < B; t0 += AXPY_TOKENS) {
             j.t0 = t0;
             j.t1 = t0 + AXPY_TOKENS < B ? t0 + AXPY_TOKENS : B;
-            /* one slice per group: a thread that finishes its group takes the next one */
-            pool_run_n(pool, group_worker, &j, (int)j.n_groups);
-            pool_run(pool, group_reduce_worker, &j);
+            if (++s->gstamp == 0) { /* wrapped: no group may still hold the new stamp */
+                for (int64_t g = 0; g < j.n_groups; g++)
+                    atomic_store_explicit(&s->gdone[g], 0, memory_order_relaxed);
+                s->gstamp = 1;
+            }
+            j.stamp = s->gstamp;
+            /* one slice per group (a thread that finishes its group takes the next one), then the
+             * reduction's slices, in one hand-out */
+            if (two_jobs()) {
+                pool_run_n(pool, group_job, &j, (int)j.n_groups);
+                pool_run_n(pool, reduce_job, &j, j.n_red);
+            } else {
+                pool_run_n(pool, group_job, &j, (int)(j.n_groups + j.n_red));
+            }
             for (int64_t g = 0; g < j.n_groups; g++)
                 rows += (uint64_t)j.grows[g];
         }

@@ -20,7 +20,9 @@
  * computes their neurons' activations and adds each live neuron's down_t row (its three rows read
  * back to back) into the group's accumulator in ascending neuron order; y then sums, per token, the
  * accumulators of the groups that have a live neuron for it, in group order: the same terms in the
- * same order for any thread count and any batch.
+ * same order for any thread count and any batch. Groups and the reduction are one pool job: the
+ * reduction's slices come after the groups' and take each group's accumulator as soon as it is
+ * written (the pool's ordered slices), so a layer costs one hand-out to the workers, not two.
  *
  * Under a mask (sparse), token b's activation of neuron i is 0 unless mask[b, i]: a batch may
  * compute the rows of the union of its tokens' masks, but a token's result depends only on its own
@@ -28,6 +30,7 @@
 #ifndef PI_FFN_SPLIT_H
 #define PI_FFN_SPLIT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -59,6 +62,8 @@ struct ffn_scratch {
     size_t gacc_cap;
     uint8_t *gused;
     int64_t *grows;
+    _Atomic uint32_t *gdone; /* (n_groups): the pass stamp once the group's accumulator is written */
+    uint32_t gstamp;         /* the current pass's stamp (never 0) */
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 

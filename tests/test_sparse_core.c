@@ -368,6 +368,74 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
     unlink(path);
 }
 
+/* ---- ffn_partial through down_t: the same bits at any thread count and batch ----
+ * Several neuron groups (the last one partial) and a batch of two token passes; under per-token
+ * masks: y is bitwise the same for pools of 1..7 threads, and a token alone (its own mask row) gets
+ * its row of the batch's y bit for bit (the fused group + reduction job, ffn_split.c). */
+#define INV_B 19 /* two passes of AXPY_TOKENS (16) */
+static void test_partial_invariance(const char *dir, uint32_t type)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/inv-%u.gguf", dir, type);
+    struct pwri_cfg c = base_cfg();
+    c.ffn_type = type;
+    c.n_embd = 128;
+    c.n_ff = 256 * 9 + 64;
+    c.n_layer = 1;
+    c.pred = PRED_RANDOM;
+    struct pwri_weights w;
+    pwri_make(&c, &w, 40 + type);
+    pwri_write(path, &c, &w);
+    struct pi_model *m = load_ok(path);
+    const int64_t E = c.n_embd, F = c.n_ff;
+    float *xn = malloc((size_t)(INV_B * E) * sizeof *xn), *y0 = malloc((size_t)(INV_B * E) * sizeof *y0),
+          *y1 = malloc((size_t)(INV_B * E) * sizeof *y1), *yt = malloc((size_t)E * sizeof *yt);
+    uint8_t *sel = malloc((size_t)F), *mask = malloc((size_t)(INV_B * F));
+    for (int64_t i = 0; i < INV_B * E; i++)
+        xn[i] = urand();
+    for (int64_t i = 0; i < F; i++)
+        sel[i] = urand() > -0.6f; /* ~80 % cold */
+    for (int64_t i = 0; i < INV_B * F; i++)
+        mask[i] = urand() > 0.4f;
+    struct ffn_runs r = { 0 }, rt = { 0 };
+    struct ffn_scratch s = { 0 };
+    const struct pi_layer_weights lw = model_layer_weights(m, 0);
+    CHECK_OK(ffn_runs_build(&r, sel, 1, mask, INV_B, F));
+    struct pi_pool *p1 = NULL;
+    CHECK_OK(pool_new(&p1, 1));
+    CHECK_OK(ffn_partial(p1, &s, m, &lw, xn, INV_B, &r, mask, y0, NULL));
+    int differ = 0;
+    for (int nt = 2; nt <= 7; nt++) {
+        struct pi_pool *p = NULL;
+        CHECK_OK(pool_new(&p, nt));
+        for (int rep = 0; rep < 20; rep++) {
+            CHECK_OK(ffn_partial(p, &s, m, &lw, xn, INV_B, &r, mask, y1, NULL));
+            differ += memcmp(y0, y1, (size_t)(INV_B * E) * sizeof *y0) != 0;
+        }
+        for (int t = 0; t < INV_B; t += 6) {
+            CHECK_OK(ffn_runs_build(&rt, sel, 1, mask + (size_t)t * F, 1, F));
+            CHECK_OK(ffn_partial(p, &s, m, &lw, xn + (size_t)t * E, 1, &rt, mask + (size_t)t * F, yt, NULL));
+            CHECK(!memcmp(yt, y0 + (size_t)t * E, (size_t)E * sizeof *yt), "%s, %d threads: token %d alone differs "
+                  "from its row in the batch", quant_traits(type)->name, nt, t);
+        }
+        pool_free(p);
+    }
+    CHECK(differ == 0, "%s: %d runs at 2-7 threads differ from 1 thread", quant_traits(type)->name, differ);
+    double mx = 0;
+    for (int64_t i = 0; i < INV_B * E; i++)
+        mx = fmax(mx, fabs((double)y0[i]));
+    CHECK(mx > 0, "%s: the masked cold share is not all zero", quant_traits(type)->name);
+    printf("ffn_partial down_t %s: bitwise the same at 1-7 threads and alone as in a batch of %d\n",
+           quant_traits(type)->name, INV_B);
+    pool_free(p1);
+    ffn_runs_fini(&r), ffn_runs_fini(&rt);
+    ffn_scratch_fini(&s);
+    free(xn), free(y0), free(y1), free(yt), free(sel), free(mask);
+    model_free(m);
+    pwri_free(&c, &w);
+    unlink(path);
+}
+
 /* ---- forward: dense via down_t, sparse with predictors ---- */
 
 /* x (B, E) random; ctx_ffn of one layer; returns the FFN output x' - x in out */
@@ -559,6 +627,8 @@ int main(void)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_partial(dir, types[i], pool);
     pool_free(pool);
+    test_partial_invariance(dir, PI_TYPE_F16);
+    test_partial_invariance(dir, PI_TYPE_Q4_0);
     test_forward(dir);
     rmdir(dir);
     return tu_finish("sparse_core");

@@ -7,6 +7,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -94,6 +95,92 @@ static void test_slices(int n_threads)
     CHECK(pool_slices_for(p, 100000, 16) == n_threads * POOL_SLICES_PER_THREAD, "slices for a big job");
     CHECK(pool_slices_for(p, 16 * n_threads, 16) == n_threads, "a small job gets one slice a thread");
     CHECK(pool_slices_for(p, 8, 16) == n_threads, "never fewer slices than threads");
+    pool_free(p);
+}
+
+/* Ordered slices: slices [0, ORD_PRODUCERS) each write a value and publish it; the ORD_CONSUMERS
+ * slices after them each wait for every producer in order and sum them (a wait on a lower slice,
+ * which threadpool.h allows). The job must finish (no deadlock) at any thread count, also when the
+ * caller runs it alone, and every consumer sees every value. */
+#define ORD_PRODUCERS 23
+#define ORD_CONSUMERS 5
+struct ord_job {
+    uint64_t val[ORD_PRODUCERS];
+    _Atomic uint32_t done[ORD_PRODUCERS];
+    uint32_t stamp;
+    uint64_t sum[ORD_CONSUMERS];
+};
+
+static void ord_fn(void *arg, int ith, int nth)
+{
+    struct ord_job *j = arg;
+    (void)nth;
+    if (ith < ORD_PRODUCERS) {
+        j->val[ith] = (uint64_t)ith * 1000003u + j->stamp;
+        atomic_store_explicit(&j->done[ith], j->stamp, memory_order_release);
+        return;
+    }
+    uint64_t s = 0;
+    for (int k = 0; k < ORD_PRODUCERS; k++) {
+        while (atomic_load_explicit(&j->done[k], memory_order_acquire) != j->stamp)
+            sched_yield();
+        s += j->val[k];
+    }
+    j->sum[ith - ORD_PRODUCERS] = s;
+}
+
+static void test_ordered(int n_threads)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, n_threads));
+    static struct ord_job j;
+    memset(&j, 0, sizeof j);
+    int bad = 0;
+    for (uint32_t r = 1; r <= 500; r++) {
+        j.stamp = r;
+        pool_run_n(p, ord_fn, &j, ORD_PRODUCERS + ORD_CONSUMERS);
+        uint64_t want = 0;
+        for (int k = 0; k < ORD_PRODUCERS; k++)
+            want += (uint64_t)k * 1000003u + r;
+        for (int c = 0; c < ORD_CONSUMERS; c++)
+            bad += j.sum[c] != want;
+    }
+    CHECK(bad == 0, "%d threads: %d consumer slices missed a lower slice's value", n_threads, bad);
+    pool_free(p);
+}
+
+/* pool_set_spin_us: workers spinning that long catch a job that comes within it without sleeping;
+ * with the default spin and the same gap they go to sleep (counted in pool_stats.sleeps). */
+#define SPIN_GAP_US 2000
+static void test_spin(void)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, 2));
+    struct count_job cj;
+    memset(&cj, 0, sizeof cj);
+    const struct timespec gap = { .tv_sec = 0, .tv_nsec = SPIN_GAP_US * 1000L };
+    struct pool_stats a, b, c;
+    pool_run(p, count_fn, &cj);
+    pool_get_stats(p, &a);
+    for (int r = 0; r < 20; r++) {
+        nanosleep(&gap, NULL);
+        pool_run(p, count_fn, &cj);
+    }
+    pool_get_stats(p, &b);
+    pool_set_spin_us(p, 200000); /* far above the gap: a busy machine may hold the worker off its core */
+    pool_run(p, count_fn, &cj);
+    pool_get_stats(p, &a);
+    for (int r = 0; r < 20; r++) {
+        nanosleep(&gap, NULL);
+        pool_run(p, count_fn, &cj);
+    }
+    pool_get_stats(p, &c);
+    CHECK(cj.calls[0] == 42 && cj.calls[1] == 42, "every run ran both slices");
+    fprintf(stderr, "spin: default spin %llu sleeps in 20 gaps of %d us, 200 ms spin %llu\n",
+            b.sleeps, SPIN_GAP_US, c.sleeps - a.sleeps);
+    CHECK(c.sleeps - a.sleeps <= 2, "spinning 200 ms, the worker slept %llu times in 20 gaps of %d us",
+          c.sleeps - a.sleeps, SPIN_GAP_US);
+    pool_set_spin_us(p, 0);
     pool_free(p);
 }
 
@@ -274,7 +361,9 @@ int main(int argc, char **argv)
     for (int n = 1; n <= MAX_THREADS; n++) {
         test_pool(n, v, sum);
         test_slices(n);
+        test_ordered(n);
     }
+    test_spin();
 
     struct pi_pool *p = (struct pi_pool *)&sum;
     CHECK(pool_new(&p, 0) == -PI_E_INVAL && p == NULL, "zero threads rejected");
