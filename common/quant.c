@@ -226,7 +226,33 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 #define GATHER_AHEAD 2
 #endif
 
+size_t quant_gather_act_bytes(uint32_t type, int64_t n)
+{
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (level_now() == PI_CPU_AVX2)
+        return quant_avx2_gather_act_bytes(type, n);
+#endif
+    (void)type, (void)n;
+    return 0;
+}
+
+void quant_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act)
+{
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (level_now() == PI_CPU_AVX2 && quant_avx2_gather_act_bytes(type, n))
+        quant_avx2_gather_act_prepare(type, n, x_vd, act);
+#else
+    (void)type, (void)n, (void)x_vd, (void)act;
+#endif
+}
+
 void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows, float *y)
+{
+    quant_gemv_gather_act(type, n, x_vd, NULL, rows, nrows, y);
+}
+
+void quant_gemv_gather_act(uint32_t type, int64_t n, const void *x_vd, const void *act, const void *const *rows,
+                           int64_t nrows, float *y)
 {
     const enum pi_cpu_level l = level_now();
     const struct pi_type_traits *t = traits_at(type, l);
@@ -235,8 +261,10 @@ void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *c
         return;
     }
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_gemv_gather(type, n, x_vd, rows, nrows, y))
+    if (l == PI_CPU_AVX2 && quant_avx2_gemv_gather(type, n, x_vd, act, rows, nrows, y))
         return;
+#else
+    (void)act;
 #endif
     const size_t row_bytes = quant_row_size(type, n);
     for (int64_t r = 0; r < nrows; r++) {

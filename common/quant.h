@@ -117,6 +117,15 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
  * few ahead of the one computed, and no prefetch reaches past a row's end. */
 void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
                        float *y);
+/* The same with the activation prepared once for many calls (a sparse FFN layer gathers twice per
+ * neuron group, ~86 times a token, over one x_vd): quant_gather_act_bytes is the size of the prepared
+ * form at the current kernel level (0 when the type has none there: pass act NULL), which
+ * quant_gather_act_prepare writes (64-byte aligned) and quant_gemv_gather_act reads, from any
+ * thread; results bitwise quant_gemv_gather's. Prepare and gather at the same level. */
+size_t quant_gather_act_bytes(uint32_t type, int64_t n);
+void quant_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act);
+void quant_gemv_gather_act(uint32_t type, int64_t n, const void *x_vd, const void *act, const void *const *rows,
+                           int64_t nrows, float *y);
 
 /* y += Σ_k a[k] * rows[k] for k in [0, nr), each element's updates in order k: bitwise nr calls of
  * the type's axpy in that order (at the same level), after a memset of y to 0 if init. The sparse
@@ -139,9 +148,13 @@ void quant_avx2_install(struct pi_type_traits *traits, size_t count);
  * for the other types (and rows too long for its stack buffers); same preconditions as above. */
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                           float *y, int64_t r0, int64_t r1);
-/* and its gather (quant_gemv_gather's contract): false, computing nothing, for the types it lacks */
-bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
-                            float *y);
+/* and its gather (quant_gemv_gather's contract; act: quant_avx2_gather_act_prepare's, or NULL to
+ * prepare here): false, computing nothing, for the types it lacks */
+bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *act, const void *const *rows,
+                            int64_t nrows, float *y);
+/* the prepared activation's bytes (0: none for this type / length) and its preparation */
+size_t quant_avx2_gather_act_bytes(uint32_t type, int64_t n);
+void quant_avx2_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act);
 /* and its multi-row AXPY (quant_axpy_rows' contract): false, computing nothing, for the types it lacks */
 bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
                           bool init);

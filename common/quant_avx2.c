@@ -730,20 +730,28 @@ static bool is_float_type(uint32_t type)
 
 /* one activation against rows [r0, r1), dense (rowp NULL) or gathered: the float types' dots, or the
  * q8_0 / q4_0 rows against the activation prepared once; false for the other types */
+/* one activation against rows [r0, r1), dense (rowp NULL) or gathered: the float types' dots, or the
+ * q8_0 / q4_0 rows against the activation prepared once (here, or by the caller: prep); false for the
+ * other types */
 static bool gemv_one(uint32_t type, const void *W, size_t row_bytes, const void *const *rowp, int64_t n,
-                     const void *x_vd, float *y, int64_t r0, int64_t r1)
+                     const void *x_vd, const void *prep, float *y, int64_t r0, int64_t r1)
 {
     if (is_float_type(type))
         return float_rows(type, W, row_bytes, rowp, n, x_vd, y, r0, r1);
     const int64_t nb = n / QK8_0;
     if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
         return false;
-    /* 80 KiB on the stack: threads have megabytes, and no allocation per call */
-    _Alignas(64) char buf[GEMV_MAX_BLOCKS * (QK8_0 + 2 * sizeof(float))];
     struct gemv_act act;
-    gemv_act_bind(&act, buf, nb);
     const struct gemv_act *a[1] = { &act };
     const struct block_q8_0 *ys[1] = { x_vd };
+    if (prep) { /* read only: bound to the caller's prepared arrays */
+        gemv_act_bind(&act, (char *)prep, nb);
+        rows_prepared(type, W, row_bytes, rowp, nb, 1, ys, a, y, 0, r0, r1);
+        return true;
+    }
+    /* 80 KiB on the stack: threads have megabytes, and no allocation per call */
+    _Alignas(64) char buf[GEMV_MAX_BLOCKS * (QK8_0 + 2 * sizeof(float))];
+    gemv_act_bind(&act, buf, nb);
     gemv_act_prepare(type, &act, x_vd, nb);
     rows_prepared(type, W, row_bytes, rowp, nb, 1, ys, a, y, 0, r0, r1);
     return true;
@@ -752,13 +760,26 @@ static bool gemv_one(uint32_t type, const void *W, size_t row_bytes, const void 
 bool quant_avx2_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                           float *y, int64_t r0, int64_t r1)
 {
-    return gemv_one(type, W, row_bytes, NULL, n, x_vd, y, r0, r1);
+    return gemv_one(type, W, row_bytes, NULL, n, x_vd, NULL, y, r0, r1);
 }
 
-bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows,
-                            float *y)
+bool quant_avx2_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *act, const void *const *rows,
+                            int64_t nrows, float *y)
 {
-    return gemv_one(type, NULL, quant_row_size(type, n), rows, n, x_vd, y, 0, nrows);
+    return gemv_one(type, NULL, quant_row_size(type, n), rows, n, x_vd, act, y, 0, nrows);
+}
+
+size_t quant_avx2_gather_act_bytes(uint32_t type, int64_t n)
+{
+    const int64_t nb = n / QK8_0;
+    return (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0) && nb <= GEMV_MAX_BLOCKS ? gemv_act_bytes(nb) : 0;
+}
+
+void quant_avx2_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act)
+{
+    struct gemv_act a;
+    gemv_act_bind(&a, act, n / QK8_0);
+    gemv_act_prepare(type, &a, x_vd, n / QK8_0);
 }
 
 /* The GEMM tile: rows [r0, r1) against B activations, all prepared once per call (B x 40 bytes per

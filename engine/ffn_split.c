@@ -103,6 +103,7 @@ void ffn_runs_fini(struct ffn_runs *r)
 void ffn_scratch_fini(struct ffn_scratch *s)
 {
     ops_scratch_fini(&s->xq);
+    ops_scratch_fini(&s->xact);
     ops_scratch_fini(&s->aq);
     ops_scratch_fini(&s->drun);
     free(s->act);
@@ -121,6 +122,8 @@ struct ffn_job {
     const uint8_t *mask; /* (B, n_ff) each token's own mask, or NULL: every neuron of runs */
     const char *xq;     /* (B) rows of n in gate's vec_dot_type */
     size_t xq_stride;
+    const char *xact;   /* (B) xq rows prepared for quant_gemv_gather_act, xact_stride apart; NULL: none */
+    size_t xact_stride;
     float *act;         /* (B, n_ff): gate results, then act */
     float *up;          /* (B, n_ff) */
     const char *aq;     /* (B) rows of act in down's vec_dot_type */
@@ -278,8 +281,9 @@ static void group_one(const struct ffn_job *j, int64_t g)
     if (gr.n) {
         for (int32_t t = j->t0; t < j->t1; t++) {
             const char *x = j->xq + (size_t)t * j->xq_stride;
-            quant_gemv_gather(gate_type, E, x, gr.gate, gr.n, gr.g);
-            quant_gemv_gather(gate_type, E, x, gr.up, gr.n, gr.u);
+            const char *xa = j->xact ? j->xact + (size_t)t * j->xact_stride : NULL;
+            quant_gemv_gather_act(gate_type, E, x, xa, gr.gate, gr.n, gr.g);
+            quant_gemv_gather_act(gate_type, E, x, xa, gr.up, gr.n, gr.u);
             const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
             float *a = j->act + (size_t)t * F;
             for (int32_t r = 0; r < gr.n; r++) {
@@ -475,6 +479,18 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         for (int32_t t = 0; t < B; t++)
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + j.xq_stride * (size_t)t, E);
         j.xq = s->xq.buf;
+    }
+    /* each token's activation prepared once for every group's gathers (they would each prepare it:
+     * ~86 times a layer), 64-byte aligned as the kernels' aligned loads want */
+    const uint32_t gate_type = lw_tensor(w, PI_ROW_GATE)->type;
+    j.xact_stride = quant_gather_act_bytes(gate_type, E);
+    if (j.xact_stride) {
+        if ((rc = ops_scratch_reserve(&s->xact, j.xact_stride * (size_t)B + 64)))
+            return rc;
+        char *xa = (char *)(((uintptr_t)s->xact.buf + 63) & ~(uintptr_t)63);
+        for (int32_t t = 0; t < B; t++)
+            quant_gather_act_prepare(gate_type, E, j.xq + j.xq_stride * (size_t)t, xa + j.xact_stride * (size_t)t);
+        j.xact = xa;
     }
     if (l->ffn_down_t.data) {
         /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */

@@ -53,6 +53,7 @@ void ffn_runs_fini(struct ffn_runs *r);
 
 struct ffn_scratch {
     struct ops_scratch xq;  /* n in gate/up's vec_dot_type */
+    struct ops_scratch xact; /* xq prepared once for the gathers (quant_gather_act_prepare), per token */
     struct ops_scratch aq;  /* activations in down's vec_dot_type */
     struct ops_scratch drun; /* runs widened to whole blocks of the down weights */
     float *act;             /* (B, n_ff) */

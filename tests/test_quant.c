@@ -608,6 +608,20 @@ static void check_gather_axpy_rows(const char *level)
                 bad += memcmp(&want, &g[r], sizeof want) != 0;
             }
             CHECK(bad == 0, "%s %s n=%ld: %d gathered rows differ from vec_dot", level, ref->name, (long)n, bad);
+            /* the same with the activation prepared once beforehand (the sparse FFN's way), where the
+             * level has a prepared form; prepared twice into one buffer: nothing depends on its past */
+            const size_t ab = quant_gather_act_bytes(type, n);
+            if (ab) {
+                void *act = aligned_alloc(64, (ab + 63) / 64 * 64);
+                REQUIRE(act, "alloc");
+                memset(act, 0x5a, ab);
+                quant_gather_act_prepare(type, n, xv, act);
+                float ga[NR];
+                quant_gemv_gather_act(type, n, xv, act, (const void *const *)rows, NR, ga);
+                CHECK(memcmp(g, ga, sizeof g) == 0, "%s %s n=%ld: gather with a prepared activation differs", level,
+                      ref->name, (long)n);
+                free(act);
+            }
             float a[NR];
             for (int r = 0; r < NR; r++)
                 a[r] = rng_unit() * 2.0f - 1.0f;
