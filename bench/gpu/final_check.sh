@@ -10,13 +10,17 @@
 #   5. the disk tier on the host's disk (bench/disk/gpu_host.sh): a 7B q4_0 file and its bundle,
 #      --ram-budget at 25 % and 50 % of the FFN in process against its floor, tokens against all-in-RAM
 #   7. (HYBRID_RUNS) issue 10's 7B hybrid speed runs of hybrid.sh
+#   8. (CUDA_SPEED=1, when DIR/gpu has bench/bench_cuda) issue 14's all-GPU figures: the HBM read floor,
+#      d16 / s16 / d4 decode (CUDA_VARIANTS: more "tag:file:ENV=V,..." runs) and d16's pp512 with its
+#      profile and pp_invariant
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
 #      synthesized in the background from the start: its reference quantizers take minutes)
 #
 #   bench/gpu/final_check.sh DIR CAL   DIR/gpu: a -Dcuda=enabled build tree (tools/pictl, the stages,
 #   tests/*), DIR/rel: a release -Dcuda=disabled tree (tools/pictl, stages, bench/bench_gemv), DIR/lib:
 #   .so files; both trees may come packed as DIR/trees.txz (pack_trees.sh). CAL: the calibrated tiny model.
-#   env OUT, DEADLINE (seconds, default 330). Results: $OUT/final.log and $OUT/final.tgz.
+#   env OUT, DEADLINE (seconds, default 330), SKIP_DISK=1 (no step 5), SKIP_TABLE=1 (no step 4).
+#   Results: $OUT/final.log and $OUT/final.tgz.
 set -u
 D=$1
 CAL=$2
@@ -74,7 +78,7 @@ grep -hE "rc=|equal|DIFFERENT|kill|bitwise|FAIL" "$W/hyo/run.log" 2>/dev/null | 
 
 # 4. issue 9's CPU table (release binaries; the files in /dev/shm)
 R=$D/rel
-if [ "$(left)" -gt 100 ]; then
+if [ -z "${SKIP_TABLE:-}" ] && [ "$(left)" -gt 100 ]; then
     timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" --type q4_0 --pred-type q4_0 -t 16 -n 32 \
         --reps 3 --pipeline --dir /dev/shm --keep >"$W/table.jsonl" 2>"$W/table.err"
     log "bench_sparse rc=$?"
@@ -100,7 +104,7 @@ fi
 # 5. the disk tier on this host's disk: bench/disk/gpu_host.sh (25 % and 50 % of the FFN in RAM, the
 #    floor measured after each run, tokens against all in RAM; F16 when the time allows)
 S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1)
-if [ "$(left)" -gt 50 ]; then
+if [ -z "${SKIP_DISK:-}" ] && [ "$(left)" -gt 50 ]; then
     mkdir -p "$W/disk"
     S4=$S4 DEADLINE=$(($(left) - 20 > 115 ? 115 : $(left) - 20)) timeout $(($(left) - 5)) \
         bash bench/disk/gpu_host.sh "$R/tools/pictl" "$W/disk" >"$W/disk.out" 2>&1
@@ -137,6 +141,29 @@ if [ -n "${HYBRID_RUNS:-}" ] && [ "$(left)" -gt 60 ]; then
         >"$W/hy7.out" 2>&1
     log "hybrid 7B rc=$?"
     grep -hE "run s|split" "$W/hy7/run.log" 2>/dev/null | tail -8 | tee -a "$W/final.log"
+fi
+
+# 8. issue 14's all-GPU figures (CUDA_SPEED=1): files reused from the steps before where they exist
+BC=$G/bench/bench_cuda
+if [ -n "${CUDA_SPEED:-}" ] && [ -x "$BC" ] && [ "$(left)" -gt 40 ]; then
+    CS=/dev/shm/pinfer-cs
+    mkdir -p "$CS"
+    pick() { ls $1 2>/dev/null | head -1; }
+    D4=$(pick "/dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0.gguf")
+    S16=$(pick "/dev/shm/pinfer-hy*/s16.gguf /dev/shm/*/s16.gguf")
+    [ -n "$D4" ] || { "$G/tools/pictl" synth --shape llama-7b --type q4_0 -t 16 -q -o "$CS/d4.gguf" && D4=$CS/d4.gguf; }
+    [ -n "$S16" ] || { "$G/tools/pictl" synth --shape llama-7b --type f16 --pwri -t 16 -q -o "$CS/s16.gguf" && S16=$CS/s16.gguf; }
+    "$G/tools/pictl" synth --shape llama-7b --type f16 -t 16 -q -o "$CS/d16.gguf"
+    timeout 20 "$BC" --hbm 8 2>&1 | tail -1 | tee -a "$W/final.log"
+    for v in d16:$CS/d16.gguf:dense:X=1 s16:$S16:sparse:X=1 d4:$D4:dense:X=1 ${CUDA_VARIANTS:-}; do
+        IFS=: read -r tag f mode envs <<<"$v"
+        [ "$(left)" -lt 20 ] && break
+        env ${envs//,/ } timeout 30 "$BC" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 2>"$W/cs-$tag.err" |
+            grep '"case":"decode"' | sed "s/^/cuda $tag /" | tee -a "$W/final.log"
+    done
+    [ "$(left)" -gt 25 ] && timeout $(($(left) - 5)) "$BC" "$CS/d16.gguf" --mode dense -n 16 -c 2048 --pp 512 \
+        2>"$W/cs-pp.err" | grep '"case":"prefill"' | sed "s/^/cuda d16-pp /" | tee -a "$W/final.log"
+    rm -rf "$CS"
 fi
 
 log "done in $(($(date +%s) - T0)) s"

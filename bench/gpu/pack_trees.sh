@@ -8,12 +8,12 @@ G=$1 R=$2 DEST=$3
 T=$(mktemp -d)
 STAGES="tools/pictl gpud/gpud cpud/cpud predictord/predictord loaderd/loaderd"
 for f in $STAGES tests/test_cuda_ops tests/test_backend_ops tests/test_backend_ops_random tests/test_cuda_mma \
-    tests/test_cuk_traits tests/test_hybrid; do
+    tests/test_cuk_traits tests/test_hybrid bench/bench_cuda; do
     [ -f "$G/$f" ] || continue
     mkdir -p "$T/gpu/$(dirname "$f")"
     strip -o "$T/gpu/$f" "$G/$f"
 done
-for f in $STAGES bench/bench_gemv; do
+for f in $STAGES bench/bench_gemv bench/bench_ffn; do
     mkdir -p "$T/rel/$(dirname "$f")"
     strip -o "$T/rel/$f" "$R/$f"
 done
