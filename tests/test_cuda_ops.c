@@ -299,6 +299,71 @@ static void test_type(uint32_t type)
     unlink(path);
 }
 
+/* A prompt of LP tokens over ten chunks of 32 KV cells (the attention's merge across chunks, the
+ * tiled prompt kernel's tiles of 32 tokens at several positions): its last token's logits bitwise
+ * the same as one batch, in chunks of other sizes (some through the split-K kernel: 8 tokens or
+ * fewer), token by token (the decode kernel), and in a batch with another sequence's tokens (a tile
+ * holding both); and close to the CPU backend. Both cache types. */
+#define LP 300
+static void test_long_prompt(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/test_cuda_ops_%d_long.gguf", (int)getpid());
+    struct pwri_cfg cfg;
+    struct pi_model *m = make_model(PI_TYPE_F32, path, &cfg);
+    const int32_t V = m->hp.n_vocab;
+    int32_t toks[LP], pos[LP], seq[LP], bt[LP];
+    for (int i = 0; i < LP; i++)
+        toks[i] = (int32_t)((i * 7919 + 11) % V);
+    float *want = malloc((size_t)V * sizeof *want), *ref = malloc((size_t)V * sizeof *ref);
+    float *got = malloc((size_t)LP * V * sizeof *got);
+    struct pi_ctx *cs = NULL;
+    const struct pi_ctx_params cp = { .n_ctx = 320, .n_batch = 64, .n_threads = 2 };
+    CHECK_OK(ctx_new(&cs, m, &cp));
+    CHECK_OK(ctx_eval(cs, toks, LP, 0, want, false));
+    for (int f16 = 0; f16 < 2; f16++) {
+        const char *kn = f16 ? "f16 cache" : "f32 cache";
+        struct cudev *d = NULL;
+        const struct cudev_params dp = { .n_ctx = 320, .n_seq = 2, .n_batch = LP, .kv_f32 = !f16 };
+        CHECK_OK(cudev_open(&d, m, &dp));
+        REQUIRE(d, "long prompt: cudev_open");
+        CHECK_OK(cudev_eval(d, toks, LP, 0, 0, false, ref, NULL));
+        const double e = nmse(ref, want, V);
+        CHECK(e <= (f16 ? 1e-3 : 1e-6), "long prompt, %s: logits against the CPU nmse %.3g", kn, e);
+        static const int32_t splits[][5] = { { 150, 150 }, { 8, 100, 5, 187 }, { 33, 31, 64, 100, 72 } };
+        for (size_t k = 0; k < sizeof splits / sizeof *splits; k++) {
+            for (int32_t i = 0, p0 = 0; i < 5 && splits[k][i]; p0 += splits[k][i], i++)
+                CHECK_OK(cudev_eval(d, toks + p0, splits[k][i], p0, 1, false, got, NULL));
+            CHECK(memcmp(got, ref, (size_t)V * sizeof *got) == 0, "long prompt, %s: split %zu differs from one batch",
+                  kn, k);
+        }
+        for (int32_t p0 = 0; p0 < LP; p0++)
+            CHECK_OK(cudev_eval(d, toks + p0, 1, p0, 1, false, got, NULL));
+        CHECK(memcmp(got, ref, (size_t)V * sizeof *got) == 0, "long prompt, %s: token by token differs", kn);
+        /* seq 1 holds the prompt now: a batch of its last 70 tokens, then seq 0's last 90 */
+        int32_t n = 0;
+        for (int32_t p = LP - 70; p < LP; p++, n++)
+            bt[n] = toks[p], pos[n] = p, seq[n] = 1;
+        for (int32_t p = LP - 90; p < LP; p++, n++)
+            bt[n] = toks[p], pos[n] = p, seq[n] = 0;
+        CHECK_OK(cudev_batch(d, n, bt, pos, seq));
+        CHECK_OK(cudev_embed(d, n));
+        for (int l = 0; l < m->hp.n_layer; l++) {
+            CHECK_OK(cudev_attn(d, l, n));
+            CHECK_OK(cudev_ffn(d, l, n, false, false));
+        }
+        CHECK_OK(cudev_output(d, n, 0, got));
+        CHECK(memcmp(got + (size_t)69 * V, ref, (size_t)V * sizeof *got) == 0 &&
+                  memcmp(got + (size_t)(n - 1) * V, ref, (size_t)V * sizeof *got) == 0,
+              "long prompt, %s: two sequences in one batch differ from the prompt alone", kn);
+        cudev_close(d);
+    }
+    ctx_free(cs);
+    free(want), free(ref), free(got);
+    model_free(m);
+    unlink(path);
+}
+
 /* The tiny model: greedy, teacher-forced by the CPU's own tokens. */
 static void test_tiny(const char *path)
 {
@@ -766,6 +831,7 @@ int main(int argc, char **argv)
                                PI_TYPE_Q3_K, PI_TYPE_Q4_K,   PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_type(types[i]);
+    test_long_prompt();
     test_topk();
     test_mmv();
     test_pdl();

@@ -1,18 +1,21 @@
 #!/bin/bash
-# bench/gpu/prefill.sh — the prefill kernels' GPU call (issue 14, branch gpre): test_cuda_mma under
-# the prefill tilings, test_cuda_ops, test_backend_ops, then pp512 of d16 (default, then under each
-# tiling of TILES and with PINFER_CUDA_PATTN=1 = cuk_pattn.cu's attention, same run) and d4, each with
-# its per-part profile of one 512-token batch.
+# bench/gpu/prefill.sh — the prefill kernels' GPU call (issue 14, branches gpre, pattn): the bitwise
+# CUDA tests (test_cuda_mma, also under the prefill tilings of TILES; test_cuda_ops, test_backend_ops,
+# test_backend_ops_random, the first two also with PINFER_CUDA_PATTN=2 = the tiled prompt attention
+# for every batch of more than one token), then pp512 of d16 (default = the tiled attention,
+# PINFER_CUDA_PATTN=0 = cuk.cu's split-K attention for every batch, and each tiling of TILES, same
+# run) and d4, each with its per-part profile of one 512-token batch and of a decode step.
 # Stops itself before LIMIT seconds (default 210) so that partial results come back.
 #
 #   bash bench/gpu/prefill.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/
-#   env: LIMIT, TILES ("3 5 6": test_cuda_mma and d16's prefill again under PINFER_CUDA_MMA_TILE=N)
+#   env: LIMIT, TILES (e.g. "3 5 6": test_cuda_mma and d16's prefill again under PINFER_CUDA_MMA_TILE=N;
+#   default none)
 # Results: $OUT/prefill.tgz (logs, bench.jsonl), $OUT/summary.txt, and the key figures on stdout.
 set -u
 KIT=$1
 OUT=${OUT:-/tmp/prefill-out}
 LIMIT=${LIMIT:-210}
-TILES=${TILES-3 5 6}
+TILES=${TILES-}
 T0=$(date +%s)
 W=/tmp/prefill-kit
 mkdir -p "$W" "$OUT/r"
@@ -46,9 +49,9 @@ for v in $TILES; do
     grep -m3 "failed" "$OUT/r/test_cuda_mma-tile$v.log"
 done
 step 60 test_cuda_ops "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
-grep -m5 "failed" "$OUT/r/test_cuda_ops.log"
+grep -m8 "failed\|FAIL" "$OUT/r/test_cuda_ops.log"
 step 40 test_backend_ops "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
-grep -m5 "failed" "$OUT/r/test_backend_ops.log"
+grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops.log"
 while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 20 ]; do sleep 1; done
 log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
 bench() { # name file env...
@@ -58,9 +61,17 @@ bench() { # name file env...
     step 45 "bench-$name" env "$@" "$W/bench/bench_cuda" "$f" --mode dense -n 32 -c 2048 --pp 512
     sed "s/^{/{\"file\":\"$name\",/" "$OUT/r/bench-$name.log" | grep '^{' >>"$OUT/r/bench.jsonl"
     grep '"prefill"' "$OUT/r/bench-$name.log" | cut -c1-400
+    grep '"decode"' "$OUT/r/bench-$name.log" | grep -o '"tok_s":[0-9.]*\|"first_ids":[^]]*]\|"profile_ms":[^}]*}' | tr '\n' ' '
+    echo
 }
 bench d16 "$SHM/d16.gguf" PINFER_NONE=1
-bench d16-pattn "$SHM/d16.gguf" PINFER_CUDA_PATTN=1
+bench d16-splitk "$SHM/d16.gguf" PINFER_CUDA_PATTN=0
+step 60 test_backend_ops_random "$W/tests/test_backend_ops_random"
+grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops_random.log"
+step 60 test_cuda_ops-pattn2 env PINFER_CUDA_PATTN=2 "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_cuda_ops-pattn2.log"
+step 40 test_backend_ops-pattn2 env PINFER_CUDA_PATTN=2 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops-pattn2.log"
 bench d4 "$SHM/d4.gguf" PINFER_NONE=1
 for v in $TILES; do
     bench "d16-tile$v" "$SHM/d16.gguf" PINFER_CUDA_MMA_TILE=$v

@@ -842,8 +842,12 @@ static int attn_core(struct cudev *d, int layer, int32_t n)
                                 d->att, d->apart, n, max_pos, d->st));
     TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
                           d->st)));
+    const int32_t *hs = d->h_batch + 2 * d->p.n_batch; /* the batch's sequences, as cudev_batch sent them */
+    int runs = 1;
+    for (int32_t i = 1; i < n; i++)
+        runs += hs[i] != hs[i - 1];
     return CK(cuk_pattn(&d->geom, d->q, d->k_cache[layer], d->v_cache[layer], pos, seq, d->att, d->apart, n, max_pos,
-                        d->st)); /* cuk_attn unless a prompt batch */
+                        runs, d->st)); /* the tiled kernel for a prompt batch, else cuk_attn: the same bits */
 }
 
 static int attn_out(struct cudev *d, int layer, int32_t n) { return mm(d, &d->L[layer].wo, d->att, n, d->x, CUK_ADD); }

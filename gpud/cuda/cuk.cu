@@ -1222,18 +1222,22 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
 #include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP and k_attn_merge */
 
 /* Split-K attention ("flash decoding"), pass 1: one block per (token, head, chunk of 32 cells of the
- * token's own sequence, ≤ its position). Lane l holds dims [l·DL, l·DL + DL). Each warp scores 8
- * cells (4 in flight) into shared memory; every warp then derives the chunk's max m and
- * l = Σ exp(s − m) in the same order; the warps' partial Σ exp(s − m)·v are added in warp order. */
+ * token's own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines
+ * it. Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of
+ * the dims, the cell's four lanes' chains are added in order (attn_score). One warp then takes the
+ * chunk's softmax (lane = cell). p·v: thread i runs dim i's fmaf chain over the cells in order (its
+ * v values loaded up front, with the keys: one memory round trip instead of two). */
 template <class C, int DL, bool ROPE>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, C *kc, C *vc,
                                                                const int32_t *pos, const int32_t *seq, float *part,
                                                                int n_chunk, const float *k_new, const float *v_new,
                                                                const float *inv_freq)
 {
-    __shared__ float sc[ATTN_CHUNK];
-    __shared__ float po[ATTN_WARPS][DL * 32];
-    const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, D = DL * 32, kvh = h / (g.n_head / g.n_head_kv);
+    constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
+    static_assert(NT == ATTN_CHUNK * ATTN_QSEG, "a thread per (cell, quarter)");
+    __shared__ float sc[ATTN_CHUNK], ps[ATTN_CHUNK], ml[2];
+    __shared__ float rv[ROPE ? 2 : 1][ROPE ? D : 1];
+    const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
@@ -1242,21 +1246,19 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
-    float qr[DL];
     if constexpr (ROPE) {
         /* k_rope_store folded in (one token, a kv head per head): q rotated here, and the block of the
          * chunk holding the token's own cell rotates k and stores k and v there before reading it */
-        __shared__ float rv[2][DL * 32];
         const int32_t p = n_kv - 1;
         const bool own = p / ATTN_CHUNK == c;
         const float *kt = k_new + (int64_t)tok * KV + (int64_t)kvh * D;
-        for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+        for (int i = threadIdx.x; i < D; i += NT) {
             rv[0][i] = qt[i];
             if (own)
                 rv[1][i] = kt[i];
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < g.rope_dim / 2; i += ATTN_WARPS * 32) {
+        for (int i = threadIdx.x; i < g.rope_dim / 2; i += NT) {
             rope_pair(g, rv[0], p, inv_freq, i);
             if (own)
                 rope_pair(g, rv[1], p, inv_freq, i);
@@ -1265,95 +1267,60 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         if (own) {
             const int64_t cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + (int64_t)kvh * D;
             const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
-            for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
+            for (int i = threadIdx.x; i < D; i += NT) {
                 cstore<C>(kc + cell + i, rv[1][i]);
                 cstore<C>(vc + cell + i, vt[i]);
             }
             __syncthreads(); /* the cell is read below by other threads of this block */
         }
-#pragma unroll
-        for (int k = 0; k < DL; k++)
-            qr[k] = rv[0][lane * DL + k];
-    } else {
-#pragma unroll
-        for (int k = 0; k < DL; k++)
-            qr[k] = qt[lane * DL + k];
+        qt = rv[0];
     }
-    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
-    const C *kb = kc + base, *vb = vc + base;
-    const float scale = 1.0f / sqrtf((float)D);
-    /* this warp's cells' v loaded now, with the keys: one memory round trip instead of two */
-    constexpr int NCW = ATTN_CHUNK / ATTN_WARPS;
-    float vv[NCW][DL];
+    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D;
+    float vv[ATTN_CHUNK][NDT]; /* dim threadIdx.x + NT·i of every cell (0 past the chunk's cells) */
 #pragma unroll
-    for (int u = 0; u < NCW; u++) {
-        const int t = warp + ATTN_WARPS * u;
+    for (int t = 0; t < ATTN_CHUNK; t++)
 #pragma unroll
-        for (int k = 0; k < DL; k++)
-            vv[u][k] = t < nc ? cload(vb + (int64_t)t * KV + k) : 0.0f;
-    }
-#pragma unroll
-    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
-        float s[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int t = warp + ATTN_WARPS * (u0 + u);
-            s[u] = 0.0f;
-            if (t < nc)
-#pragma unroll
-                for (int k = 0; k < DL; k++)
-                    s[u] = __fmaf_rn(qr[k], cload(kb + (int64_t)t * KV + k), s[u]);
+        for (int i = 0; i < NDT; i++) {
+            const int d = threadIdx.x + NT * i;
+            vv[t][i] = t < nc && d < D ? cload(vc + base + (int64_t)t * KV + d) : 0.0f;
         }
+    const int t = threadIdx.x / ATTN_QSEG, j = threadIdx.x % ATTN_QSEG;
+    float dj = 0.0f;
+    if (t < nc) {
+        const C *kr = kc + base + (int64_t)t * KV + j * DQ;
+        const float *qj = qt + j * DQ;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int t = warp + ATTN_WARPS * (u0 + u);
-            const float v = warp_sum(s[u]);
-            if (lane == 0 && t < nc)
-                sc[t] = v * scale;
-        }
+        for (int i = 0; i < DQ; i++)
+            dj = __fmaf_rn(qj[i], cload(kr + i), dj);
     }
+    const int l0 = lane & ~(ATTN_QSEG - 1);
+    const float d0 = __shfl_sync(0xffffffffu, dj, l0), d1 = __shfl_sync(0xffffffffu, dj, l0 + 1);
+    const float d2 = __shfl_sync(0xffffffffu, dj, l0 + 2), d3 = __shfl_sync(0xffffffffu, dj, l0 + 3);
+    if (j == 0 && t < nc)
+        sc[t] = attn_score(d0, d1, d2, d3, attn_scale(D));
     __syncthreads();
-    static_assert(ATTN_CHUNK == 32 || ATTN_CHUNK == 64, "one or two cells per lane");
-    float m = fmaxf(lane < nc ? sc[lane] : -INFINITY,
-                    ATTN_CHUNK > 32 && lane + 32 < nc ? sc[(lane + 32) % ATTN_CHUNK] : -INFINITY);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = (lane < nc ? expf(sc[lane] - m) : 0.0f) +
-              (ATTN_CHUNK > 32 && lane + 32 < nc ? expf(sc[(lane + 32) % ATTN_CHUNK] - m) : 0.0f);
-    l = warp_sum(l);
-    float o[DL];
-#pragma unroll
-    for (int k = 0; k < DL; k++)
-        o[k] = 0.0f;
-#pragma unroll
-    for (int u0 = 0; u0 < ATTN_CHUNK / ATTN_WARPS; u0 += 4) {
-        float p[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int t = warp + ATTN_WARPS * (u0 + u);
-            p[u] = t < nc ? expf(sc[t] - m) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int k = 0; k < DL; k++)
-                o[k] = __fmaf_rn(p[u], vv[u0 + u][k], o[k]);
+    static_assert(ATTN_CHUNK == 32, "one cell a lane");
+    if (warp == 0) {
+        float m, l;
+        ps[lane] = attn_chunk_softmax(lane < nc ? sc[lane] : 0.0f, lane < nc, &m, &l);
+        if (lane == 0)
+            ml[0] = m, ml[1] = l;
     }
-#pragma unroll
-    for (int k = 0; k < DL; k++)
-        po[warp][lane * DL + k] = o[k];
     __syncthreads();
     float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
-    for (int i = threadIdx.x; i < D; i += ATTN_WARPS * 32) {
-        float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < ATTN_WARPS; w++)
-            a += po[w][i];
-        pt[i] = a;
+    for (int i = 0; i < NDT; i++) {
+        const int d = threadIdx.x + NT * i;
+        float o = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATTN_CHUNK; u++)
+            if (u < nc)
+                o = __fmaf_rn(ps[u], vv[u][i], o);
+        if (d < D)
+            pt[d] = o;
     }
     if (threadIdx.x == 0)
-        pt[D] = m, pt[D + 1] = l;
+        pt[D] = ml[0], pt[D + 1] = ml[1];
 }
 
 /* Pass 2, k_attn_merge: cuk_attn_dev.cuh (shared with cuk_pattn.cu). */

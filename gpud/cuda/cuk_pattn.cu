@@ -1,15 +1,15 @@
 /* cuk_pattn.cu — tiled attention for prompt batches (why and the invariance argument: cuk_pattn.h).
  *
- * Pass 1, one block per (tile of PT_TOK batch tokens, head, chunk of 32 cells): the chunk's K and V
- * cells of the tile's first token's sequence are staged in shared memory once (as stored: f16 or
- * f32), then each warp takes tokens of the tile one at a time and computes its partial exactly as
- * k_attn_part's four warps do, the four warps' 8-cell chains one after the other in one warp; a
- * token of another sequence reads its cells from global memory (the same values). The partials'
- * layout, the 64-token groups (the partial buffer's size, cuk_attn_part_floats) and the merge are
- * cuk.cu's: the constants and the merge kernel come from cuk_attn_dev.cuh, which cuk.cu includes
- * too (each object compiles its own copy of the one source, with the same flags). k_pattn_part stays
- * its own kernel: it stages a tile's cells and replays k_attn_part's four warp chains in one warp,
- * so its code differs from k_attn_part's while its sums are the same. */
+ * One block per (tile of PT_TOK batch tokens, head) walks the chunks of 32 cells of the tile's
+ * sequence in ascending order and keeps each token's merge state (M, L, A) itself: no partial
+ * buffer, no merge launch. Per chunk: K and V staged in shared memory as floats, the tile's scores
+ * as a small product (each thread 2 tokens × 4 cells, each score the quarters' fmaf chains of
+ * cuk_attn_dev.cuh), one warp a token for the chunk's softmax and the merge step, then p·v (each
+ * thread 4 tokens × D/16 dims, each an fmaf chain over the chunk's cells) folded into A. Every
+ * operation on a token's values is the one cuk_attn_dev.cuh defines, in its order: the bits are
+ * cuk.cu's split-K attention's (k_attn_part + k_attn_merge). A tile holding tokens of several
+ * sequences walks each sequence's chunks in turn (the others masked); the caller sends such
+ * batches to cuk_attn when the sequences' runs are short (cuk_pattn). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -22,10 +22,9 @@ extern "C" {
 #include "cuk_pattn.h"
 }
 
-#define PT_CHUNK ATTN_CHUNK /* cells per partial */
-#define PT_VW ATTN_WARPS     /* k_attn_part's warps, whose 8-cell chains are replayed here */
-#define PT_WARPS 4  /* warps of a block here */
-#define PT_TOK 16   /* tokens per block */
+#define PT_TOK 32   /* tokens per block */
+#define PT_THREADS 128
+#define PT_KPAD 4 /* floats of padding a row of q and k: rows 16 bytes apart in the banks */
 
 static int launched(void)
 {
@@ -33,171 +32,289 @@ static int launched(void)
     return e == cudaSuccess ? 0 : -(int)e;
 }
 
-#include "cuk_attn_dev.cuh" /* the constants, k_attn_merge and the group loop, one definition with cuk.cu */
+#include "cuk_attn_dev.cuh" /* the definition of the output, one with cuk.cu */
 
-__device__ static inline float pt_load(const float *p) { return *p; }
-__device__ static inline float pt_load(const __half *p) { return __half2float(*p); }
-
-__device__ static inline float pt_warp_sum(float v) /* cuk.cu's warp_sum */
+/* 8 consecutive cache values (16-byte aligned) as floats: one or two 16-byte loads */
+__device__ static inline void pt_load8(const __half *p, float4 *o)
 {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    const uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+    const float2 a = __half22float2(h[0]), b = __half22float2(h[1]), c = __half22float2(h[2]),
+                 d = __half22float2(h[3]);
+    o[0] = make_float4(a.x, a.y, b.x, b.y);
+    o[1] = make_float4(c.x, c.y, d.x, d.y);
+}
+__device__ static inline void pt_load8(const float *p, float4 *o)
+{
+    o[0] = ((const float4 *)p)[0];
+    o[1] = ((const float4 *)p)[1];
 }
 
-template <class C, int DL>
-__global__ void __launch_bounds__(PT_WARPS * 32) k_pattn_part(struct cuk_attn_geom g, const float *q, const C *kc,
-                                                              const C *vc, const int32_t *pos, const int32_t *seq,
-                                                              float *part, int n_chunk, int nt)
+/* the dynamic shared memory of k_pattn<D>, in floats */
+static constexpr size_t pt_smem_floats(int D)
 {
-    constexpr int D = DL * 32;
-    __shared__ __align__(16) C ks[PT_CHUNK][D], vs[PT_CHUNK][D];
-    const int h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tok0 = blockIdx.x * PT_TOK, tok1 = tok0 + PT_TOK < nt ? tok0 + PT_TOK : nt;
-    const int32_t c0 = c * PT_CHUNK;
-    int32_t top = -1; /* the block's largest position: nothing to do when the chunk starts past it */
-    for (int i = tok0; i < tok1; i++)
-        top = pos[i] > top ? pos[i] : top;
-    if (c0 > top)
-        return;
-    const int64_t KV = (int64_t)g.n_head_kv * D;
-    const int32_t s0 = seq[tok0];
-    const int ncs = g.n_ctx - c0 < PT_CHUNK ? g.n_ctx - c0 : PT_CHUNK; /* cells that exist */
-    { /* 16-byte words (the launcher checks the caches' alignment) */
-        constexpr int NV = D * (int)sizeof(C) / 16;
-        const int64_t base = ((int64_t)s0 * g.n_ctx + c0) * KV + (int64_t)kvh * D;
-        for (int i = threadIdx.x; i < ncs * NV; i += PT_WARPS * 32) {
-            const int t = i / NV, j = i % NV;
-            ((uint4 *)ks[t])[j] = ((const uint4 *)(kc + base + (int64_t)t * KV))[j];
-            ((uint4 *)vs[t])[j] = ((const uint4 *)(vc + base + (int64_t)t * KV))[j];
-        }
+    return (size_t)PT_TOK * (D + PT_KPAD) + (size_t)ATTN_CHUNK * (D + PT_KPAD) + (size_t)ATTN_CHUNK * D +
+           (size_t)PT_TOK * (ATTN_CHUNK + 1) + (size_t)ATTN_CHUNK * PT_TOK + 5 * PT_TOK;
+}
+
+template <class C, int D>
+__global__ void __launch_bounds__(PT_THREADS) k_pattn(struct cuk_attn_geom g, const float *q, const C *kc,
+                                                      const C *vc, const int32_t *pos, const int32_t *seq,
+                                                      float *out, int B)
+{
+    constexpr int QS = D + PT_KPAD, DQ = D / ATTN_QSEG;
+    constexpr int VW = D >= 64 ? 4 : 2, NV = D / (16 * VW), DPT = NV * VW; /* p·v: dims a thread */
+    static_assert(PT_THREADS == 128 && PT_TOK == 32 && ATTN_CHUNK == 32, "the thread maps below");
+    static_assert(DQ % 4 == 0 && D % (16 * VW) == 0, "head sizes 32, 64, 128, 256");
+    extern __shared__ __align__(16) float sm[];
+    float *qs = sm;                               /* [PT_TOK][QS]  the tile's queries */
+    float *ks = qs + PT_TOK * QS;                 /* [ATTN_CHUNK][QS]  the chunk's keys */
+    float *vs = ks + ATTN_CHUNK * QS;             /* [ATTN_CHUNK][D]  its values */
+    float *ss = vs + ATTN_CHUNK * D;              /* [PT_TOK][ATTN_CHUNK + 1]  scores */
+    float *ps = ss + PT_TOK * (ATTN_CHUNK + 1);   /* [ATTN_CHUNK][PT_TOK]  p, transposed */
+    float *Ms = ps + ATTN_CHUNK * PT_TOK, *Ls = Ms + PT_TOK, *al = Ls + PT_TOK, *be = al + PT_TOK;
+    int *ncs = (int *)(be + PT_TOK);              /* the token's cells in this chunk (0: none) */
+    __shared__ int done[PT_TOK], cur_s, top_s;
+
+    /* the tiles of the latest positions (the most chunks) first */
+    const int tok0 = (int)(gridDim.x - 1 - blockIdx.x) * PT_TOK, h = blockIdx.y;
+    const int nt = B - tok0 < PT_TOK ? B - tok0 : PT_TOK;
+    const int kvh = h / (g.n_head / g.n_head_kv), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
+#pragma unroll
+    for (int i = tid; i < PT_TOK * D / 4; i += PT_THREADS) {
+        const int r = i / (D / 4), d = i % (D / 4) * 4;
+        *(float4 *)&qs[r * QS + d] = r < nt ? *(const float4 *)&q[(int64_t)(tok0 + r) * Q + (int64_t)h * D + d]
+                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    __syncthreads();
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int tok = tok0 + warp; tok < tok1; tok += PT_WARPS) {
-        const int32_t n_kv = pos[tok] + 1;
-        if (c0 >= n_kv)
-            continue;
-        const int32_t nc = n_kv - c0 < PT_CHUNK ? n_kv - c0 : PT_CHUNK;
-        const bool sh = seq[tok] == s0;
-        const int64_t gb = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D + lane * DL;
-        const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
-        float qr[DL];
+    if (tid < PT_TOK) {
+        done[tid] = tid >= nt;
+        Ms[tid] = -INFINITY;
+        Ls[tid] = 0.0f;
+    }
+    /* p·v and the merge state: tokens tq·4 + r, dims i·16·VW + dg·VW + e */
+    const int tq = tid / 16, dg = tid % 16;
+    float A[4][DPT];
 #pragma unroll
-        for (int k = 0; k < DL; k++)
-            qr[k] = qt[lane * DL + k];
-        float sc = 0.0f; /* lane t: the score of cell t; 8 cells' sums in flight (independent chains) */
+    for (int r = 0; r < 4; r++)
 #pragma unroll
-        for (int t0 = 0; t0 < PT_CHUNK; t0 += 8) {
-            float s[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int t = t0 + u;
-                s[u] = 0.0f;
-                if (t < nc)
-#pragma unroll
-                    for (int k = 0; k < DL; k++)
-                        s[u] = __fmaf_rn(qr[k], sh ? pt_load(&ks[t][lane * DL + k]) : pt_load(kc + gb + (int64_t)t * KV + k),
-                                         s[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float v = pt_warp_sum(s[u]);
-                if (lane == t0 + u)
-                    sc = v * scale;
-            }
+        for (int k = 0; k < DPT; k++)
+            A[r][k] = 0.0f;
+    /* scores: tokens tp·2 + r, cells cq + 8·i */
+    const int tp = tid / 8, cq = tid % 8;
+    const float scale = attn_scale(D);
+    for (;;) {
+        __syncthreads();
+        if (tid == 0) { /* the next sequence: the first token not done yet */
+            int s = -1, top = -1;
+            for (int r = 0; r < PT_TOK; r++)
+                if (!done[r] && s < 0)
+                    s = seq[tok0 + r];
+            for (int r = 0; r < PT_TOK; r++)
+                if (!done[r] && seq[tok0 + r] == s && pos[tok0 + r] > top)
+                    top = pos[tok0 + r];
+            cur_s = s;
+            top_s = top;
         }
-        float m = fmaxf(lane < nc ? sc : -INFINITY, -INFINITY); /* as k_attn_part (a NaN score included) */
+        __syncthreads();
+        const int cur = cur_s, top = top_s;
+        if (cur < 0)
+            break;
+        const int64_t sbase = (int64_t)cur * g.n_ctx * KV + (int64_t)kvh * D;
+        for (int c0 = 0; c0 <= top; c0 += ATTN_CHUNK) {
+            const int nst = top + 1 - c0 < ATTN_CHUNK ? top + 1 - c0 : ATTN_CHUNK;
+            if (c0 > 0)
+                __syncthreads(); /* the last chunk's p·v has read ks, vs, ps */
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float p = lane < nc ? expf(sc - m) : 0.0f;
-        const float l = pt_warp_sum(p + 0.0f); /* k_attn_part's sum of one cell a lane and a 0 */
-        float a[DL];
+            for (int i = tid; i < ATTN_CHUNK * D / 8; i += PT_THREADS) { /* 8 values a step */
+                const int t = i / (D / 8), d = i % (D / 8) * 8;
+                float4 kv[2], vv[2];
+                if (t < nst) {
+                    const int64_t o = sbase + (int64_t)(c0 + t) * KV + d;
+                    pt_load8(kc + o, kv);
+                    pt_load8(vc + o, vv);
+                } else {
+                    kv[0] = kv[1] = vv[0] = vv[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                *(float4 *)&ks[t * QS + d] = kv[0], *(float4 *)&ks[t * QS + d + 4] = kv[1];
+                *(float4 *)&vs[t * D + d] = vv[0], *(float4 *)&vs[t * D + d + 4] = vv[1];
+            }
+            if (tid < PT_TOK) {
+                const int p = tid < nt ? pos[tok0 + tid] - c0 : -1;
+                const bool in = !done[tid] && seq[tok0 + tid] == cur && p >= 0;
+                ncs[tid] = in ? (p + 1 < ATTN_CHUNK ? p + 1 : ATTN_CHUNK) : 0;
+            }
+            __syncthreads();
+            { /* scores of tokens tp·2 + r and cells cq + 8i */
+                float tot[2][4], acc[2][4];
 #pragma unroll
-        for (int k = 0; k < DL; k++)
-            a[k] = 0.0f;
+                for (int j = 0; j < ATTN_QSEG; j++) {
 #pragma unroll
-        for (int w = 0; w < PT_VW; w++) { /* k_attn_part's warp w: cells w, w + 4, .., w + 28 */
-            float o[DL];
+                    for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int k = 0; k < DL; k++)
-                o[k] = 0.0f;
+                        for (int i = 0; i < 4; i++)
+                            acc[r][i] = 0.0f;
+#pragma unroll 4
+                    for (int d = j * DQ; d < (j + 1) * DQ; d += 4) {
+                        float4 qv[2], kv[4];
 #pragma unroll
-            for (int u = 0; u < PT_CHUNK / PT_VW; u++) {
-                const int t = w + PT_VW * u;
-                const float pu = __shfl_sync(0xffffffffu, p, t); /* 0 for t ≥ nc */
+                        for (int r = 0; r < 2; r++)
+                            qv[r] = *(const float4 *)&qs[(tp * 2 + r) * QS + d];
 #pragma unroll
-                for (int k = 0; k < DL; k++) {
-                    const float vv = t < nc ? (sh ? pt_load(&vs[t][lane * DL + k]) : pt_load(vc + gb + (int64_t)t * KV + k))
-                                            : 0.0f;
-                    o[k] = __fmaf_rn(pu, vv, o[k]);
+                        for (int i = 0; i < 4; i++)
+                            kv[i] = *(const float4 *)&ks[(cq + 8 * i) * QS + d];
+#pragma unroll
+                        for (int r = 0; r < 2; r++)
+#pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                acc[r][i] = __fmaf_rn(qv[r].x, kv[i].x, acc[r][i]);
+                                acc[r][i] = __fmaf_rn(qv[r].y, kv[i].y, acc[r][i]);
+                                acc[r][i] = __fmaf_rn(qv[r].z, kv[i].z, acc[r][i]);
+                                acc[r][i] = __fmaf_rn(qv[r].w, kv[i].w, acc[r][i]);
+                            }
+                    }
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            tot[r][i] = j == 0 ? acc[r][i] : __fadd_rn(tot[r][i], acc[r][i]);
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        ss[(tp * 2 + r) * (ATTN_CHUNK + 1) + cq + 8 * i] = __fmul_rn(tot[r][i], scale);
+            }
+            __syncthreads();
+            for (int r = warp; r < PT_TOK; r += PT_THREADS / 32) { /* a warp a token: softmax, merge step */
+                const int nc = ncs[r];
+                if (nc == 0) {
+                    ps[lane * PT_TOK + r] = 0.0f;
+                    continue;
+                }
+                float m, l;
+                ps[lane * PT_TOK + r] =
+                    attn_chunk_softmax(lane < nc ? ss[r * (ATTN_CHUNK + 1) + lane] : 0.0f, lane < nc, &m, &l);
+                if (lane == 0) {
+                    float M = Ms[r], L = Ls[r], a, b;
+                    attn_merge_step(&M, &L, m, l, &a, &b);
+                    Ms[r] = M, Ls[r] = L, al[r] = a, be[r] = b;
                 }
             }
+            __syncthreads();
+            { /* o = Σ_t p_t v_t over the token's cells, folded into A */
+                int nc[4];
 #pragma unroll
-            for (int k = 0; k < DL; k++)
-                a[k] += o[k];
+                for (int r = 0; r < 4; r++)
+                    nc[r] = ncs[tq * 4 + r];
+                float o[4][DPT];
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int k = 0; k < DPT; k++)
+                        o[r][k] = 0.0f;
+#pragma unroll 4
+                for (int t = 0; t < ATTN_CHUNK; t++) {
+                    const float4 p4 = *(const float4 *)&ps[t * PT_TOK + tq * 4];
+                    const float pr[4] = { p4.x, p4.y, p4.z, p4.w };
+                    float v[DPT];
+#pragma unroll
+                    for (int i = 0; i < NV; i++) {
+                        const float *vp = &vs[t * D + i * 16 * VW + dg * VW];
+                        if constexpr (VW == 4) {
+                            const float4 w = *(const float4 *)vp;
+                            v[i * 4] = w.x, v[i * 4 + 1] = w.y, v[i * 4 + 2] = w.z, v[i * 4 + 3] = w.w;
+                        } else {
+                            const float2 w = *(const float2 *)vp;
+                            v[i * 2] = w.x, v[i * 2 + 1] = w.y;
+                        }
+                    }
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        if (t < nc[r])
+#pragma unroll
+                            for (int k = 0; k < DPT; k++)
+                                o[r][k] = __fmaf_rn(pr[r], v[k], o[r][k]);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    if (nc[r] > 0) {
+                        const float a = al[tq * 4 + r], b = be[tq * 4 + r];
+#pragma unroll
+                        for (int k = 0; k < DPT; k++)
+                            A[r][k] = attn_merge_acc(A[r][k], o[r][k], a, b);
+                    }
+            }
         }
-        float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
+        __syncthreads();
+        if (tid < PT_TOK && !done[tid] && seq[tok0 + tid] == cur)
+            done[tid] = 1;
+    }
 #pragma unroll
-        for (int k = 0; k < DL; k++)
-            pt[lane * DL + k] = a[k];
-        if (lane == 0)
-            pt[D] = m, pt[D + 1] = l;
+    for (int r = 0; r < 4; r++) {
+        const int rr = tq * 4 + r;
+        if (rr >= nt)
+            continue;
+        float *ot = out + (int64_t)(tok0 + rr) * Q + (int64_t)h * D;
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+#pragma unroll
+            for (int e = 0; e < VW; e++)
+                ot[i * 16 * VW + dg * VW + e] = __fdiv_rn(A[r][i * VW + e], Ls[rr]);
     }
 }
 
-template <class C, int DL>
+template <class C, int D>
 static int pattn_launch(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-                        const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
-                        cudaStream_t st)
+                        const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
 {
-    const int nch = (g->n_ctx + PT_CHUNK - 1) / PT_CHUNK; /* the partials' stride */
-    const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / PT_CHUNK + 1 : nch;
-    const int64_t Q = (int64_t)g->n_head * g->head_dim;
-    return attn_groups(g, pos, part, out, B, nch, st, [&](int t0, int nt) {
-        k_pattn_part<C, DL><<<dim3((unsigned)((nt + PT_TOK - 1) / PT_TOK), (unsigned)g->n_head, (unsigned)nlaunch),
-                              PT_WARPS * 32, 0, st>>>(*g, q + t0 * Q, (const C *)k_cache, (const C *)v_cache, pos + t0,
-                                                      seq + t0, part, nch, nt);
-    });
+    const size_t smem = pt_smem_floats(D) * sizeof(float);
+    static const cudaError_t set =
+        cudaFuncSetAttribute((const void *)k_pattn<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (set != cudaSuccess)
+        return -(int)set;
+    k_pattn<C, D><<<dim3((unsigned)((B + PT_TOK - 1) / PT_TOK), (unsigned)g->n_head), PT_THREADS, smem, st>>>(
+        *g, q, (const C *)k_cache, (const C *)v_cache, pos, seq, out, B);
+    return launched();
 }
 
-/* Off unless PINFER_CUDA_PATTN=1. Measured (bench/gpu/NOTES.md) with the scores as one dependent
- * chain of 32 warp sums: slower than cuk_attn (pp512 d16: 26.6 against 22.3 ms of attention a step),
- * same bits. The 8-sums-in-flight version above has not run on the GPU yet. */
-static bool pattn_on(void)
+template <class C>
+static int pattn_c(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
+                   const int32_t *pos, const int32_t *seq, float *out, int B, cudaStream_t st)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_PATTN");
-        on = e && strcmp(e, "1") == 0;
+    switch (g->head_dim) {
+    case 32: return pattn_launch<C, 32>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 64: return pattn_launch<C, 64>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 128: return pattn_launch<C, 128>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    case 256: return pattn_launch<C, 256>(g, q, k_cache, v_cache, pos, seq, out, B, st);
+    default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
-    return on;
+}
+
+/* PINFER_CUDA_PATTN: 0 = always cuk_attn, 2 = the tiled kernel for every batch of more than one
+ * token (the tests' way to run it on mixed batches), else (default) prompt-like batches. */
+static int pattn_mode(void)
+{
+    static int mode = -1; /* read once: a captured graph must not change kernels between captures */
+    if (mode < 0) {
+        const char *e = getenv("PINFER_CUDA_PATTN");
+        mode = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "2") == 0 ? 2 : 1;
+    }
+    return mode;
 }
 
 extern "C" int cuk_pattn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
                          const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
-                         void *st)
+                         int n_runs, void *st)
 {
-    const cudaStream_t s = (cudaStream_t)st;
-    const bool aligned = !(((uintptr_t)k_cache | (uintptr_t)v_cache) & 15);
-    if (B > 8 && pattn_on() && aligned && g->n_head % g->n_head_kv == 0) {
-        /* shared memory: 2 × 32 cells × head_dim as stored (≤ 32 KiB) */
+    const int mode = pattn_mode();
+    const bool prompt = mode == 2 ? B > 1 : mode == 1 && B > PATTN_MIN_BATCH && n_runs * PATTN_MIN_RUN <= B;
+    /* 16-byte loads of q and of the caches' rows (cudev's arenas align them) */
+    const bool aligned = !(((uintptr_t)q | (uintptr_t)k_cache | (uintptr_t)v_cache) & 15);
+    if (prompt && aligned && g->n_head % g->n_head_kv == 0) {
         if (g->f16)
-            switch (g->head_dim) {
-            case 64: return pattn_launch<__half, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, s);
-            case 128: return pattn_launch<__half, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, s);
-            case 256: return pattn_launch<__half, 8>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, s);
-            default: break;
-            }
-        else
-            switch (g->head_dim) {
-            case 64: return pattn_launch<float, 2>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, s);
-            case 128: return pattn_launch<float, 4>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, s);
-            default: break;
-            }
+            return pattn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, B, (cudaStream_t)st);
+        return pattn_c<float>(g, q, k_cache, v_cache, pos, seq, out, B, (cudaStream_t)st);
     }
     return cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
 }

@@ -1,16 +1,16 @@
-/* cuk_pattn.h — attention for prompt batches (cuk_pattn.cu): the same partials and merge as
- * cuk.cu's split-K attention (cuk_attn), computed with each chunk of 32 KV cells read once from
- * global memory for a tile of tokens instead of once per token.
+/* cuk_pattn.h — attention for prompt batches (cuk_pattn.cu): the output cuk_attn_dev.cuh defines,
+ * bit for bit what cuk.cu's split-K attention (cuk_attn, the decode path) gives, computed by one
+ * block per (tile of 32 tokens, head) that reads each chunk of 32 KV cells once for the tile and
+ * keeps the tile's merge state itself.
  *
- * Why: cuk_attn runs one block per (token, head, chunk of 32 cells); on a 512-token prompt every
- * block re-reads its chunk of K and V, and the pp512 profile (bench/gpu/NOTES.md, "Tiled prefill
- * kernel") put attention at 22 ms of a 92 ms step. Measured: 26.6 ms with this kernel — reading
- * the chunks was not the cost (see the call-2 notes). Invariance: a token's partial (m, l, o) for a
- * chunk is computed with the operations of k_attn_part in its order — the scores' per-lane fmaf
- * chain and warp sum, the max and Σ exp over the 32 lanes as cells, the four 8-cell fmaf chains of
- * p·v (cells w, w + 4, .. for w = 0..3) added in w order — and the chunks are merged by the same
- * code, so a token's output is bitwise what cuk_attn gives it alone (test_cuda_ops: a prompt in one
- * batch = in chunks; bench_cuda's pp_invariant). */
+ * Why: cuk_attn runs one block per (token, head, chunk of 32 cells): on a 512-token prompt every
+ * chunk is re-read by up to 512 blocks, each a chain of small latency-bound steps, and the pp512
+ * profile (bench/gpu/NOTES.md, "Tiled prefill kernel") put attention at 22 ms of a 92 ms step.
+ * Invariance (issue 8): the two kernels perform, per token, the same floating-point operations in
+ * the same order (cuk_attn_dev.cuh: the scores' quarter chains, each chunk's softmax, the p·v
+ * chains, the chunks' online merge in chunk order), so a token's output is the same whether its
+ * prompt ran in one batch, in chunks, token by token, or next to other sequences (test_cuda_ops,
+ * test_backend_ops, bench_cuda's pp_invariant). */
 #ifndef PI_CUK_PATTN_H
 #define PI_CUK_PATTN_H
 
@@ -19,11 +19,18 @@
 
 #include "cuk.h"
 
-/* cuk_attn's contract and arguments. With PINFER_CUDA_PATTN=1 in the environment, batches of more
- * than 8 tokens take the tiled kernel (when it takes the cache type and head size); everything else,
- * and every batch by default, cuk_attn: on the H200 the tiled kernel was slower (bench/gpu/NOTES.md,
- * "Tiled prefill kernel", call 2), with the same bits (test_cuda_ops, test_backend_ops). */
+/* The tiled kernel takes batches of more than PATTN_MIN_BATCH tokens whose runs of one sequence
+ * (in batch order) are PATTN_MIN_RUN tokens long on average: a tile walks each of its sequences'
+ * chunks in turn, which costs a mixed decode batch more than cuk_attn's block per token. */
+#define PATTN_MIN_BATCH 8
+#define PATTN_MIN_RUN 8
+
+/* cuk_attn's contract and arguments, plus n_runs: the number of maximal runs of equal seq[] in the
+ * batch (the host's count; it picks the kernel, never the bits). PINFER_CUDA_PATTN=0: always
+ * cuk_attn; =2: the tiled kernel for every batch of more than one token. part is cuk_attn's (unused
+ * by the tiled kernel). */
 int cuk_pattn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
-              const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
+              const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, int n_runs,
+              void *st);
 
 #endif
