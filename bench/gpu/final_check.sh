@@ -137,10 +137,10 @@ fi
 if [ -n "${HYBRID_RUNS:-}" ] && [ "$(left)" -gt 60 ]; then
     mkdir -p "$W/hy7"
     S4=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-q4_0-pwri.gguf 2>/dev/null | head -1) SPEED_ONLY=1 \
-        RUNS="$HYBRID_RUNS" OUT="$W/hy7" DEADLINE=$(($(left) - 10)) timeout $(($(left) - 5)) bash bench/gpu/hybrid.sh "$H" "$CAL" \
+        ROUNDS=${HYBRID_ROUNDS:-1} RUNS="$HYBRID_RUNS" OUT="$W/hy7" DEADLINE=$(($(left) - 10)) timeout $(($(left) - 5)) bash bench/gpu/hybrid.sh "$H" "$CAL" \
         >"$W/hy7.out" 2>&1
     log "hybrid 7B rc=$?"
-    grep -hE "run s|split" "$W/hy7/run.log" 2>/dev/null | tail -8 | tee -a "$W/final.log"
+    grep -hE "run s|split" "$W/hy7/run.log" 2>/dev/null | tail -24 | tee -a "$W/final.log"
 fi
 
 # 8. issue 14's all-GPU figures (CUDA_SPEED=1): files reused from the steps before where they exist
