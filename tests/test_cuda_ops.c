@@ -8,7 +8,10 @@
  *   the GEMV path, the CUDA-graph decode step's greedy id; batch invariance: a token's logits are
  *   bitwise the same alone and batched with other sequences' tokens, and a 16-token prefill (the
  *   tiled GEMM kernels) the same as the same tokens chunked or one at a time, dense and sparse; the
- *   benchmarks' cuBLAS prefill within tolerance. Then the embedded tiny model (models/): greedy tokens agree with the
+ *   benchmarks' cuBLAS prefill within tolerance. A 300-token prompt over ten 32-cell chunks (the
+ *   tiled prompt attention against the split-K decode attention): one batch = chunked = token by
+ *   token = beside another sequence in one batch, bitwise, both caches, and close to the CPU. Then
+ *   the embedded tiny model (models/): greedy tokens agree with the
  *   CPU backend, teacher-forced, wherever the CPU's top-2 margin exceeds the tolerance.
  *
  * Thresholds: float weight types differ from the CPU only in summation order (NMSE ≤ 1e-8); the
