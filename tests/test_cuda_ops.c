@@ -10,7 +10,10 @@
  *   tiled GEMM kernels) the same as the same tokens chunked or one at a time, dense and sparse; the
  *   benchmarks' cuBLAS prefill within tolerance. Programmatic dependent launch (on for this test): a
  *   decode-shaped chain of every decode kernel on a stream of its own, eagerly and as a replayed
- *   graph, bitwise the same chain on the legacy stream (plain order). Then the embedded tiny model (models/): greedy tokens agree with the
+ *   graph, bitwise the same chain on the legacy stream (plain order). A 300-token prompt over ten
+ *   32-cell chunks (the tiled prompt attention against the split-K decode attention): one batch =
+ *   chunked = token by token = beside another sequence in one batch, bitwise, both caches, and close
+ *   to the CPU. Then the embedded tiny model (models/): greedy tokens agree with the
  *   CPU backend, teacher-forced, wherever the CPU's top-2 margin exceeds the tolerance.
  *
  * Thresholds: float weight types differ from the CPU only in summation order (NMSE ≤ 1e-8); the

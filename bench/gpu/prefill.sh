@@ -4,7 +4,9 @@
 # test_backend_ops_random, the first two also with PINFER_CUDA_PATTN=2 = the tiled prompt attention
 # for every batch of more than one token), then pp512 of d16 (default = the tiled attention,
 # PINFER_CUDA_PATTN=0 = cuk.cu's split-K attention for every batch, and each tiling of TILES, same
-# run) and d4, each with its per-part profile of one 512-token batch and of a decode step.
+# run; PINFER_CUDA_PATTN_PF=1 = its variant that prefetches the next chunk, PINFER_CUDA_PATTN_TT=16 =
+# tiles of 16 tokens, each with test_cuda_ops and test_backend_ops) and
+# d4, each with its per-part profile of one 512-token batch and of a decode step.
 # Stops itself before LIMIT seconds (default 210) so that partial results come back.
 #
 #   bash bench/gpu/prefill.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/
@@ -66,6 +68,16 @@ bench() { # name file env...
 }
 bench d16 "$SHM/d16.gguf" PINFER_NONE=1
 bench d16-splitk "$SHM/d16.gguf" PINFER_CUDA_PATTN=0
+bench d16-pf "$SHM/d16.gguf" PINFER_CUDA_PATTN_PF=1
+bench d16-tt16 "$SHM/d16.gguf" PINFER_CUDA_PATTN_TT=16
+step 60 test_cuda_ops-pf env PINFER_CUDA_PATTN_PF=1 "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_cuda_ops-pf.log"
+step 40 test_backend_ops-pf env PINFER_CUDA_PATTN_PF=1 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops-pf.log"
+step 60 test_cuda_ops-tt16 env PINFER_CUDA_PATTN_TT=16 "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_cuda_ops-tt16.log"
+step 40 test_backend_ops-tt16 env PINFER_CUDA_PATTN_TT=16 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops-tt16.log"
 step 60 test_backend_ops_random "$W/tests/test_backend_ops_random"
 grep -m8 "failed\|FAIL" "$OUT/r/test_backend_ops_random.log"
 step 60 test_cuda_ops-pattn2 env PINFER_CUDA_PATTN=2 "$W/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf

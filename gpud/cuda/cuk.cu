@@ -1167,6 +1167,22 @@ template <> __device__ inline void cstore<float>(float *p, float v) { *p = v; }
 template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __float2half_rn(v); }
 __device__ static inline float cload(const float *p) { return *p; }
 __device__ static inline float cload(const __half *p) { return __half2float(*p); }
+/* 8 consecutive cache values from a 16-byte aligned address */
+__device__ static inline void kload8(const float *p, float *o)
+{
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+__device__ static inline void kload8(const __half *p, float *o)
+{
+    const uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __half22float2(h[i]);
+        o[2 * i] = f.x, o[2 * i + 1] = f.y;
+    }
+}
 
 /* Pair i of a head's vector rotated by p · inv_freq[i], every rounding explicit: k_rope_store and the
  * attention that rotates q and k itself (k_attn_part's ROPE) give the same bits. */
@@ -1234,9 +1250,9 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                                                                const float *inv_freq)
 {
     constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
-    static_assert(NT == ATTN_CHUNK * ATTN_QSEG, "a thread per (cell, quarter)");
+    static_assert(NT == ATTN_CHUNK * ATTN_QSEG && DQ % 8 == 0, "a thread per (cell, quarter), 8-value loads");
     __shared__ float sc[ATTN_CHUNK], ps[ATTN_CHUNK], ml[2];
-    __shared__ float rv[ROPE ? 2 : 1][ROPE ? D : 1];
+    __shared__ __align__(16) float rv[ROPE ? 2 : 1][ROPE ? D : 4];
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
@@ -1286,12 +1302,19 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         }
     const int t = threadIdx.x / ATTN_QSEG, j = threadIdx.x % ATTN_QSEG;
     float dj = 0.0f;
-    if (t < nc) {
+    if (t < nc) { /* 16-byte loads: q rows and cache rows are 16-byte aligned (cudev's arenas) */
         const C *kr = kc + base + (int64_t)t * KV + j * DQ;
         const float *qj = qt + j * DQ;
 #pragma unroll
-        for (int i = 0; i < DQ; i++)
-            dj = __fmaf_rn(qj[i], cload(kr + i), dj);
+        for (int i0 = 0; i0 < DQ; i0 += 8) {
+            float kk[8];
+            kload8(kr + i0, kk);
+            const float4 qa = *(const float4 *)(qj + i0), qb = *(const float4 *)(qj + i0 + 4);
+            const float qq[8] = { qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w };
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                dj = __fmaf_rn(qq[e], kk[e], dj);
+        }
     }
     const int l0 = lane & ~(ATTN_QSEG - 1);
     const float d0 = __shfl_sync(0xffffffffu, dj, l0), d1 = __shfl_sync(0xffffffffu, dj, l0 + 1);
