@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gguf.h"
 #include "pi_err.h"
@@ -278,10 +279,28 @@ int model_load(struct pi_model **out, const char *path)
     return model_load_as(out, path, MODEL_WEIGHTS_MAP);
 }
 
+static uint64_t mem_available(void);
+
 int model_load_as(struct pi_model **out, const char *path, enum model_weights how)
 {
     struct gguf_file *f = NULL;
-    int rc = how == MODEL_WEIGHTS_READ ? gguf_open_read(&f, path) : gguf_open(&f, path);
+    int rc;
+    if (how == MODEL_WEIGHTS_READ) {
+        /* refused up front rather than killed half-way through the read (or by the cgroup): the copy,
+         * plus an eighth and 64 MiB for what the run allocates beside it (KV cache, scratch) */
+        struct stat st;
+        const uint64_t avail = mem_available();
+        const uint64_t need =
+            stat(path, &st) == 0 ? (uint64_t)st.st_size + (uint64_t)st.st_size / 8 + ((uint64_t)64 << 20) : 0;
+        if (need && avail > 0 && need > avail)
+            return pi_fail(PI_E_NOMEM, "model: cannot read '%s' into memory: it needs %.0f MiB with the run's headroom, "
+                           "%.0f MiB are available (MemAvailable, or the memory cgroup's room); use the file's mapping "
+                           "instead (no --no-mmap)",
+                           path, (double)need / (1 << 20), (double)avail / (1 << 20));
+        rc = gguf_open_read(&f, path);
+    } else {
+        rc = gguf_open(&f, path);
+    }
     return rc ? rc : model_from_gguf(out, f);
 }
 
@@ -343,30 +362,6 @@ static uint64_t mem_available(void)
     fclose(fp);
     const uint64_t avail = (uint64_t)kb * 1024, left = cgroup_left();
     return left < avail ? left : avail;
-}
-
-enum model_weights model_weights_auto(uint64_t file_size, const char **why)
-{
-    const char *w = "read into huge pages";
-    enum model_weights how = MODEL_WEIGHTS_READ;
-    char thp[128] = "";
-    FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (fp) {
-        if (!fgets(thp, sizeof thp, fp))
-            thp[0] = 0;
-        fclose(fp);
-    }
-    const uint64_t avail = mem_available();
-    if (!thp[0] || strstr(thp, "[never]")) {
-        how = MODEL_WEIGHTS_MAP;
-        w = "mapped: the kernel has no transparent huge pages";
-    } else if (avail == 0 || file_size > avail / 2) {
-        how = MODEL_WEIGHTS_MAP;
-        w = "mapped: the file is larger than half of the available memory (MemAvailable, the cgroup's limit)";
-    }
-    if (why)
-        *why = w;
-    return how;
 }
 
 size_t model_huge_bytes(const struct pi_model *m)

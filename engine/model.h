@@ -101,14 +101,13 @@ struct pi_model {
  * it. */
 int model_load(struct pi_model **out, const char *path);
 /* How a model's weights are held: the file's mapping (model_load: page cache, 4 KiB pages, nothing
- * read until used), or the file read into anonymous memory on 2 MiB transparent huge pages
- * (gguf_open_read: the CPU backend's GEMVs pay a TLB miss per 2 MiB instead of per 4 KiB). */
+ * read until used — llama.cpp's default too), or the file read into anonymous memory on 2 MiB
+ * transparent huge pages (gguf_open_read: a GEMV pays a TLB miss per 2 MiB instead of per 4 KiB, at the
+ * cost of zeroing and copying the whole file at load); READ refuses a file that, with an eighth and
+ * 64 MiB more for the run, exceeds the memory available (MemAvailable, capped by the memory cgroup's
+ * room), naming both. */
 enum model_weights { MODEL_WEIGHTS_MAP, MODEL_WEIGHTS_READ };
 int model_load_as(struct pi_model **out, const char *path, enum model_weights how);
-/* The automatic choice for a file of file_size bytes: READ when the kernel has transparent huge
- * pages (not `never`) and the file takes at most half of MemAvailable, else MAP; why goes to
- * *why (may be NULL). */
-enum model_weights model_weights_auto(uint64_t file_size, const char **why);
 /* Bytes of m's weights on huge pages now (0 for a mapped file). */
 size_t model_huge_bytes(const struct pi_model *m);
 /* The same from a file image in memory (the pipeline's shared weights segment); not copied. */

@@ -144,9 +144,9 @@ for mode in (["--inproc"], []):
 p = run("run", "--inproc", "-m", model, "-p", "x", "-n", "2", "--temp", "0")
 check(b"[seed]" not in p.stderr, "greedy runs print no seed")
 
-# --mmap / --no-mmap (in process): the weights from the file's mapping or read into huge pages give
-# the same logits, byte for byte; --json-stats says how they were held; the flags are refused where
-# they do not apply; a truncated file is refused in either mode
+# --mmap / --no-mmap (in process): the weights from the file's mapping (the default) or read into huge
+# pages give the same logits, byte for byte; --json-stats says how they were held; the flags are
+# refused where they do not apply; a truncated file is refused in either mode
 held = {}
 for flag in ("--mmap", "--no-mmap", None):
     js, lg = os.path.join(tmp, f"w{flag}.json"), os.path.join(tmp, f"w{flag}.bin")
@@ -160,12 +160,14 @@ if len(held) == 3:
     check(held["--mmap"][0]["held"] == "mapped (--mmap)" and held["--mmap"][0]["huge_mib"] == 0,
           f"--mmap: {held['--mmap'][0]}")
     check(held["--no-mmap"][0]["held"].startswith("read into huge pages"), f"--no-mmap: {held['--no-mmap'][0]}")
-    check(held[None][0]["held"] != "", f"default: {held[None][0]}")
+    check(held[None][0]["held"] == "mapped" and held[None][0]["huge_mib"] == 0, f"default: {held[None][0]}")
 expect_error(["run", "-m", model, "-p", "x", "--no-mmap"], "--no-mmap applies in process (--inproc)", code=2,
              what="pipeline --no-mmap")
 expect_error(["run", "--inproc", "-m", model, "-p", "x", "--mmap", "--no-mmap"], "give --mmap or --no-mmap, not both",
              code=2, what="--mmap --no-mmap")
 expect_error(["run", "--inproc", "-m", trunc, "-p", "x", "--no-mmap"], "truncated", what="truncated model, --no-mmap")
+expect_error(["run", "--inproc", "-m", model, "-p", "x", "--no-mmap", "--ram-budget", "1"],
+             "--no-mmap reads the whole file into memory, --ram-budget streams", code=2, what="--no-mmap --ram-budget")
 
 # --version (issue 7, item 12)
 p = run("--version")

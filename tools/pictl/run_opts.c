@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"  /* enum be_cache_type, be_find */
+#include "backend.h"  /* enum be_cache_type */
 #include "model.h"    /* enum model_weights */
 #include "instance.h" /* INST_DEFAULT_NAME */
 #include "pi_err.h"
@@ -96,10 +95,10 @@ static const struct run_flag flags[] = {
     { { "stream-qd", required_argument, NULL, OPT_STREAM_QD }, F_RUN, "N", "(--ram-budget) disk reads in flight (default 64; 1024 with async reads, the default from 8 cores)" },
     { { "disk-floor", no_argument, NULL, OPT_DISK_FLOOR }, F_RUN, NULL, "(--ram-budget) measure the random-read floor after the run" },
     { { "mmap", no_argument, NULL, OPT_MMAP }, F_RUN | F_PPL, NULL,
-      "(in process) use the weights from the file's mapping (4 KiB pages, nothing read up front)" },
+      "(in process) use the weights from the file's mapping (the default: 4 KiB pages, nothing read up front)" },
     { { "no-mmap", no_argument, NULL, OPT_NO_MMAP }, F_RUN | F_PPL, NULL,
-      "(in process) read the weights into memory on 2 MiB huge pages (default on the CPU backend when the "
-      "file takes at most half of the available memory)" },
+      "(in process) read the weights into memory on 2 MiB huge pages (fewer TLB misses; the load zeroes and "
+      "copies the whole file)" },
     { { "help", no_argument, NULL, 'h' }, F_ALL, NULL, "this text" },
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
@@ -418,6 +417,11 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
                 "shared memory\n", o->weights == MODEL_WEIGHTS_MAP ? "mmap" : "no-mmap");
         return -PI_E_INVAL;
     }
+    if (o->weights == MODEL_WEIGHTS_READ && o->ram_budget_gib >= 0) {
+        fprintf(stderr, "pictl %s: --no-mmap reads the whole file into memory, --ram-budget streams the FFN from "
+                "disk: give one\n", name);
+        return -PI_E_INVAL;
+    }
     if (cmd == RUN_OPTS_PERPLEXITY) {
         if (!o->file) {
             fprintf(stderr, "pictl perplexity: -f TEXTFILE is required\n");
@@ -481,26 +485,12 @@ int run_opts_check_utf8(const char *text, size_t len)
 
 int run_opts_weights(const struct run_opts *o, const char **why)
 {
-    if (o->weights >= 0) {
-        *why = o->weights == MODEL_WEIGHTS_READ ? "read into huge pages (--no-mmap)" : "mapped (--mmap)";
-        return o->weights;
+    if (o->weights == MODEL_WEIGHTS_READ) {
+        *why = "read into huge pages (--no-mmap)";
+        return MODEL_WEIGHTS_READ;
     }
-    if (o->ram_budget_gib >= 0) {
-        *why = "mapped: --ram-budget reads the FFN rows from the bundle";
-        return MODEL_WEIGHTS_MAP;
-    }
-    const bool gpu = o->backend ? !strcmp(o->backend, "cuda") || (!strcmp(o->backend, "auto") && be_find("cuda"))
-                                : be_find("cuda") != NULL;
-    if (gpu) {
-        *why = "mapped: the weights go to the GPU";
-        return MODEL_WEIGHTS_MAP;
-    }
-    struct stat st;
-    if (stat(o->model, &st) != 0) { /* the load reports the error */
-        *why = "mapped";
-        return MODEL_WEIGHTS_MAP;
-    }
-    return model_weights_auto((uint64_t)st.st_size, why);
+    *why = o->weights == MODEL_WEIGHTS_MAP ? "mapped (--mmap)" : "mapped";
+    return MODEL_WEIGHTS_MAP;
 }
 
 void run_opts_fini(struct run_opts *o)

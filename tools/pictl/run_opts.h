@@ -30,7 +30,7 @@ struct run_opts {
     const char *bundle;    /* --bundle: the FFN bundle (default MODEL.ffnbundle) */
     int32_t stream_qd;     /* --stream-qd: reads in flight (0: STREAM_QD) */
     bool disk_floor;       /* --disk-floor: measure the random-read floor after the run */
-    int32_t weights;       /* --mmap / --no-mmap (in process): enum model_weights; -1: run_opts_weights decides */
+    int32_t weights;       /* --mmap / --no-mmap (in process): enum model_weights; -1: none given (mapped) */
 };
 
 /* 0: parsed; 1: --help printed (exit 0); negative: error printed (exit 2). */
@@ -48,10 +48,8 @@ const char *run_opts_default_model(void);
  * first bad byte in pi_errmsg(). */
 int run_opts_check_utf8(const char *s, size_t len);
 
-/* How an in-process command holds the model's weights (enum model_weights), and why: --mmap /
- * --no-mmap; else mapped under --ram-budget (the disk tier reads the FFN) or when the weights go to
- * a GPU (--backend cuda, or auto with the CUDA backend built); else model_weights_auto's choice for
- * the file's size. */
+/* How an in-process command holds the model's weights (enum model_weights), and why: the file's
+ * mapping unless --no-mmap. */
 int run_opts_weights(const struct run_opts *o, const char **why);
 
 /* Read a whole file into a NUL-terminated buffer (malloc'd). */
