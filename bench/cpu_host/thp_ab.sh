@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/cpu_host/thp_ab.sh — the weights on 4 KiB pages (the file's mapping, `--mmap`) vs 2 MiB
-# transparent huge pages (the file read into anonymous memory, `--no-mmap`; opt-in
-# default on the CPU backend), on the GPU machine's host, issue 9's files (s4, d4 of BENCH.md), -t 16:
+# transparent huge pages (the file read into anonymous memory, `--no-mmap`, opt-in), on the GPU
+# machine's host, issue 9's files (s4, d4 of BENCH.md), -t 16:
 #   1. the read bandwidth (bench_gemv's STREAM read)
 #   2. bench_ffn (the sparse FFN alone, 10 % random masks), page vs huge, 2 rounds
 #   3. 3 interleaved rounds of: s4 and d4 decode in process, page and huge (phase_ms, huge MiB), the
