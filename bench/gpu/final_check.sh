@@ -11,7 +11,7 @@
 #      --ram-budget at 25 % and 50 % of the FFN in process against its floor, tokens against all-in-RAM
 #   7. (HYBRID_RUNS) issue 10's 7B hybrid speed runs of hybrid.sh
 #   8. (CUDA_SPEED=1, when DIR/gpu has bench/bench_cuda) issue 14's all-GPU figures: the HBM read floor,
-#      d16 / s16 / d4 decode (CUDA_VARIANTS: more "tag:file:ENV=V,..." runs) and d16's pp512 with its
+#      d16 / s16 / d4 decode (CUDA_VARIANTS: more "tag:d16|s16|d4:dense|sparse:ENV=V,..." runs) and d16's pp512 with its
 #      profile and pp_invariant
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
 #      synthesized in the background from the start: its reference quantizers take minutes)
@@ -155,8 +155,9 @@ if [ -n "${CUDA_SPEED:-}" ] && [ -x "$BC" ] && [ "$(left)" -gt 40 ]; then
     [ -n "$S16" ] || { "$G/tools/pictl" synth --shape llama-7b --type f16 --pwri -t 16 -q -o "$CS/s16.gguf" && S16=$CS/s16.gguf; }
     "$G/tools/pictl" synth --shape llama-7b --type f16 -t 16 -q -o "$CS/d16.gguf"
     timeout 20 "$BC" --hbm 8 2>&1 | tail -1 | tee -a "$W/final.log"
-    for v in d16:$CS/d16.gguf:dense:X=1 s16:$S16:sparse:X=1 d4:$D4:dense:X=1 ${CUDA_VARIANTS:-}; do
+    for v in d16:d16:dense:X=1 s16:s16:sparse:X=1 d4:d4:dense:X=1 ${CUDA_VARIANTS:-}; do
         IFS=: read -r tag f mode envs <<<"$v"
+        case $f in d16) f=$CS/d16.gguf ;; s16) f=$S16 ;; d4) f=$D4 ;; esac
         [ "$(left)" -lt 20 ] && break
         env ${envs//,/ } timeout 30 "$BC" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 2>"$W/cs-$tag.err" |
             grep '"case":"decode"' | sed "s/^/cuda $tag /" | tee -a "$W/final.log"
