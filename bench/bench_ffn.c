@@ -65,7 +65,7 @@ int main(int argc, char **argv)
             gap_us = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             spin_us = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run's default */
+        else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run --no-mmap */
             weights = MODEL_WEIGHTS_READ;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];

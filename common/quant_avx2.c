@@ -729,8 +729,6 @@ static bool is_float_type(uint32_t type)
 }
 
 /* one activation against rows [r0, r1), dense (rowp NULL) or gathered: the float types' dots, or the
- * q8_0 / q4_0 rows against the activation prepared once; false for the other types */
-/* one activation against rows [r0, r1), dense (rowp NULL) or gathered: the float types' dots, or the
  * q8_0 / q4_0 rows against the activation prepared once (here, or by the caller: prep); false for the
  * other types */
 static bool gemv_one(uint32_t type, const void *W, size_t row_bytes, const void *const *rowp, int64_t n,

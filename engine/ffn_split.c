@@ -480,19 +480,19 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + j.xq_stride * (size_t)t, E);
         j.xq = s->xq.buf;
     }
-    /* each token's activation prepared once for every group's gathers (they would each prepare it:
-     * ~86 times a layer), 64-byte aligned as the kernels' aligned loads want */
-    const uint32_t gate_type = lw_tensor(w, PI_ROW_GATE)->type;
-    j.xact_stride = quant_gather_act_bytes(gate_type, E);
-    if (j.xact_stride) {
-        if ((rc = ops_scratch_reserve(&s->xact, j.xact_stride * (size_t)B + 64)))
-            return rc;
-        char *xa = (char *)(((uintptr_t)s->xact.buf + 63) & ~(uintptr_t)63);
-        for (int32_t t = 0; t < B; t++)
-            quant_gather_act_prepare(gate_type, E, j.xq + j.xq_stride * (size_t)t, xa + j.xact_stride * (size_t)t);
-        j.xact = xa;
-    }
     if (l->ffn_down_t.data) {
+        /* each token's activation prepared once for every group's gathers (they would each prepare
+         * it: ~86 times a layer), 64-byte aligned as the kernels' aligned loads want */
+        const uint32_t gate_type = lw_tensor(w, PI_ROW_GATE)->type;
+        j.xact_stride = quant_gather_act_bytes(gate_type, E);
+        if (j.xact_stride) {
+            if ((rc = ops_scratch_reserve(&s->xact, j.xact_stride * (size_t)B + 64)))
+                return rc;
+            char *xa = (char *)(((uintptr_t)s->xact.buf + 63) & ~(uintptr_t)63);
+            for (int32_t t = 0; t < B; t++)
+                quant_gather_act_prepare(gate_type, E, j.xq + j.xq_stride * (size_t)t, xa + j.xact_stride * (size_t)t);
+            j.xact = xa;
+        }
         /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */
         const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
         if (!tt || !tt->axpy)
