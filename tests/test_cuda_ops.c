@@ -813,8 +813,9 @@ static void test_pdl(void)
             finite = finite && isfinite(lg[0][i]);
         CHECK(finite, "pdl type %u: logits not finite", types[ti]);
         pdl_net_free(&n);
+        const char *pdl = getenv("PINFER_CUDA_PDL");
         printf("pdl type %u: %d steps, own stream and graph = legacy stream bitwise checked (PINFER_CUDA_PDL=%s)\n",
-               types[ti], PDL_STEPS, getenv("PINFER_CUDA_PDL"));
+               types[ti], PDL_STEPS, pdl ? pdl : "unset: on");
     }
     for (int h = 0; h < 3; h++)
         free(lg[h]);
@@ -826,9 +827,6 @@ int main(int argc, char **argv)
     char why[160];
     if (!cudev_available(why, sizeof why))
         SKIP("%s", why);
-    /* the kernels' launches on the device context's stream with programmatic dependent launch, unless
-     * the caller says otherwise: read once, at the first launch (gpud/cuda/cuk_pdl.cuh) */
-    setenv("PINFER_CUDA_PDL", "1", 0);
     const uint32_t types[] = { PI_TYPE_F32,  PI_TYPE_F16,    PI_TYPE_BF16, PI_TYPE_Q8_0, PI_TYPE_Q4_0,
                                PI_TYPE_Q4_1, PI_TYPE_Q5_0,   PI_TYPE_Q5_1, PI_TYPE_IQ4_NL, PI_TYPE_Q2_K,
                                PI_TYPE_Q3_K, PI_TYPE_Q4_K,   PI_TYPE_Q5_K, PI_TYPE_Q6_K, PI_TYPE_IQ4_XS };

@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu/dec.sh — the decode kernels' GPU call (issue 14, branch gdec): the CUDA tests, then the
 # decode rates of d16 / s16 / d4, each also in the A/B variants of VARIANTS (below; e.g.
-# PINFER_CUDA_PDL=1, PINFER_CUDA_MMV=0 = cuk_mma.cu's decode kernel), with the HBM read floor before
+# PINFER_CUDA_PDL=0, PINFER_CUDA_MMV=0 = cuk_mma.cu's decode kernel), with the HBM read floor before
 # and after. Stops itself before LIMIT seconds (default 240) so that partial results come back.
 #
 #   bash bench/gpu/dec.sh KIT     KIT: b.txz (build tree: tests/, bench/, tools/) and lib/ (shared libs)
@@ -55,15 +55,15 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops.log"
     step 60 test_backend_ops_random "$W/tests/test_backend_ops_random"
     grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops_random.log"
-    # every one-token F16 product streamed (PINFER_CUDA_MMV=2): batch = alone, chunked = whole, bitwise
-    step 40 test_cuda_mma-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_cuda_mma"
-    step 40 test_backend_ops-mmv2 env PINFER_CUDA_MMV=2 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
-    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-mmv2.log"
-    # the decode chain with programmatic dependent launch (test_cuda_ops turns it on itself)
-    step 40 test_backend_ops-pdl env PINFER_CUDA_PDL=1 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
-    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-pdl.log"
-    step 60 test_backend_ops_random-pdl env PINFER_CUDA_PDL=1 "$W/tests/test_backend_ops_random"
-    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops_random-pdl.log"
+    # the streamed kernel only where it was first used (PINFER_CUDA_MMV=1): batch = alone, bitwise
+    step 40 test_cuda_mma-mmv1 env PINFER_CUDA_MMV=1 "$W/tests/test_cuda_mma"
+    step 40 test_backend_ops-mmv1 env PINFER_CUDA_MMV=1 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-mmv1.log"
+    # the decode chain in plain stream order (PDL is the default)
+    step 40 test_backend_ops-nopdl env PINFER_CUDA_PDL=0 "$W/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops-nopdl.log"
+    step 60 test_backend_ops_random-nopdl env PINFER_CUDA_PDL=0 "$W/tests/test_backend_ops_random"
+    grep -m5 "failed\|FAIL" "$OUT/r/test_backend_ops_random-nopdl.log"
 fi
 while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
 log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
@@ -74,9 +74,9 @@ run() { # tag file mode batches env...
     step 40 "bench-$tag" env "$@" "$W/bench/bench_cuda" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 ${bt:+--batch $bt}
     sed "s/^{/{\"file\":\"$tag\",/" "$OUT/r/bench-$tag.log" | grep '^{' >>"$OUT/r/bench.jsonl"
 }
-# VARIANTS: "tag:file:VAR=V,VAR=V ..." (default: each file as is and with programmatic dependent
-# launch, PINFER_CUDA_PDL=1)
-VARIANTS=${VARIANTS-"d16:d16:X=1 d16-pdl:d16:PINFER_CUDA_PDL=1 s16:s16:X=1 s16-pdl:s16:PINFER_CUDA_PDL=1 d4:d4:X=1 d4-pdl:d4:PINFER_CUDA_PDL=1"}
+# VARIANTS: "tag:file:VAR=V,VAR=V ..." (default: each file as is and without programmatic dependent
+# launch and the streamed kernel everywhere, PINFER_CUDA_PDL=0 PINFER_CUDA_MMV=1)
+VARIANTS=${VARIANTS-"d16:d16:X=1 d16-plain:d16:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1 s16:s16:X=1 s16-plain:s16:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1 d4:d4:X=1 d4-plain:d4:PINFER_CUDA_PDL=0"}
 for v in $VARIANTS; do
     IFS=: read -r tag name envs <<<"$v"
     f=$SHM/$name.gguf

@@ -37,7 +37,7 @@ extern "C" int cuk_mmv_level(void)
     static int lv = -1; /* read once: a decode graph must not change kernels between captures */
     if (lv < 0) {
         const char *e = getenv("PINFER_CUDA_MMV");
-        lv = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
+        lv = e && (*e == '0' || *e == '1') && !e[1] ? *e - '0' : 2;
     }
     return lv;
 }

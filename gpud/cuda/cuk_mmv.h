@@ -25,9 +25,10 @@
 
 #include "cuk.h"
 
-/* PINFER_CUDA_MMV: 0 off; 1 (default) the products measured faster streamed — the ones with the
- * RMSNorm folded in (q/k/v, gate/up of one token) and the sparse path's gathered gate/up rows; 2 every
- * one-token F16/BF16 product. */
+/* PINFER_CUDA_MMV: 0 off; 1 the products that measured faster streamed without PDL — the ones with
+ * the RMSNorm folded in (q/k/v, gate/up of one token) and the sparse path's gathered gate/up rows;
+ * 2 (default) every one-token F16/BF16 product: with PDL on (cuk_pdl.cuh) it is the faster level on
+ * d16 and s16 (bench/gpu/NOTES.md, 2026-12-02). */
 int cuk_mmv_level(void);
 bool cuk_mmv_on(void);
 /* the streamed kernel takes w (n_in: its one token row must fit in shared memory after the ring) */

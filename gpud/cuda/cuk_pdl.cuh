@@ -12,10 +12,11 @@
  *   - pdl_trigger() comes after pdl_wait(), so the next kernel starts at most one kernel ahead.
  * A kernel launched with <<<>>> waits for the full completion of the one before it, as always; a
  * pdl_wait() in a kernel not launched by pdl_launch returns at once. The bits never depend on it: the
- * same loads and the same math, only earlier. PINFER_CUDA_PDL=1 turns it on; off by default: every
- * CUDA test passes with it on the H200, but it gained on d4 (+5.6 %) and the sparse step (+2 %) and
- * lost on d16 in one run (bench/gpu/NOTES.md), so a per-model default is still to be chosen. Read
- * once: a decode graph must not change its launches between captures. A launch on the legacy NULL stream is
+ * same loads and the same math, only earlier. On by default (PINFER_CUDA_PDL=0 turns it off): in
+ * interleaved rounds on the H200 (bench/gpu/NOTES.md, 2026-12-02) it gains on every file together
+ * with the streamed kernel for every one-token product (cuk_mmv.h's default level 2): d16 +1.5 %,
+ * s4 +6 %, d4 +5.6 %, s16 +6 %, the Q4_0 hybrid +12 % (alone, without level 2, it loses 3.5 % on
+ * d16). Read once: a decode graph must not change its launches between captures. A launch on the legacy NULL stream is
  * always in plain order (the kernel tests' direct calls are the reference the PDL chain is checked
  * against, test_cuda_ops' test_pdl). */
 #ifndef CUK_PDL_CUH
@@ -44,7 +45,7 @@ static bool pdl_on(void)
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("PINFER_CUDA_PDL");
-        on = e && strcmp(e, "1") == 0;
+        on = !(e && strcmp(e, "0") == 0);
     }
     return on;
 }

@@ -1,0 +1,50 @@
+#!/bin/bash
+# bench/gpu/decode_rounds.sh DIR — issue 14's decode launches (PDL: cuk_pdl.cuh; the streamed kernel's level: cuk_mmv.h) in
+# interleaved rounds: bench_cuda (256 tokens) over VARIANTS, ROUNDS rounds (3), the HBM read floor
+# first. A variant is FILE:MODE:ENV (ENV: comma-separated NAME=VALUE, X=1 for none); FILE is one of d16
+# s16 d4 s4 (BENCH.md's files, synthesized here when a variant needs them).
+# HYBRID="FILE:BUDGET ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
+# BUDGET`, 128 tokens) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
+# then the plain launches).
+# DIR/trees.txz: pack_trees.sh's (gpu/bench/bench_cuda, gpu/tools/pictl), DIR/lib.
+set -u
+D=$1
+[ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
+export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+G=$D/gpu S=/dev/shm/pinfer-rounds
+HYBRID=${HYBRID:-}
+VARIANTS=${VARIANTS:-"d16:dense:X=1 d16:dense:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1 d4:dense:X=1
+    d4:dense:PINFER_CUDA_PDL=0 s16:sparse:X=1 s16:sparse:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1"}
+mkdir -p "$S"
+for f in d16 s16 d4 s4; do
+    case " $VARIANTS $HYBRID" in *[[:space:]]"$f:"*) ;; *) continue ;; esac
+    case $f in
+        d16) a=(--type f16) ;; s16) a=(--type f16 --pwri) ;;
+        d4) a=(--type q4_0) ;; s4) a=(--type q4_0 --pwri --pred-type q4_0) ;;
+    esac
+    "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
+done
+"$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1
+for r in $(seq "${ROUNDS:-3}"); do
+    for v in $VARIANTS; do
+        IFS=: read -r f mode envs <<<"$v"
+        t=$(env ${envs//,/ } timeout 30 "$G/bench/bench_cuda" "$S/$f.gguf" --mode "$mode" -n 256 -c 2048 --pp 0 2>/dev/null |
+            python3 -c 'import json,sys
+for l in sys.stdin:
+    d=json.loads(l)
+    if d.get("case")=="decode": print(d["tok_s"], d["first_ids"][:3])')
+        echo "r$r $f $mode $envs $t"
+    done
+    for h in $HYBRID; do
+        IFS=: read -r f budget <<<"$h"
+        for envs in ${HYBRID_ENVS:-X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1}; do
+            env ${envs//,/ } timeout 60 "$G/tools/pictl" run -m "$S/$f.gguf" -p "Once upon a time" -n 128 --temp 0 \
+                --ignore-eos -c 512 -t 16 --backend cuda --vram-budget "$budget" --json-stats "$S/h.json" \
+                >"$S/h.txt" 2>"$S/h.err"
+            t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$S/h.json" 2>/dev/null)
+            echo "r$r hybrid $f $budget $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8)"
+            rm -f "$S/h.json"
+        done
+    done
+done
+rm -rf "$S"
