@@ -44,7 +44,7 @@ A16="PINFER_CUDA_MMA_ACT=f16"
 step 40 test_cuda_mma-f16 env $A16 "$W/tests/test_cuda_mma"
 grep "f16 activations" "$OUT/r/test_cuda_mma-f16.log" | head -5
 step 30 test_cuda_mma-f16-tile7 env $A16 PINFER_CUDA_MMA_TILE=7 "$W/tests/test_cuda_mma"
-step 70 test_cuda_ops-f16 env $A16 "$W/tests/test_cuda_ops" "$TINY"
+step 80 test_cuda_ops-f16 env $A16 "$W/tests/test_cuda_ops" "$TINY"
 grep "tiny model" "$OUT/r/test_cuda_ops-f16.log"
 while [ ! -f "$SHM/.done" ] && [ "$(left)" -gt 60 ]; do sleep 1; done
 log "synth: $(ls -s "$SHM" | tr '\n' ' ')"
@@ -52,7 +52,7 @@ bench() { # name env...
     local name=$1
     shift
     [ -f "$SHM/d16.gguf" ] || return
-    step 30 "bench-$name" env "$@" "$W/bench/bench_cuda" "$SHM/d16.gguf" --mode dense -n 64 -c 2048 --pp 512
+    step 35 "bench-$name" env "$@" "$W/bench/bench_cuda" "$SHM/d16.gguf" --mode dense -n 64 -c 2048 --pp 512
     sed "s/^{/{\"run\":\"$name\",/" "$OUT/r/bench-$name.log" | grep '^{' >>"$OUT/r/bench.jsonl"
     python3 - "$OUT/r/bench-$name.log" "$name" <<'EOF'
 import json, sys
@@ -116,7 +116,7 @@ for i, c in enumerate(cases):
 json.dump(res, open(f"{out}/tiny.json", "w"))
 EOF
 step 40 test_cuda_mma "$W/tests/test_cuda_mma"
-step 70 test_cuda_ops "$W/tests/test_cuda_ops" "$TINY"
+step 80 test_cuda_ops "$W/tests/test_cuda_ops" "$TINY"
 step 30 test_backend_ops-f16 env $A16 "$W/tests/test_backend_ops" "$TINY"
 step 30 test_backend_ops "$W/tests/test_backend_ops" "$TINY"
 log "done"
