@@ -36,7 +36,8 @@ extern "C" {
 #define KS CUK_MMA_KS
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
-#define MM_TILE_DEFAULT 0 /* mm_tile() */
+#define MM_TILE_DEFAULT 0   /* mm_tile(): the split's */
+#define MM_TILE_DEFAULT16 7 /* the f16 mode's */
 #define GM_MIN_B 64      /* k_mma_gm for batches larger than this */
 #define MV_U_DEFAULT 2    /* mv_u() */
 /* bytes per token of k_mma_mm's staged chunk: hi 128, lo 128 (LO) and 64 of padding (no bank conflicts:
@@ -286,7 +287,8 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
      * B or K */
     auto fill = [&](int s, int c) {
         for (int q = threadIdx.x; q < NT * 8 * PARTS; q += W * 32) {
-            const int tl = q / PARTS, part = q % PARTS, h8 = part & 7;
+            /* shifts and masks: a signed q / PARTS, q % PARTS is not reduced to them (+149 PTX lines) */
+            const int tl = q >> (LO ? 4 : 3), part = q & (PARTS - 1), h8 = part & 7;
             const int64_t e = (int64_t)c * CH + 8 * h8, tok = tok0 + tl;
             const bool ok = tok < B && e + 8 <= K;
             const uint8_t *src = ok ? xh + tok * xs + (part >= 8 ? 2 * K : 0) + 2 * e : xh;
@@ -562,9 +564,11 @@ static void gm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n
  *      blocks, 16 warps an SM)
  *   6: k_mma_gm, 16 warps of 32 × 32: 128 × 128, GLU 64 of each × 128 (144 KiB, 16 warps an SM)
  *   7: the f16 mode only (half the staged bytes a token): plain W 4, NT 16; GLU W 4, NT 8 (48 and
- *      48 KiB of static shared memory); in the split mode tiling 0
+ *      24 KiB of static shared memory); in the split mode tiling 0
  * Measured on the H200 (pp512 d16, bench/gpu/NOTES.md, two runs): 0 5 586 / 5 604, 3 5 283, 4 5 383,
- * 5 5 374, 6 5 084 tok/s — tiling 0 stays the default. */
+ * 5 5 374, 6 5 084 tok/s — tiling 0 stays the split's default. The f16 mode's is 7: 11 296–11 317
+ * against tiling 0's 8 306–8 325 tok/s (3 interleaved rounds, 2026-12-02; NOTES.md "f16
+ * activations"). */
 /* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
  * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
 static int mv_u(void)
@@ -591,14 +595,14 @@ static int pdl_pf(void)
     return v;
 }
 
-static int mm_tile(void)
+static int mm_tile(bool lo)
 {
-    static int v = -1;
-    if (v < 0) {
+    static int v = -2; /* -1: not set */
+    if (v == -2) {
         const char *e = getenv("PINFER_CUDA_MMA_TILE");
-        v = e && *e >= '0' && *e <= '7' ? *e - '0' : MM_TILE_DEFAULT;
+        v = e && *e >= '0' && *e <= '7' ? *e - '0' : -1;
     }
-    return v;
+    return v >= 0 ? v : lo ? MM_TILE_DEFAULT : MM_TILE_DEFAULT16;
 }
 
 template <bool BF, bool LO, int MODE, int NM, int NT, int W, int MINB>
@@ -633,7 +637,7 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
     const int rc = split_x<BF, LO>(x, K, B, xh, st);
     if (rc)
         return rc;
-    const int v = mm_tile();
+    const int v = mm_tile(LO);
     if (v >= 3 && v <= 6 && B > GM_MIN_B) { /* the tiled pipeline (k_mma_gm) */
         if constexpr (NM == 2) {
             if (v == 3)
