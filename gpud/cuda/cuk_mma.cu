@@ -10,12 +10,15 @@
  *
  * Order of the sums, for one (row, token): for each K range r (cuk_mma.h), acc = 0, then for each of
  * its chunks in ascending order and each of the chunk's k16 tiles in order: acc = mma(A, B_hi, acc),
- * acc = mma(A, B_lo, acc); then s = acc_0, s = s + acc_r for r = 1..KS−1 (an empty range adds +0);
- * that is the output. Both kernels below do exactly that.
+ * acc = mma(A, B_lo, acc) (the f16 mode: B_hi only); then s = acc_0, s = s + acc_r for r = 1..KS−1
+ * (an empty range adds +0); that is the output. The kernels below do exactly that.
  *
  * The activation's hi = round(x), lo = round(x − hi) (f16 or bf16, round to nearest even): the
  * decode kernel converts the f32 row as it loads it (no launch of its own), the prefill kernel reads
- * it converted once per op by k_split_x; the same roundings, so the same bits. */
+ * it converted once per op by k_split_x; the same roundings, so the same bits. Template parameter LO:
+ * true = the split (BF16 always, F16 by default), false = the f16 mode (cuk_mma.h,
+ * PINFER_CUDA_MMA_ACT=f16): hi only, one mma a k16 tile, and the prefill scratch and stages hold hi
+ * only. Every kernel takes the same LO for a type, so the bits agree across them in either mode. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -33,10 +36,13 @@ extern "C" {
 #define KS CUK_MMA_KS
 #define CH 64         /* elements of K per chunk */
 #define MV_THREADS (KS * 32)
-#define MM_TILE_DEFAULT 0 /* mm_tile() */
+#define MM_TILE_DEFAULT 0   /* mm_tile(): the split's */
+#define MM_TILE_DEFAULT16 7 /* the f16 mode's */
 #define GM_MIN_B 64      /* k_mma_gm for batches larger than this */
 #define MV_U_DEFAULT 2    /* mv_u() */
-#define MM_TOKB 320   /* bytes per token of a staged chunk: hi 128, lo 128, 64 of padding (no bank conflicts) */
+/* bytes per token of k_mma_mm's staged chunk: hi 128, lo 128 (LO) and 64 of padding (no bank conflicts:
+ * tokens g and g + 1 of a quarter warp's 16-byte loads 64 bytes apart modulo 128) */
+#define MM_TOKB(LO) ((LO) ? 320 : 192)
 
 #include "cuk_mma_dev.cuh" /* launched, H2, split4, mma, wd, mma_chunk, mout and its epilogues, cp.async, elem */
 #include "cuk_pdl.cuh"
@@ -55,12 +61,22 @@ extern "C" bool cuk_mma_on(uint32_t type)
     return on && cuk_mma_type(type);
 }
 
+extern "C" bool cuk_mma_act16(uint32_t type)
+{
+    static int on = -1; /* read once, as PINFER_CUDA_MMA */
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_MMA_ACT");
+        on = e && strcmp(e, "f16") == 0;
+    }
+    return on && type == PI_TYPE_F16;
+}
+
 extern "C" size_t cuk_mma_x_row_bytes(int64_t n_in) { return (size_t)(4 * n_in + 16); }
 
 /* ---- the activation split: x = hi + lo ---- */
 
-/* x (B, K) f32 → rows of xs bytes: hi [K], lo [K] (16-bit); 4 elements a thread */
-template <bool BF>
+/* x (B, K) f32 → rows of xs bytes: hi [K], lo [K] (16-bit; LO false: hi only); 4 elements a thread */
+template <bool BF, bool LO>
 __global__ void k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__restrict__ xh, int64_t xs)
 {
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
@@ -68,16 +84,17 @@ __global__ void k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__res
         return;
     const float4 v = *(const float4 *)(x + (int64_t)blockIdx.y * K + i);
     uint32_t hi[2], lo[2];
-    split4<BF>(v, hi, lo);
+    split4<BF, LO>(v, hi, lo);
     uint32_t *row = (uint32_t *)(xh + (int64_t)blockIdx.y * xs);
     row[i / 2] = hi[0], row[i / 2 + 1] = hi[1];
-    row[(K + i) / 2] = lo[0], row[(K + i) / 2 + 1] = lo[1];
+    if constexpr (LO)
+        row[(K + i) / 2] = lo[0], row[(K + i) / 2 + 1] = lo[1];
 }
 
-template <bool BF>
+template <bool BF, bool LO>
 static int split_x(const float *x, int64_t K, int B, void *xh, cudaStream_t st)
 {
-    k_split_x<BF><<<dim3((unsigned)((K / 4 + 255) / 256), (unsigned)B), 256, 0, st>>>(
+    k_split_x<BF, LO><<<dim3((unsigned)((K / 4 + 255) / 256), (unsigned)B), 256, 0, st>>>(
         x, K, (uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K));
     return launched();
 }
@@ -116,7 +133,7 @@ __device__ static inline void mv_load_a(uint4 (*a)[NM][2][2], const uint8_t *con
 /* acc[m] += the chunks [c0, c1) of the rows rp[m][0..1] · token row xr (f32, split here; NULL: a
  * padding column). The first U chunks' weights are loaded before pdl_wait() (they do not depend on
  * the previous kernel; cuk_pdl.cuh), and pf chunks after them fetched into L2; x only after it. */
-template <bool BF, int NM, int U>
+template <bool BF, bool LO, int NM, int U>
 __device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K, int c0, int c1,
                                        const float *xr, int t, int pf, float (*acc)[4])
 {
@@ -152,19 +169,19 @@ __device__ static inline void mv_range(const uint8_t *const (*rp)[2], int64_t K,
                 for (int h = 0; h < 2; h++)
 #pragma unroll
                     for (int q = 0; q < 2; q++)
-                        split4<BF>(xv[u][h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
+                        split4<BF, LO>(xv[u][h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
                 const uint4 bh[2] = { make_uint4(hw[0], hw[1], hw[2], hw[3]), make_uint4(hw[4], hw[5], hw[6], hw[7]) };
                 const uint4 bl[2] = { make_uint4(lw[0], lw[1], lw[2], lw[3]), make_uint4(lw[4], lw[5], lw[6], lw[7]) };
 #pragma unroll
                 for (int m = 0; m < NM; m++)
-                    mma_chunk<BF>(acc[m], a[u][m][0], a[u][m][1], bh, bl);
+                    mma_chunk<BF, LO>(acc[m], a[u][m][0], a[u][m][1], bh, bl);
             }
     }
 }
 
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). IDX: blockIdx.y is a token
  * and the tile's rows are its listed rows o.idx[tok][j] (j < o.cnt[tok]). */
-template <bool BF, int MODE, int NM, bool IDX, int U>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, int U>
 __global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                        int64_t K, int64_t n_out, const float *__restrict__ x, int B,
                                                        mout o)
@@ -195,7 +212,7 @@ __global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uin
 #pragma unroll
         for (int i = 0; i < 4; i++)
             acc[m][i] = 0.0f;
-    mv_range<BF, NM, U>(rp, K, c0, c1, xr, t, o.pf, acc);
+    mv_range<BF, LO, NM, U>(rp, K, c0, c1, xr, t, o.pf, acc);
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
@@ -245,12 +262,13 @@ __device__ static inline void mm_load_a(uint4 (*a)[2][2], const uint8_t *const (
     }
 }
 
-template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+template <bool BF, bool LO, int MODE, int NM, int NT, int W, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                          int64_t K, int64_t n_out, const uint8_t *__restrict__ xh,
                                                          int64_t xs, int B, mout o)
 {
-    __shared__ __align__(16) uint8_t sb[2][NT * 8][MM_TOKB];
+    constexpr int TOKB = MM_TOKB(LO), PARTS = LO ? 16 : 8; /* 16-byte words a staged token */
+    __shared__ __align__(16) uint8_t sb[2][NT * 8][TOKB];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = (int)blockIdx.x * NT * 8;
     const int64_t j0 = ((int64_t)blockIdx.y * W + warp) * 16;
@@ -265,10 +283,12 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
     }
     int nk, cpr;
     kranges(K, &nk, &cpr);
-    /* token rows of chunk c into stage s: 16 words per token (8 hi, 8 lo), zero past B or K */
+    /* token rows of chunk c into stage s: 16 words per token (8 hi, 8 lo; LO false: 8 hi), zero past
+     * B or K */
     auto fill = [&](int s, int c) {
-        for (int q = threadIdx.x; q < NT * 8 * 16; q += W * 32) {
-            const int tl = q >> 4, part = q & 15, h8 = part & 7;
+        for (int q = threadIdx.x; q < NT * 8 * PARTS; q += W * 32) {
+            /* shifts and masks: a signed q / PARTS, q % PARTS is not reduced to them (+149 PTX lines) */
+            const int tl = q >> (LO ? 4 : 3), part = q & (PARTS - 1), h8 = part & 7;
             const int64_t e = (int64_t)c * CH + 8 * h8, tok = tok0 + tl;
             const bool ok = tok < B && e + 8 <= K;
             const uint8_t *src = ok ? xh + tok * xs + (part >= 8 ? 2 * K : 0) + 2 * e : xh;
@@ -300,12 +320,14 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
         const uint8_t *st = &sb[c & 1][0][0];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const uint8_t *tb = st + (j * 8 + g) * MM_TOKB + 16 * t; /* elements 8t.., 32 + 8t.. */
+            const uint8_t *tb = st + (j * 8 + g) * TOKB + 16 * t; /* elements 8t.., 32 + 8t.. */
             const uint4 bh[2] = { *(const uint4 *)tb, *(const uint4 *)(tb + 64) };
-            const uint4 bl[2] = { *(const uint4 *)(tb + 128), *(const uint4 *)(tb + 192) };
+            uint4 bl[2] = { make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0) };
+            if constexpr (LO)
+                bl[0] = *(const uint4 *)(tb + 128), bl[1] = *(const uint4 *)(tb + 192);
 #pragma unroll
             for (int m = 0; m < NM; m++)
-                mma_chunk<BF>(acc[m][j], a[m][0], a[m][1], bh, bl);
+                mma_chunk<BF, LO>(acc[m][j], a[m][0], a[m][1], bh, bl);
         }
         if ((c + 1) % cpr == 0 || !more) { /* the end of a K range */
 #pragma unroll
@@ -366,27 +388,28 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
  * so odd rows (tokens) store their 16-byte units with the halves of the 128-byte row swapped
  * (unit u at u ^ 4). */
 #define GM_AROW 128 /* bytes of a staged weight row (one chunk) */
-#define GM_BTOK 256 /* bytes of a staged token: hi 128, lo 128 */
+#define GM_BTOK(LO) ((LO) ? 256 : 128) /* bytes of a staged token: hi 128, lo 128 (LO) */
 
 __device__ static inline int gm_sw(int row, int u) { return (u ^ ((row & 1) << 2)) * 16; }
 
-template <int NM, int WM, int WN, int MT, int NT, int ST> struct gm_shape {
+template <bool LO, int NM, int WM, int WN, int MT, int NT, int ST> struct gm_shape {
     static constexpr int threads = WM * WN * 32;
     static constexpr int rows = WM * MT * 16;  /* weight rows per block (of each matrix) */
     static constexpr int toks = WN * NT * 8;   /* tokens per block */
     static constexpr int a_bytes = NM * rows * GM_AROW;
-    static constexpr int stage = a_bytes + toks * GM_BTOK;
+    static constexpr int btok = GM_BTOK(LO);
+    static constexpr int stage = a_bytes + toks * btok;
     static constexpr int smem = ST * stage;
 };
 
 __device__ static inline uint32_t w4(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
-template <bool BF, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
+template <bool BF, bool LO, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
 __global__ void __launch_bounds__(WM * WN * 32, MINB)
     k_mma_gm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1, int64_t K, int64_t n_out,
              const uint8_t *__restrict__ xh, int64_t xs, int B, mout o)
 {
-    using SH = gm_shape<NM, WM, WN, MT, NT, ST>;
+    using SH = gm_shape<LO, NM, WM, WN, MT, NT, ST>;
     extern __shared__ __align__(16) uint8_t gsm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
@@ -404,12 +427,12 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB)
             const uint8_t *src = ok ? (m ? w1 : w0) + r * K * 2 + 2 * e : w0;
             cp16(as + row * GM_AROW + gm_sw(row, u), src, ok ? 16 : 0);
         }
-        for (int q = threadIdx.x; q < SH::toks * 16; q += SH::threads) {
-            const int tl = q >> 4, part = (q >> 3) & 1, u = q & 7;
+        for (int q = threadIdx.x; q < SH::toks * (LO ? 16 : 8); q += SH::threads) {
+            const int tl = LO ? q >> 4 : q >> 3, part = LO ? (q >> 3) & 1 : 0, u = q & 7;
             const int64_t e = (int64_t)c * CH + 8 * u, tok = tok0 + tl;
             const bool ok = tok < B && e + 8 <= K;
             const uint8_t *src = ok ? xh + tok * xs + part * 2 * K + 2 * e : xh;
-            cp16(bs + tl * GM_BTOK + part * 128 + gm_sw(tl, u), src, ok ? 16 : 0);
+            cp16(bs + tl * SH::btok + part * 128 + gm_sw(tl, u), src, ok ? 16 : 0);
         }
     };
     float acc[NM][MT][NT][4], sum[NM][MT][NT][4];
@@ -452,8 +475,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const int tl = (wn * NT + j) * 8 + g;
-                const uint8_t *tb = bs + tl * GM_BTOK + gm_sw(tl, u);
-                const uint4 bh = *(const uint4 *)tb, bl = *(const uint4 *)(tb + 128);
+                const uint8_t *tb = bs + tl * SH::btok + gm_sw(tl, u);
+                const uint4 bh = *(const uint4 *)tb, bl = LO ? *(const uint4 *)(tb + 128) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int i2 = 0; i2 < 2; i2++) /* k16 tile 2h + i2: words 2·i2, 2·i2 + 1 */
 #pragma unroll
@@ -463,7 +486,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB)
                             const uint32_t a0 = w4(a[m][mt][0], 2 * i2), a1 = w4(a[m][mt][1], 2 * i2),
                                            a2 = w4(a[m][mt][0], 2 * i2 + 1), a3 = w4(a[m][mt][1], 2 * i2 + 1);
                             mma<BF>(acc[m][mt][j], a0, a1, a2, a3, w4(bh, 2 * i2), w4(bh, 2 * i2 + 1));
-                            mma<BF>(acc[m][mt][j], a0, a1, a2, a3, w4(bl, 2 * i2), w4(bl, 2 * i2 + 1));
+                            if constexpr (LO)
+                                mma<BF>(acc[m][mt][j], a0, a1, a2, a3, w4(bl, 2 * i2), w4(bl, 2 * i2 + 1));
                         }
             }
         }
@@ -510,19 +534,19 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB)
             }
 }
 
-template <bool BF, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
+template <bool BF, bool LO, int MODE, int NM, int WM, int WN, int MT, int NT, int ST, int MINB>
 static void gm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const void *xh, int B,
                       const mout &o, cudaStream_t st)
 {
-    using SH = gm_shape<NM, WM, WN, MT, NT, ST>;
+    using SH = gm_shape<LO, NM, WM, WN, MT, NT, ST>;
     static bool attr; /* over 48 KiB of dynamic shared memory needs the opt-in, once per kernel */
     if (!attr) {
-        cudaFuncSetAttribute(k_mma_gm<BF, MODE, NM, WM, WN, MT, NT, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(k_mma_gm<BF, LO, MODE, NM, WM, WN, MT, NT, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              SH::smem);
         attr = true;
     }
     const unsigned groups = (unsigned)((B + SH::toks - 1) / SH::toks), rows = (unsigned)((n_out + SH::rows - 1) / SH::rows);
-    k_mma_gm<BF, MODE, NM, WM, WN, MT, NT, ST, MINB><<<dim3(groups, rows), SH::threads, SH::smem, st>>>(
+    k_mma_gm<BF, LO, MODE, NM, WM, WN, MT, NT, ST, MINB><<<dim3(groups, rows), SH::threads, SH::smem, st>>>(
         w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
 }
 
@@ -539,8 +563,12 @@ static void gm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n
  *   5: k_mma_gm, 8 warps of 32 × 32: 128 × 64, GLU 64 of each × 64 (96 KiB, ≤ 128 registers: two
  *      blocks, 16 warps an SM)
  *   6: k_mma_gm, 16 warps of 32 × 32: 128 × 128, GLU 64 of each × 128 (144 KiB, 16 warps an SM)
+ *   7: the f16 mode only (half the staged bytes a token): plain W 4, NT 16; GLU W 4, NT 8 (48 and
+ *      24 KiB of static shared memory); in the split mode tiling 0
  * Measured on the H200 (pp512 d16, bench/gpu/NOTES.md, two runs): 0 5 586 / 5 604, 3 5 283, 4 5 383,
- * 5 5 374, 6 5 084 tok/s — tiling 0 stays the default. */
+ * 5 5 374, 6 5 084 tok/s — tiling 0 stays the split's default. The f16 mode's is 7: 11 296–11 317
+ * against tiling 0's 8 306–8 325 tok/s (3 interleaved rounds, 2026-12-02; NOTES.md "f16
+ * activations"). */
 /* Chunks in flight per warp of the decode kernel (the bits do not depend on it): 2 (≤ 128 registers,
  * 2 blocks of 8 warps an SM) or 4 (1 block); PINFER_CUDA_MMA_U=2|4 (benchmarks). */
 static int mv_u(void)
@@ -567,29 +595,29 @@ static int pdl_pf(void)
     return v;
 }
 
-static int mm_tile(void)
+static int mm_tile(bool lo)
 {
-    static int v = -1;
-    if (v < 0) {
+    static int v = -2; /* -1: not set */
+    if (v == -2) {
         const char *e = getenv("PINFER_CUDA_MMA_TILE");
-        v = e && *e >= '0' && *e <= '6' ? *e - '0' : MM_TILE_DEFAULT;
+        v = e && *e >= '0' && *e <= '7' ? *e - '0' : -1;
     }
-    return v;
+    return v >= 0 ? v : lo ? MM_TILE_DEFAULT : MM_TILE_DEFAULT16;
 }
 
-template <bool BF, int MODE, int NM, int NT, int W, int MINB>
+template <bool BF, bool LO, int MODE, int NM, int NT, int W, int MINB>
 static void mm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const void *xh, int B,
                       const mout &o, cudaStream_t st)
 {
     const unsigned tiles = (unsigned)((n_out + 15) / 16);
     const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + W - 1) / W;
-    k_mma_mm<BF, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, 0, st>>>(
+    k_mma_mm<BF, LO, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, 0, st>>>(
         w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
 }
 
 /* B ≤ 8 tokens, or one per block (IDX): the decode kernel on x as it is; more: split once, then the
  * prefill kernel */
-template <bool BF, int MODE, int NM, bool IDX>
+template <bool BF, bool LO, int MODE, int NM, bool IDX>
 static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, void *xh, int B,
                   const mout &o, cudaStream_t st)
 {
@@ -599,67 +627,76 @@ static int launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out
         mout op = o;
         op.pf = pdl_pf();
         if (mv_u() == 4)
-            pdl_launch(k_mma_mv<BF, MODE, NM, IDX, 4>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
+            pdl_launch(k_mma_mv<BF, LO, MODE, NM, IDX, 4>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
         else
-            pdl_launch(k_mma_mv<BF, MODE, NM, IDX, 2>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
+            pdl_launch(k_mma_mv<BF, LO, MODE, NM, IDX, 2>, grid, dim3(MV_THREADS), 0, st, w0, w1, K, n_out, x, B, op);
         return launched();
     }
     if (!xh)
         return -(int)cudaErrorInvalidValue;
-    const int rc = split_x<BF>(x, K, B, xh, st);
+    const int rc = split_x<BF, LO>(x, K, B, xh, st);
     if (rc)
         return rc;
-    const int v = mm_tile();
-    if (v >= 3 && B > GM_MIN_B) { /* the tiled pipeline (k_mma_gm) */
+    const int v = mm_tile(LO);
+    if (v >= 3 && v <= 6 && B > GM_MIN_B) { /* the tiled pipeline (k_mma_gm) */
         if constexpr (NM == 2) {
             if (v == 3)
-                gm_launch<BF, MODE, NM, 2, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 2, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
             else if (v == 4)
-                gm_launch<BF, MODE, NM, 2, 2, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 2, 2, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
             else if (v == 5)
-                gm_launch<BF, MODE, NM, 4, 2, 1, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 4, 2, 1, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
             else
-                gm_launch<BF, MODE, NM, 4, 4, 1, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 4, 4, 1, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
         } else {
             if (v == 3)
-                gm_launch<BF, MODE, NM, 2, 4, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 2, 4, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
             else if (v == 4)
-                gm_launch<BF, MODE, NM, 2, 2, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 2, 2, 4, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
             else if (v == 5)
-                gm_launch<BF, MODE, NM, 4, 2, 2, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 4, 2, 2, 4, 3, 2>(w0, w1, K, n_out, xh, B, o, st);
             else
-                gm_launch<BF, MODE, NM, 4, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
+                gm_launch<BF, LO, MODE, NM, 4, 4, 2, 4, 3, 1>(w0, w1, K, n_out, xh, B, o, st);
         }
         return launched();
     }
+    if constexpr (!LO) { /* twice the tokens a block: as many staged bytes as the split's tiling 0 */
+        if (v == 7) {
+            if constexpr (NM == 2)
+                mm_launch<BF, LO, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+            else
+                mm_launch<BF, LO, MODE, NM, 16, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+            return launched();
+        }
+    }
     if constexpr (NM == 2) {
         if (v == 0 || v >= 3)
-            mm_launch<BF, MODE, NM, 4, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 4, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
         else if (v == 1)
-            mm_launch<BF, MODE, NM, 4, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 4, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
         else
-            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
     } else {
         if (v == 0 || v >= 3)
-            mm_launch<BF, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 8, 4, 1>(w0, w1, K, n_out, xh, B, o, st);
         else if (v == 1)
-            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
         else
-            mm_launch<BF, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
+            mm_launch<BF, LO, MODE, NM, 8, 8, 1>(w0, w1, K, n_out, xh, B, o, st);
     }
     return launched();
 }
 
-template <bool BF>
+template <bool BF, bool LO>
 static int gemv_b(const struct cuk_w *w, const float *x, int B, const mout &o, int mode, void *xh, cudaStream_t st)
 {
     const uint8_t *q = (const uint8_t *)w->q;
     switch (mode) {
-    case CUK_SET: return launch<BF, CUK_SET, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
-    case CUK_ADD: return launch<BF, CUK_ADD, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
-    case CUK_RELU: return launch<BF, CUK_RELU, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
-    case CUK_MASK: return launch<BF, CUK_MASK, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
-    case CUK_SPLIT3: return launch<BF, CUK_SPLIT3, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_SET: return launch<BF, LO, CUK_SET, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_ADD: return launch<BF, LO, CUK_ADD, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_RELU: return launch<BF, LO, CUK_RELU, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_MASK: return launch<BF, LO, CUK_MASK, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
+    case CUK_SPLIT3: return launch<BF, LO, CUK_SPLIT3, 1, false>(q, nullptr, w->n_in, w->n_out, x, xh, B, o, st);
     default: return -(int)cudaErrorInvalidValue;
     }
 }
@@ -673,7 +710,17 @@ extern "C" int cuk_mma_gemv(const struct cuk_w *w, const float *x, int B, void *
         return 0;
     mout o = {};
     o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
-    return w->type == PI_TYPE_BF16 ? gemv_b<true>(w, x, B, o, mode, xh, S(st)) : gemv_b<false>(w, x, B, o, mode, xh, S(st));
+    return w->type == PI_TYPE_BF16   ? gemv_b<true, true>(w, x, B, o, mode, xh, S(st))
+           : cuk_mma_act16(w->type) ? gemv_b<false, false>(w, x, B, o, mode, xh, S(st))
+                                    : gemv_b<false, true>(w, x, B, o, mode, xh, S(st));
+}
+
+template <bool BF, bool LO>
+static int glu_t(const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, void *xh, int B, const mout &o,
+                 bool idx, cudaStream_t st)
+{
+    return idx ? launch<BF, LO, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, st)
+               : launch<BF, LO, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, st);
 }
 
 extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
@@ -689,10 +736,8 @@ extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, con
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
     const int64_t K = gate->n_in, N = gate->n_out;
-    const bool bf = gate->type == PI_TYPE_BF16;
-    if (idx)
-        return bf ? launch<true, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st))
-                  : launch<false, CUK_SET, 2, true>(g, u, K, N, x, xh, B, o, S(st));
-    return bf ? launch<true, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st))
-              : launch<false, CUK_SET, 2, false>(g, u, K, N, x, xh, B, o, S(st));
+    if (gate->type == PI_TYPE_BF16)
+        return glu_t<true, true>(g, u, K, N, x, xh, B, o, idx != nullptr, S(st));
+    return cuk_mma_act16(gate->type) ? glu_t<false, false>(g, u, K, N, x, xh, B, o, idx != nullptr, S(st))
+                                     : glu_t<false, true>(g, u, K, N, x, xh, B, o, idx != nullptr, S(st));
 }

@@ -1,6 +1,7 @@
 /* cuk_mma_dev.cuh — the mma.sync helpers of the F16 / BF16 products, one definition for cuk_mma.cu
  * (GEMV / GEMM) and cuk_mmv.cu (the streamed decode kernel, which must give cuk_mma.cu's decode bits
- * operation for operation): the activation split x = hi + lo, the m16n8k16 mma and the fragment words,
+ * operation for operation): the activation split x = hi + lo (or hi alone: the f16 mode, template
+ * parameter LO false), the m16n8k16 mma and the fragment words,
  * the outputs (struct mout and its epilogues) and the cp.async wrappers. Everything is static / a
  * template, so each object compiles its own copy of the same code. Included by each .cu after
  * cuk_mma.h and model.h (the CUK_* modes, PI_ACT_*) and after it defines CH (elements of K per chunk). */
@@ -42,14 +43,18 @@ template <> struct H2<true> { /* bf16 pairs */
     __device__ static float2 unpack(uint32_t w) { return __bfloat1622float2(*(const __nv_bfloat162 *)&w); }
 };
 
-/* 4 floats → 2 hi words and 2 lo words (the lower element in the low half) */
-template <bool BF>
+/* 4 floats → 2 hi words and (LO) 2 lo words (the lower element in the low half). LO false: the f16
+ * mode (cuk_mma.h, PINFER_CUDA_MMA_ACT=f16), x rounded once, lo left 0 and never multiplied. */
+template <bool BF, bool LO>
 __device__ static inline void split4(float4 v, uint32_t *hi, uint32_t *lo)
 {
     hi[0] = H2<BF>::pack(v.x, v.y), hi[1] = H2<BF>::pack(v.z, v.w);
-    const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
-    lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
-    lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
+    if constexpr (LO) {
+        const float2 a = H2<BF>::unpack(hi[0]), b = H2<BF>::unpack(hi[1]);
+        lo[0] = H2<BF>::pack(__fsub_rn(v.x, a.x), __fsub_rn(v.y, a.y));
+        lo[1] = H2<BF>::pack(__fsub_rn(v.z, b.x), __fsub_rn(v.w, b.y));
+    } else
+        lo[0] = lo[1] = 0;
 }
 
 /* ---- the mma and the fragments ---- */
@@ -77,15 +82,17 @@ __device__ static inline uint32_t wd(const uint4 *p, int k)
     return (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
 }
 
-/* The four k16 tiles of one chunk: A words of rows g (ag) and g + 8 (ah), B words hi (bh), lo (bl). */
-template <bool BF>
+/* The four k16 tiles of one chunk: A words of rows g (ag) and g + 8 (ah), B words hi (bh), lo (bl;
+ * LO false: not read, one mma a tile). */
+template <bool BF, bool LO>
 __device__ static inline void mma_chunk(float *acc, const uint4 *ag, const uint4 *ah, const uint4 *bh, const uint4 *bl)
 {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const uint32_t a0 = wd(ag, 2 * i), a1 = wd(ah, 2 * i), a2 = wd(ag, 2 * i + 1), a3 = wd(ah, 2 * i + 1);
         mma<BF>(acc, a0, a1, a2, a3, wd(bh, 2 * i), wd(bh, 2 * i + 1));
-        mma<BF>(acc, a0, a1, a2, a3, wd(bl, 2 * i), wd(bl, 2 * i + 1));
+        if constexpr (LO)
+            mma<BF>(acc, a0, a1, a2, a3, wd(bl, 2 * i), wd(bl, 2 * i + 1));
     }
 }
 

@@ -5,7 +5,8 @@
  * item p is copied by cp.async into stage p % S of a per-thread ring in shared memory S − 1 items
  * before it is used: thread (g, t) copies exactly the 16-byte words that cuk_mma.cu's decode kernel
  * loads into its registers (rows g and g + 8 of the tile, elements [8t, 8t + 8) and [32 + 8t, 40 + 8t)
- * of the chunk, and token g's f32 activation there), so no thread reads another's words and no
+ * of the chunk, and token g's f32 activation there; split or, in the f16 mode, rounded once as there),
+ * so no thread reads another's words and no
  * barrier is needed inside the stream. At a tile's end each warp leaves its range's four
  * accumulators in shared memory; after one barrier a warp (rotating) adds the ranges in range order
  * and writes the outputs, while the rings already hold the next tile's first chunks. */
@@ -81,7 +82,7 @@ __device__ static float block_sum(float v, float *sh)
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
-template <bool BF, int MODE, int NM, bool IDX, bool NORM>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                 int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
 {
@@ -195,12 +196,12 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int q = 0; q < 2; q++)
-                    split4<BF>(xv[h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
+                    split4<BF, LO>(xv[h][q], hw + 4 * h + 2 * q, lw + 4 * h + 2 * q);
             const uint4 bh[2] = { make_uint4(hw[0], hw[1], hw[2], hw[3]), make_uint4(hw[4], hw[5], hw[6], hw[7]) };
             const uint4 bl[2] = { make_uint4(lw[0], lw[1], lw[2], lw[3]), make_uint4(lw[4], lw[5], lw[6], lw[7]) };
 #pragma unroll
             for (int m = 0; m < NM; m++)
-                mma_chunk<BF>(acc[m], a[m][0], a[m][1], bh, bl);
+                mma_chunk<BF, LO>(acc[m], a[m][0], a[m][1], bh, bl);
         }
 #pragma unroll
         for (int m = 0; m < NM; m++)
@@ -248,15 +249,15 @@ static int sm_count(void)
     return n;
 }
 
-template <bool BF, int MODE, int NM, bool IDX, bool NORM>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              MMV_SMEM_MAX);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_mmv<BF, MODE, NM, IDX, NORM>, cudaFuncAttributePreferredSharedMemoryCarveout,
+            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }();
@@ -267,21 +268,21 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16;
     const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    pdl_launch(k_mmv<BF, MODE, NM, IDX, NORM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1, K, n_out, x,
+    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1, K, n_out, x,
                B, o);
     return launched();
 }
 
-template <bool BF, bool NORM>
+template <bool BF, bool LO, bool NORM>
 static int gemv_b(const struct cuk_w *w, const float *x, int B, const mvo &o, int mode, cudaStream_t st)
 {
     const uint8_t *q = (const uint8_t *)w->q;
     switch (mode) {
-    case CUK_SET: return mv_launch<BF, CUK_SET, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
-    case CUK_ADD: return mv_launch<BF, CUK_ADD, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
-    case CUK_RELU: return mv_launch<BF, CUK_RELU, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
-    case CUK_MASK: return mv_launch<BF, CUK_MASK, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
-    case CUK_SPLIT3: return mv_launch<BF, CUK_SPLIT3, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_SET: return mv_launch<BF, LO, CUK_SET, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_ADD: return mv_launch<BF, LO, CUK_ADD, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_RELU: return mv_launch<BF, LO, CUK_RELU, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_MASK: return mv_launch<BF, LO, CUK_MASK, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
+    case CUK_SPLIT3: return mv_launch<BF, LO, CUK_SPLIT3, 1, false, NORM>(q, nullptr, w->n_in, w->n_out, x, B, o, st);
     default: return -(int)cudaErrorInvalidValue;
     }
 }
@@ -296,18 +297,27 @@ extern "C" int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *
     mvo o = {};
     o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
     const cudaStream_t s = (cudaStream_t)st;
-    return w->type == PI_TYPE_BF16 ? gemv_b<true, false>(w, x, B, o, mode, s) : gemv_b<false, false>(w, x, B, o, mode, s);
+    return w->type == PI_TYPE_BF16 ? gemv_b<true, true, false>(w, x, B, o, mode, s)
+           : cuk_mma_act16(w->type) ? gemv_b<false, false, false>(w, x, B, o, mode, s)
+                                    : gemv_b<false, true, false>(w, x, B, o, mode, s);
 }
 
-template <bool NORM>
-static int glu_b(bool bf, const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, int B, const mvo &o,
-                 bool idx, cudaStream_t s)
+template <bool BF, bool LO, bool NORM>
+static int glu_t(const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, int B, const mvo &o, bool idx,
+                 cudaStream_t s)
 {
-    if (idx)
-        return bf ? mv_launch<true, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s)
-                  : mv_launch<false, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s);
-    return bf ? mv_launch<true, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s)
-              : mv_launch<false, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s);
+    return idx ? mv_launch<BF, LO, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s)
+               : mv_launch<BF, LO, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s);
+}
+
+/* the activation as cuk_mma.cu takes it for this type: split (BF16; F16 by default) or f16 once */
+template <bool NORM>
+static int glu_b(uint32_t type, const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, int B,
+                 const mvo &o, bool idx, cudaStream_t s)
+{
+    return type == PI_TYPE_BF16   ? glu_t<true, true, NORM>(g, u, K, N, x, B, o, idx, s)
+           : cuk_mma_act16(type) ? glu_t<false, false, NORM>(g, u, K, N, x, B, o, idx, s)
+                                 : glu_t<false, true, NORM>(g, u, K, N, x, B, o, idx, s);
 }
 
 extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
@@ -323,9 +333,8 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
     const int64_t K = gate->n_in, N = gate->n_out;
-    const bool bf = gate->type == PI_TYPE_BF16;
     const cudaStream_t s = (cudaStream_t)st;
-    return glu_b<false>(bf, g, u, K, N, x, B, o, idx != nullptr, s);
+    return glu_b<false>(gate->type, g, u, K, N, x, B, o, idx != nullptr, s);
 }
 
 /* ---- the RMSNorm fused into the product (one token) ---- */
@@ -356,8 +365,10 @@ extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const
     o.y = y0, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.nw = norm_w, o.eps = eps;
     const uint8_t *q = (const uint8_t *)w->q;
     const cudaStream_t s = (cudaStream_t)st;
-    return w->type == PI_TYPE_BF16 ? mv_launch<true, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s)
-                                   : mv_launch<false, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s);
+    if (w->type == PI_TYPE_BF16)
+        return mv_launch<true, true, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s);
+    return cuk_mma_act16(w->type) ? mv_launch<false, false, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s)
+                                  : mv_launch<false, true, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s);
 }
 
 extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
@@ -374,6 +385,6 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     o.nw = norm_w, o.eps = eps;
-    return glu_b<true>(gate->type == PI_TYPE_BF16, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
+    return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
 }
