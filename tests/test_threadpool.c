@@ -98,6 +98,45 @@ static void test_slices(int n_threads)
     pool_free(p);
 }
 
+/* pool_run_home: each slice exactly once per run, mixed with shared-claim runs of other counts (the
+ * per-thread claim words carry a generation, never reset), with prefetch hints set before some runs
+ * (a real buffer, NULL, lengths past the bound) and none before others; the home ranges cover the
+ * slices once, in order. */
+static void test_home(int n_threads)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, n_threads));
+    static const int counts[] = { 1, 2, 3, 5, 16, 64, SLICES_MAX };
+    static char buf[1 << 16];
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        const int ns = counts[c];
+        int next = 0, cover = 1;
+        for (int k = 0; k < n_threads; k++) {
+            int s0, s1;
+            pool_home_range(p, ns, k, &s0, &s1);
+            cover &= s0 == next && s1 >= s0;
+            next = s1;
+        }
+        CHECK(cover && next == ns, "%d threads, %d slices: home ranges tile the slices", n_threads, ns);
+        struct slice_job j, o;
+        memset(&j, 0, sizeof j);
+        memset(&o, 0, sizeof o);
+        const int runs = 300;
+        for (int r = 0; r < runs; r++) {
+            for (int k = 0; k < n_threads && r % 3 == 0; k++)
+                pool_prefetch_set(p, k, k % 2 ? (const void *)buf : NULL, (size_t)(r % 7) * sizeof buf);
+            pool_run_home(p, slice_fn, &j, ns);
+            if (r % 5 == 0)
+                pool_run_n(p, slice_fn, &o, ns > 2 ? ns - r % 3 : ns);
+        }
+        int ok = atomic_load(&j.bad_nth) == 0 && atomic_load(&o.bad_nth) == 0;
+        for (int i = 0; i < SLICES_MAX; i++)
+            ok &= atomic_load(&j.calls[i]) == (i < ns ? runs : 0);
+        CHECK(ok, "%d threads, %d home slices: each slice once per run", n_threads, ns);
+    }
+    pool_free(p);
+}
+
 /* Ordered slices: slices [0, ORD_PRODUCERS) each write a value and publish it; the ORD_CONSUMERS
  * slices after them each wait for every producer in order and sum them (a wait on a lower slice,
  * which threadpool.h allows). The job must finish (no deadlock) at any thread count, also when the
@@ -362,6 +401,7 @@ int main(int argc, char **argv)
         test_pool(n, v, sum);
         test_slices(n);
         test_ordered(n);
+        test_home(n);
     }
     test_spin();
 
