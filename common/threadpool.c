@@ -486,6 +486,13 @@ size_t pool_prefetch_bytes(const struct pi_pool *p)
     return p->n_threads > 1 ? p->pf_max : 0;
 }
 
+void pool_prefetch_get(const struct pi_pool *p, int k, const void **ptr, size_t *len)
+{
+    const bool ok = k >= 1 && k < p->n_threads;
+    *ptr = ok ? (const void *)atomic_load_explicit(&p->homes[k].pf_ptr, memory_order_relaxed) : NULL;
+    *len = ok ? atomic_load_explicit(&p->homes[k].pf_len, memory_order_relaxed) : 0;
+}
+
 /* Before a job: hints set since the last one stay for its workers; otherwise clear the old ones. */
 static void prefetch_publish(struct pi_pool *p)
 {

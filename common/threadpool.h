@@ -49,6 +49,8 @@ void pool_home_range(const struct pi_pool *p, int n_slices, int k, int *s0, int 
 void pool_prefetch_set(struct pi_pool *p, int k, const void *ptr, size_t len);
 /* The prefetch bound in bytes (0: off), for callers that skip computing hints. */
 size_t pool_prefetch_bytes(const struct pi_pool *p);
+/* Worker k's hint as it stands (tests; read by the pool_run thread). */
+void pool_prefetch_get(const struct pi_pool *p, int k, const void **ptr, size_t *len);
 /* A slice count for a job of `items` work items: POOL_SLICES_PER_THREAD per thread, each at least
  * min_items (fewer slices for a small job), never fewer than the threads. */
 int pool_slices_for(const struct pi_pool *p, long long items, long long min_items);
