@@ -179,6 +179,8 @@ static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32
         v = atomic_load_explicit(word, memory_order_acquire);
         if (v != old)
             return v;
+        if (park && atomic_load_explicit(park, memory_order_relaxed))
+            break; /* pool_park: sleep now, the cores are wanted elsewhere */
         const size_t e = o + PF_CHUNK < pf_len ? o + PF_CHUNK : pf_len;
         for (size_t a = o; a < e; a += CACHE_LINE)
             __builtin_prefetch(pf + a, 0, 2); /* into L2 (prefetcht1): the next job reads it soon */
