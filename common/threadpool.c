@@ -21,6 +21,19 @@
  * Slices are claimed in ascending order (claim() hands out the next one), and the caller running alone
  * runs them in order: a slice may wait for a lower one (threadpool.h, "Ordered slices").
  *
+ * Home jobs (pool_run_home): each thread owns a home range of the slices and claims from its front
+ * in a word of its own (generation, front, back), then steals from the BACK of the other ranges, so a
+ * range's owner keeps the head it prefetched (below) and a stealer takes what the owner would reach
+ * last. The generation in the word makes it start at zero for every job without the caller resetting
+ * it: a claim for generation g treats an older generation as nothing claimed and a newer one as "g
+ * is over" (every slice of g had been claimed before g+1 was published).
+ *
+ * Prefetch hints: while a worker waits for the next job it prefetches (into its L2) the region its
+ * slot names, the head of its home share of the job after: the cores that finish a job early spend
+ * its tail and the gap before the next one loading their next bytes, instead of all cores starting
+ * the next job cold at once. The slots are atomics read relaxed: a torn or stale hint only
+ * prefetches other lines (a prefetch never faults).
+ *
  * Only one thread may call pool_run at a time.
  *
  * Orders (each release names the acquire it pairs with):
@@ -84,6 +97,15 @@
  * doubled while probes keep failing, back to the minimum after a clean probe window. */
 #define SOLO_MIN_RUNS 256u
 #define SOLO_MAX_RUNS 65536u
+/* A prefetching worker checks for the next job every this many bytes (8 lines: well under 1 µs). */
+#define PF_CHUNK 512
+
+/* One per thread, each on its own line: the home-range claim word and the prefetch hint. */
+struct pi_pool_home {
+    _Alignas(CACHE_LINE) _Atomic uint64_t claim; /* (generation << 32) | (front << 16) | back */
+    _Atomic uintptr_t pf_ptr;
+    _Atomic size_t pf_len;
+};
 
 struct pi_pool_worker {
     struct pi_pool *pool;
@@ -116,6 +138,9 @@ struct pi_pool {
     int slices_per_thread; /* pool_slices_for's; PINFER_POOL_SLICES overrides it (benchmarks) */
     int n_started;
     struct pi_pool_worker *workers;
+    struct pi_pool_home *homes; /* (n_threads) */
+    size_t pf_max;              /* prefetch bound per hint, bytes; 0: hints off */
+    bool pf_fresh, pf_dirty;    /* a hint was set since the last job; some slot holds one */
     /* the caller's own bookkeeping (only the pool_run thread touches it) */
     uint32_t window_runs, window_straggles, window_unhelped; /* the current detection window */
     uint32_t solo_left;                     /* runs left to do alone */
@@ -142,11 +167,24 @@ static uint64_t now_ns(void)
 }
 
 /* Wait until *word != old; returns the new value, read with acquire (A1/A2). Spins POOL_SPIN pauses,
- * or spin_us microseconds when that is set (the clock read every POOL_YIELD_EVERY pauses), then sleeps. */
+ * or spin_us microseconds when that is set (the clock read every POOL_YIELD_EVERY pauses), then sleeps.
+ * Before the pauses it prefetches [pf, pf + pf_len) PF_CHUNK bytes at a time, checking the word
+ * between chunks (a worker's hint; pf_len 0: none). */
 static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping_count,
-                            _Atomic uint32_t *park, unsigned spin_us, _Atomic unsigned long long *sleeps)
+                            _Atomic uint32_t *park, unsigned spin_us, _Atomic unsigned long long *sleeps,
+                            const char *pf, size_t pf_len)
 {
     uint32_t v;
+    for (size_t o = 0; o < pf_len; o += PF_CHUNK) {
+        v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != old)
+            return v;
+        if (park && atomic_load_explicit(park, memory_order_relaxed))
+            break; /* pool_park: sleep now, the cores are wanted elsewhere */
+        const size_t e = o + PF_CHUNK < pf_len ? o + PF_CHUNK : pf_len;
+        for (size_t a = o; a < e; a += CACHE_LINE)
+            __builtin_prefetch(pf + a, 0, 2); /* into L2 (prefetcht1): the next job reads it soon */
+    }
     const uint64_t spin_end = spin_us ? now_ns() + (uint64_t)spin_us * 1000u : 0;
     for (int i = 1; spin_us || i <= POOL_SPIN; i++) {
         v = atomic_load_explicit(word, memory_order_acquire);
@@ -189,6 +227,8 @@ static void wake_if_sleeping(_Atomic uint32_t *word, _Atomic uint32_t *sleeping_
 #define WORK_GEN(w) ((uint32_t)((w) >> 32))
 #define WORK_SLICES(w) ((uint32_t)((w) >> 16) & 0xffffu)
 #define WORK_NEXT(w) ((uint32_t)(w) & 0xffffu)
+/* a home job's word: next = slices + 1, so the shared claim finds nothing to take */
+#define WORK_HOME(w) (WORK_NEXT(w) == WORK_SLICES(w) + 1u)
 static uint64_t work_word(uint32_t gen, uint32_t slices, uint32_t next)
 {
     return (uint64_t)gen << 32 | (uint64_t)slices << 16 | next;
@@ -207,6 +247,54 @@ static int claim(struct pi_pool *p, uint32_t g)
     }
 }
 
+void pool_home_range(const struct pi_pool *p, int n_slices, int k, int *s0, int *s1)
+{
+    *s0 = (int)((long long)k * n_slices / p->n_threads);
+    *s1 = (int)((long long)(k + 1) * n_slices / p->n_threads);
+}
+
+/* Claim a slice of home range h for generation g of n slices: from the front (its owner) or the back
+ * (a stealer); -1 when the range is used up or g is over. Relaxed: the claim only has to be unique
+ * (one RMW word); fn/arg were published by R1 and read through the acquire of `work` (A1). */
+static int claim_home(struct pi_pool *p, uint32_t g, int n, int h, bool back)
+{
+    int s0, s1;
+    pool_home_range(p, n, h, &s0, &s1);
+    if (s0 >= s1)
+        return -1;
+    _Atomic uint64_t *c = &p->homes[h].claim;
+    uint64_t w = atomic_load_explicit(c, memory_order_relaxed);
+    for (;;) {
+        const uint32_t wg = (uint32_t)(w >> 32);
+        uint32_t front = 0, taken_back = 0;
+        if (wg == g) {
+            front = (uint32_t)(w >> 16) & 0xffffu;
+            taken_back = (uint32_t)w & 0xffffu;
+        } else if ((int32_t)(wg - g) > 0) {
+            return -1; /* a newer job: every slice of g was claimed */
+        }
+        if ((int)(front + taken_back) >= s1 - s0)
+            return -1;
+        const uint64_t nw = (uint64_t)g << 32 | (uint64_t)(front + !back) << 16 | (taken_back + back);
+        if (atomic_compare_exchange_weak_explicit(c, &w, nw, memory_order_relaxed, memory_order_relaxed))
+            return back ? s1 - 1 - (int)taken_back : s0 + (int)front;
+    }
+}
+
+static void run_slice(struct pi_pool *p, int ith);
+
+/* Thread k's part of home job g: its own range from the front, then the others' from the back. */
+static int run_home(struct pi_pool *p, uint32_t g, int n, int k)
+{
+    int mine = 0;
+    for (int v = 0; v < p->n_threads; v++) {
+        const int h = (k + v) % p->n_threads;
+        for (int s; (s = claim_home(p, g, n, h, v != 0)) >= 0; mine++)
+            run_slice(p, s);
+    }
+    return mine;
+}
+
 /* Run one claimed slice and count it done (R2 + S2: the seq_cst RMW also orders the sleep check). */
 static void run_slice(struct pi_pool *p, int ith)
 {
@@ -219,27 +307,37 @@ static void *worker_main(void *arg)
 {
     struct pi_pool_worker *w = arg;
     struct pi_pool *pool = w->pool;
+    struct pi_pool_home *me = &pool->homes[w->ith];
     uint32_t seen = 0; /* pool_new publishes generation 0 before starting threads */
 
     for (;;) {
-        /* relaxed: a tuning hint, any value is correct */
+        /* relaxed: the spin and the prefetch hint are tuning hints, any value is correct */
+        size_t pf_len = atomic_load_explicit(&me->pf_len, memory_order_relaxed);
+        const char *pf = (const char *)atomic_load_explicit(&me->pf_ptr, memory_order_relaxed);
+        pf_len = pf_len < pool->pf_max ? pf_len : pool->pf_max;
         seen = wait_change(&pool->gen, seen, &pool->sleepers, &pool->park,
-                           atomic_load_explicit(&pool->spin_us, memory_order_relaxed), &pool->sleeps); /* A1 */
+                           atomic_load_explicit(&pool->spin_us, memory_order_relaxed), &pool->sleeps, pf,
+                           pf ? pf_len : 0); /* A1 */
         if (atomic_load_explicit(&pool->stop, memory_order_relaxed))
             break;
+        const uint64_t job = atomic_load_explicit(&pool->work, memory_order_acquire); /* A1 */
+        if (WORK_GEN(job) == seen && WORK_HOME(job)) {
+            run_home(pool, seen, (int)WORK_SLICES(job), w->ith);
+            continue;
+        }
         for (int ith; (ith = claim(pool, seen)) >= 0;)
             run_slice(pool, ith);
     }
     return NULL;
 }
 
-/* Publish a new generation of n slices (R1 + S2) and wake every sleeping worker. */
-static uint32_t publish(struct pi_pool *p, uint32_t n)
+/* Publish a new generation of n slices (R1 + S2), shared or home claims, and wake every sleeping worker. */
+static uint32_t publish(struct pi_pool *p, uint32_t n, bool home)
 {
     /* only this thread changes gen: a relaxed read of it is its latest value */
     const uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     const bool stop = atomic_load_explicit(&p->stop, memory_order_relaxed);
-    atomic_store_explicit(&p->work, work_word(g, n, stop ? n : 0u), memory_order_release); /* R1 */
+    atomic_store_explicit(&p->work, work_word(g, n, stop ? n : home ? n + 1 : 0u), memory_order_release); /* R1 */
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
     wake_if_sleeping(&p->gen, &p->sleepers, p->n_threads);
     return g;
@@ -248,7 +346,7 @@ static uint32_t publish(struct pi_pool *p, uint32_t n)
 static void pool_stop_workers(struct pi_pool *p)
 {
     atomic_store_explicit(&p->stop, true, memory_order_relaxed); /* ordered by publish's release (R1) */
-    publish(p, 0);
+    publish(p, 0, false);
     for (int i = 0; i < p->n_started; i++)
         pthread_join(p->workers[i].thread, NULL);
 }
@@ -277,10 +375,20 @@ int pool_new(struct pi_pool **out, int n_threads)
     atomic_init(&p->park, 0);
     atomic_init(&p->spin_us, 0);
     atomic_init(&p->sleeps, 0);
+    p->pf_max = (size_t)POOL_PREFETCH_KB << 10;
+    const char *pfk = getenv("PINFER_POOL_PREFETCH_KB");
+    if (pfk && atoi(pfk) >= 0 && atoi(pfk) <= 65536)
+        p->pf_max = (size_t)atoi(pfk) << 10;
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (p->workers == NULL) {
+    p->homes = aligned_alloc(CACHE_LINE, (size_t)n_threads * sizeof *p->homes);
+    if (p->workers == NULL || p->homes == NULL) {
         rc = pi_fail(PI_E_NOMEM, "pool: out of memory");
         goto fail;
+    }
+    for (int i = 0; i < n_threads; i++) {
+        atomic_init(&p->homes[i].claim, 0); /* generation 0: nothing claimed of any later job */
+        atomic_init(&p->homes[i].pf_ptr, 0);
+        atomic_init(&p->homes[i].pf_len, 0);
     }
     for (int i = 1; i < n_threads; i++) {
         struct pi_pool_worker *w = &p->workers[p->n_started];
@@ -299,6 +407,7 @@ int pool_new(struct pi_pool **out, int n_threads)
 fail:
     pool_stop_workers(p);
     free(p->workers);
+    free(p->homes);
     free(p);
     return rc;
 }
@@ -314,6 +423,7 @@ void pool_free(struct pi_pool *p)
                 atomic_load_explicit(&p->sleeps, memory_order_relaxed));
     pool_stop_workers(p);
     free(p->workers);
+    free(p->homes);
     free(p);
 }
 
@@ -364,10 +474,56 @@ int pool_slices_for(const struct pi_pool *p, long long items, long long min_item
     return n > POOL_MAX_SLICES ? POOL_MAX_SLICES : (int)n;
 }
 
+void pool_prefetch_set(struct pi_pool *p, int k, const void *ptr, size_t len)
+{
+    if (k < 1 || k >= p->n_threads || p->pf_max == 0)
+        return;
+    atomic_store_explicit(&p->homes[k].pf_ptr, (uintptr_t)ptr, memory_order_relaxed);
+    atomic_store_explicit(&p->homes[k].pf_len, len, memory_order_relaxed);
+    p->pf_fresh = true;
+}
+
+size_t pool_prefetch_bytes(const struct pi_pool *p)
+{
+    return p->n_threads > 1 ? p->pf_max : 0;
+}
+
+void pool_prefetch_get(const struct pi_pool *p, int k, const void **ptr, size_t *len)
+{
+    const bool ok = k >= 1 && k < p->n_threads;
+    *ptr = ok ? (const void *)atomic_load_explicit(&p->homes[k].pf_ptr, memory_order_relaxed) : NULL;
+    *len = ok ? atomic_load_explicit(&p->homes[k].pf_len, memory_order_relaxed) : 0;
+}
+
+/* Before a job: hints set since the last one stay for its workers; otherwise clear the old ones. */
+static void prefetch_publish(struct pi_pool *p)
+{
+    if (p->pf_fresh) {
+        p->pf_fresh = false;
+        p->pf_dirty = true;
+    } else if (p->pf_dirty) {
+        for (int k = 1; k < p->n_threads; k++)
+            atomic_store_explicit(&p->homes[k].pf_len, 0, memory_order_relaxed);
+        p->pf_dirty = false;
+    }
+}
+
+static void run_job(struct pi_pool *p, pi_pool_fn fn, void *arg, int n, bool home);
+
 void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
 {
-    const int n = n_slices < 1 ? 1 : n_slices > POOL_MAX_SLICES ? POOL_MAX_SLICES : n_slices;
+    run_job(p, fn, arg, n_slices < 1 ? 1 : n_slices > POOL_MAX_SLICES ? POOL_MAX_SLICES : n_slices, false);
+}
+
+void pool_run_home(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
+{
+    run_job(p, fn, arg, n_slices < 1 ? 1 : n_slices > POOL_MAX_SLICES - 1 ? POOL_MAX_SLICES - 1 : n_slices, true);
+}
+
+static void run_job(struct pi_pool *p, pi_pool_fn fn, void *arg, int n, bool home)
+{
     p->stats.runs++;
+    prefetch_publish(p);
     if (p->n_threads == 1 || n == 1) {
         for (int ith = 0; ith < n; ith++)
             fn(arg, ith, n);
@@ -389,11 +545,14 @@ void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
     p->n_slices = n;
     atomic_store_explicit(&p->pending, (uint32_t)n, memory_order_relaxed);
     const uint64_t t0 = now_ns();
-    const uint32_t g = publish(p, (uint32_t)n); /* R1: the plain and relaxed stores above are ordered before it */
+    const uint32_t g = publish(p, (uint32_t)n, home); /* R1: the plain and relaxed stores above are ordered before it */
 
     int mine = 0;
-    for (int ith; (ith = claim(p, g)) >= 0; mine++)
-        run_slice(p, ith);
+    if (home)
+        mine = run_home(p, g, n, 0);
+    else
+        for (int ith; (ith = claim(p, g)) >= 0; mine++)
+            run_slice(p, ith);
 
     uint32_t left = atomic_load_explicit(&p->pending, memory_order_acquire); /* A2 */
     bool straggled = false;
@@ -401,7 +560,7 @@ void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices)
         /* every slice is claimed; one still runs on a worker */
         const uint64_t t1 = now_ns();
         while (left != 0)
-            left = wait_change(&p->pending, left, &p->caller_sleeping, NULL, 0, NULL); /* A2 */
+            left = wait_change(&p->pending, left, &p->caller_sleeping, NULL, 0, NULL, NULL, 0); /* A2 */
         const uint64_t waited = now_ns() - t1, per_slice = mine ? (t1 - t0) / (uint64_t)mine : 0;
         straggled = waited > STRAGGLE_MIN_NS && (mine == 0 || waited > STRAGGLE_SLICES * per_slice);
     }

@@ -9,6 +9,8 @@
 #ifndef PI_THREADPOOL_H
 #define PI_THREADPOOL_H
 
+#include <stddef.h>
+
 struct pi_pool;
 typedef void (*pi_pool_fn)(void *arg, int ith, int nth);
 
@@ -27,6 +29,28 @@ void pool_run(struct pi_pool *p, pi_pool_fn fn, void *arg);
 #define POOL_MAX_SLICES 65535
 #define POOL_SLICES_PER_THREAD 4
 void pool_run_n(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices);
+/* Home slices: the same job without the ascending order. Thread k of the pool (0 = the caller,
+ * 1..n-1 the workers) first runs the slices of its home range (pool_home_range), in order, then takes
+ * the unclaimed slices of the other ranges (from k + 1 on, wrapping). A thread thus reads the same
+ * part of a matrix job after job, and knows before a job which part it will read first: while it
+ * waits for the next job it can prefetch that part (pool_prefetch_set). No slice may wait for another.
+ * Claims go to a word per thread, not one word that every thread CASes. n_slices <= POOL_MAX_SLICES - 1. */
+void pool_run_home(struct pi_pool *p, pi_pool_fn fn, void *arg, int n_slices);
+/* Thread k's home range [*s0, *s1) of a home job of n_slices slices (floor(k n / T), T = pool size). */
+void pool_home_range(const struct pi_pool *p, int n_slices, int k, int *s0, int *s1);
+/* What worker k (1..T-1) prefetches while it waits for the job after the next one it runs: [ptr, ptr +
+ * len), up to the pool's prefetch bound (PINFER_POOL_PREFETCH_KB, default POOL_PREFETCH_KB; 0 turns
+ * it off). Set before the job that precedes the one it describes: the workers that finish that job
+ * early use its tail and the gap after it to bring the head of their next share into their cache,
+ * so every core streams from its first byte. A hint only (a prefetch never faults and changes no
+ * result); a job published with no hint set since the last one clears every worker's hint. k = 0 (the
+ * caller, busy between jobs) is ignored. */
+#define POOL_PREFETCH_KB 256
+void pool_prefetch_set(struct pi_pool *p, int k, const void *ptr, size_t len);
+/* The prefetch bound in bytes (0: off), for callers that skip computing hints. */
+size_t pool_prefetch_bytes(const struct pi_pool *p);
+/* Worker k's hint as it stands (tests; read by the pool_run thread). */
+void pool_prefetch_get(const struct pi_pool *p, int k, const void **ptr, size_t *len);
 /* A slice count for a job of `items` work items: POOL_SLICES_PER_THREAD per thread, each at least
  * min_items (fewer slices for a small job), never fewer than the threads. */
 int pool_slices_for(const struct pi_pool *p, long long items, long long min_items);

@@ -52,6 +52,7 @@ struct be {
     be_ffn_hook hook;
     void *hook_user;
     int32_t hook_pos;           /* position of the batch's first token, for the hook */
+    bool sparse_seen;           /* the last FFN ran sparse: the predictor follows the attention */
 };
 
 void be_cpu_set_ffn_hook(struct be *b, be_ffn_hook fn, void *user)
@@ -258,8 +259,10 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
     const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)kv_row(hp);
     int rc;
     ops_rmsnorm_rows(b->xn, b->x, l->attn_norm.data, B, E, hp->norm_eps);
-    const struct pi_tensor *qkv[3] = { &l->wq, &l->wk, &l->wv };
+    const struct pi_tensor *qkv[3] = { &l->wq, &l->wk, &l->wv }, *wo = &l->wo;
     float *const qkv_out[3] = { b->q, b->k, b->v };
+    /* each job's hints name the next matrix (threadpool.h, pool_prefetch_set): wo after q/k/v */
+    ops_matmul_prefetch(b->pool, &wo, 1);
     if ((rc = ops_matmul_n(b->pool, &b->scratch, qkv, qkv_out, 3, b->xn, B)))
         return rc;
     add_bias(b->q, &l->bq, B, Q);
@@ -275,7 +278,16 @@ static int cpu_attn(struct be *b, int layer, const struct pi_batch *bt)
         ct->from_float(b->v + i * KV, cache_cell(b, b->v_cache, layer, bt->seq[i], bt->pos[i]), KV);
     }
     struct attn_job j = { .b = b, .layer = layer, .bt = bt };
-    pool_run(b->pool, attn_worker, &j); /* slices = threads: each has its own row of scores */
+    ops_matmul_prefetch(b->pool, &wo, 1); /* still wo: the attention job is short */
+    /* slices = threads: each has its own row of scores */
+    pool_run_home(b->pool, attn_worker, &j, pool_size(b->pool));
+    /* after wo: the predictor's fc1 (sparse), or gate/up (dense, every neuron here) */
+    if (b->sparse_seen)
+        pred_prefetch(b->pool, l);
+    else if (l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
+        const struct pi_tensor *gu[2] = { &l->ffn_gate, &l->ffn_up };
+        ops_matmul_prefetch(b->pool, gu, 2);
+    }
     if ((rc = ops_matmul(b->pool, &b->scratch, &l->wo, b->att, b->proj, B)))
         return rc;
     for (int64_t i = 0; i < (int64_t)B * E; i++)
@@ -319,17 +331,29 @@ static int cpu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t B, bo
     const int64_t E = hp->n_embd, F = hp->n_ff;
     uint64_t bytes = 0;
     int rc;
+    b->sparse_seen = sparse;
+    /* what the pool runs after this layer's FFN: the next layer's q/k/v, or the output matrix */
+    const struct pi_tensor *next[3] = { &b->m->output };
+    int n_next = 1;
+    if (layer + 1 < hp->n_layer) {
+        const struct pi_layer *nl = &b->m->layers[layer + 1];
+        next[0] = &nl->wq, next[1] = &nl->wk, next[2] = &nl->wv;
+        n_next = 3;
+    }
     ops_rmsnorm_rows(b->xn, b->x, l->ffn_norm.data, B, E, hp->norm_eps);
     if (!sparse && !w->slot && l->ffn_down.data && !l->ffn_down_t.data && b->all_on_dev[layer]) {
         /* dense, every neuron here: three GEMMs */
         const struct pi_tensor *gu[2] = { &l->ffn_gate, &l->ffn_up };
         float *const gu_out[2] = { b->gate, b->up };
+        const struct pi_tensor *down = &l->ffn_down;
+        ops_matmul_prefetch(b->pool, &down, 1);
         if ((rc = ops_matmul_n(b->pool, &b->scratch, gu, gu_out, 2, b->xn, B)))
             return rc;
         for (int64_t i = 0; i < (int64_t)B * F; i++)
             b->gate[i] = model_glu(hp->act, b->gate[i], b->up[i]);
         if (b->hook)
             b->hook(b->hook_user, layer, B, b->hook_pos, b->x, b->gate);
+        ops_matmul_prefetch(b->pool, next, n_next);
         if ((rc = ops_matmul(b->pool, &b->scratch, &l->ffn_down, b->gate, b->ydev, B)))
             return rc;
         bytes = tensor_bytes(&l->ffn_gate) + tensor_bytes(&l->ffn_up) + tensor_bytes(&l->ffn_down);
@@ -342,6 +366,7 @@ static int cpu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t B, bo
                 return rc;
             runs = &b->runs;
         }
+        ops_matmul_prefetch(b->pool, next, n_next);
         if ((rc = ffn_partial(b->pool, &b->ffn, b->m, w, b->xn, B, runs, sparse ? b->mask : NULL, b->ydev,
                               &bytes)))
             return rc;

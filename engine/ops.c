@@ -104,8 +104,48 @@ int ops_matmul_n(struct pi_pool *pool, struct ops_scratch *s, const struct pi_te
         j.xvd = s->buf;
         j.xvd_stride = row;
     }
-    pool_run_n(pool, matmul_worker, &j, pool_slices_for(pool, j.first[n_w], MATMUL_MIN_ROWS));
+    /* home slices: each thread streams the same rows job after job, the head of which it may have
+     * prefetched while it waited (ops_matmul_prefetch) */
+    pool_run_home(pool, matmul_worker, &j, pool_slices_for(pool, j.first[n_w], MATMUL_MIN_ROWS));
     return 0;
+}
+
+void ops_prefetch_rows(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w, int n_slices, int64_t align)
+{
+    if (!pool || pool_prefetch_bytes(pool) == 0 || n_w < 1 || n_w > OPS_MATMUL_MAX || n_slices < 1)
+        return;
+    int64_t first[OPS_MATMUL_MAX + 1] = { 0 };
+    for (int k = 0; k < n_w; k++)
+        first[k + 1] = first[k] + (W[k]->data ? W[k]->ne[1] : 0);
+    const int64_t total = first[n_w], a = align > 0 ? align : 1;
+    const int64_t per = ((total + n_slices - 1) / n_slices + a - 1) / a * a;
+    for (int t = 1; t < pool_size(pool); t++) {
+        int s0, s1;
+        pool_home_range(pool, n_slices, t, &s0, &s1);
+        const int64_t r0 = per * s0, r1 = per * s1 < total ? per * s1 : total;
+        const void *ptr = NULL;
+        size_t len = 0;
+        for (int k = 0; k < n_w && r0 < r1; k++) {
+            if (r0 < first[k] || r0 >= first[k + 1])
+                continue;
+            /* the head of the thread's share: the part in the first matrix it reaches is enough */
+            const int64_t e = r1 < first[k + 1] ? r1 : first[k + 1];
+            ptr = (const char *)W[k]->data + (size_t)(r0 - first[k]) * W[k]->row_bytes;
+            len = (size_t)(e - r0) * W[k]->row_bytes;
+            break;
+        }
+        pool_prefetch_set(pool, t, ptr, len);
+    }
+}
+
+void ops_matmul_prefetch(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w)
+{
+    if (!pool || pool_prefetch_bytes(pool) == 0 || n_w < 1 || n_w > OPS_MATMUL_MAX)
+        return;
+    int64_t total = 0;
+    for (int k = 0; k < n_w; k++)
+        total += W[k]->data ? W[k]->ne[1] : 0;
+    ops_prefetch_rows(pool, W, n_w, pool_slices_for(pool, total, MATMUL_MIN_ROWS), MATMUL_ROW_ALIGN);
 }
 
 int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *W, const float *X,

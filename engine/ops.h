@@ -37,6 +37,13 @@ int ops_matmul(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tens
 #define OPS_MATMUL_MAX 4
 int ops_matmul_n(struct pi_pool *pool, struct ops_scratch *s, const struct pi_tensor *const *W, float *const *Y,
                  int n_w, const float *X, int B);
+/* Prefetch hints (threadpool.h, pool_prefetch_set) for the NEXT ops_matmul_n over these matrices,
+ * each worker the head of its home share of their rows: set before the pool job that precedes that
+ * matmul. ops_prefetch_rows: the same for any home job over the matrices' concatenated rows cut into
+ * n_slices slices of ceil(rows / n_slices) rounded up to align (the predictor's). Hints only: no
+ * result depends on them. */
+void ops_matmul_prefetch(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w);
+void ops_prefetch_rows(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w, int n_slices, int64_t align);
 
 /* out (n) = x / sqrt(mean(x^2) + eps) * w   (out may alias x) */
 void ops_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);

@@ -92,6 +92,14 @@ static const char *to_vd(const struct pi_tensor *W, const float *x, int64_t n, i
     return dst;
 }
 
+void pred_prefetch(struct pi_pool *pool, const struct pi_layer *l)
+{
+    if (!l->fc1.data)
+        return;
+    const struct pi_tensor *fc1 = &l->fc1;
+    ops_prefetch_rows(pool, &fc1, 1, pool_slices_for(pool, l->fc1.ne[1], PRED_ROW_TILE), 1);
+}
+
 int pred_eval(struct pi_pool *pool, struct ops_scratch *s, const struct pi_layer *l, const float *h, int32_t B,
               float threshold, uint8_t *mask, int64_t *n_active)
 {
@@ -111,12 +119,16 @@ int pred_eval(struct pi_pool *pool, struct ops_scratch *s, const struct pi_layer
 
     struct pred_job j1 = { .W = &l->fc1, .y = hid, .B = B, .relu = true };
     j1.x = to_vd(&l->fc1, h, E, B, buf, &j1.x_stride);
-    pool_run_n(pool, pred_worker, &j1, pool_slices_for(pool, R, PRED_ROW_TILE));
+    /* fc2 comes next: the workers done with fc1 prefetch the head of their fc2 rows */
+    const struct pi_tensor *fc2 = &l->fc2;
+    const int n2 = pool_slices_for(pool, F, PRED_ROW_TILE);
+    ops_prefetch_rows(pool, &fc2, 1, n2, 1);
+    pool_run_home(pool, pred_worker, &j1, pool_slices_for(pool, R, PRED_ROW_TILE));
 
     struct pred_job j2 = { .W = &l->fc2, .y = logit, .B = B, .mask = mask, .thr = threshold };
     j2.x = to_vd(&l->fc2, hid, R, B, buf + o_hq, &j2.x_stride);
     atomic_init(&j2.n_on, 0);
-    pool_run_n(pool, pred_worker, &j2, pool_slices_for(pool, F, PRED_ROW_TILE));
+    pool_run_home(pool, pred_worker, &j2, n2);
     if (n_active)
         *n_active = atomic_load_explicit(&j2.n_on, memory_order_relaxed);
     return 0;

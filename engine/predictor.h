@@ -22,6 +22,8 @@ bool pred_available(const struct pi_model *m);
 /* Evaluate layer l's predictor for B tokens. mask is (B, n_ff), overwritten; *n_active (if not
  * NULL) = number of ones in it (Σ over the batch). s holds the intermediate vectors (grown on
  * demand, reused across calls; free with ops_scratch_fini). -PI_E_INVAL if l has no predictor. */
+/* Prefetch hints (ops_prefetch_rows) for the next pred_eval's fc1 job: set before the job before it. */
+void pred_prefetch(struct pi_pool *pool, const struct pi_layer *l);
 int pred_eval(struct pi_pool *pool, struct ops_scratch *s, const struct pi_layer *l, const float *h, int32_t B,
               float threshold, uint8_t *mask, int64_t *n_active);
 

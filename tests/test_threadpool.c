@@ -2,6 +2,7 @@
  * when it returns, many rapid runs neither lose nor duplicate work, and an idle pool sleeps; with
  * --contention, busy threads on every core must not make it collapse nor change a result bit. Run it
  * under TSan as well (meson setup -Db_sanitize=thread) for the memory orders. */
+#include "ops.h"
 #include "pi_err.h"
 #include "testutil.h"
 #include "threadpool.h"
@@ -95,6 +96,108 @@ static void test_slices(int n_threads)
     CHECK(pool_slices_for(p, 100000, 16) == n_threads * POOL_SLICES_PER_THREAD, "slices for a big job");
     CHECK(pool_slices_for(p, 16 * n_threads, 16) == n_threads, "a small job gets one slice a thread");
     CHECK(pool_slices_for(p, 8, 16) == n_threads, "never fewer slices than threads");
+    pool_free(p);
+}
+
+/* pool_run_home: each slice exactly once per run, mixed with shared-claim runs of other counts (the
+ * per-thread claim words carry a generation, never reset), with prefetch hints set before some runs
+ * (a real buffer, NULL, lengths past the bound) and none before others; the home ranges cover the
+ * slices once, in order. */
+static void test_home(int n_threads)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, n_threads));
+    static const int counts[] = { 1, 2, 3, 5, 16, 64, SLICES_MAX };
+    static char buf[1 << 16];
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        const int ns = counts[c];
+        int next = 0, cover = 1;
+        for (int k = 0; k < n_threads; k++) {
+            int s0, s1;
+            pool_home_range(p, ns, k, &s0, &s1);
+            cover &= s0 == next && s1 >= s0;
+            next = s1;
+        }
+        CHECK(cover && next == ns, "%d threads, %d slices: home ranges tile the slices", n_threads, ns);
+        struct slice_job j, o;
+        memset(&j, 0, sizeof j);
+        memset(&o, 0, sizeof o);
+        const int runs = 300;
+        for (int r = 0; r < runs; r++) {
+            for (int k = 0; k < n_threads && r % 3 == 0; k++)
+                pool_prefetch_set(p, k, k % 2 ? (const void *)buf : NULL, (size_t)(r % 7) * sizeof buf);
+            pool_run_home(p, slice_fn, &j, ns);
+            if (r % 5 == 0)
+                pool_run_n(p, slice_fn, &o, ns > 2 ? ns - r % 3 : ns);
+        }
+        int ok = atomic_load(&j.bad_nth) == 0 && atomic_load(&o.bad_nth) == 0;
+        for (int i = 0; i < SLICES_MAX; i++)
+            ok &= atomic_load(&j.calls[i]) == (i < ns ? runs : 0);
+        CHECK(ok, "%d threads, %d home slices: each slice once per run", n_threads, ns);
+    }
+    pool_free(p);
+}
+
+/* ops_matmul_prefetch: worker k's hint is the head of its home share of the next matmul's rows (the
+ * rows ops.c's matmul_worker gives its home slices: ceil(rows / slices) rounded up to 16 a slice),
+ * the part in the matrix that share starts in; the job after the hints keeps them, a job published
+ * with no hint set since the last one clears them. */
+static void test_prefetch_hints(void)
+{
+    enum { T = 4, ROWS_A = 500, ROWS_B = 137, RB = 18, ALIGN_ROWS = 16 };
+    static char a[ROWS_A * RB], b[ROWS_B * RB];
+    const struct pi_tensor ta = { .name = "a", .ne = { 32, ROWS_A, 1, 1 }, .row_bytes = RB, .data = a },
+                           tb = { .name = "b", .ne = { 32, ROWS_B, 1, 1 }, .row_bytes = RB, .data = b };
+    const struct pi_tensor *W[2] = { &ta, &tb };
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, T));
+    if (pool_prefetch_bytes(p) == 0) {
+        fprintf(stderr, "prefetch hints off (PINFER_POOL_PREFETCH_KB=0): not checked\n");
+        pool_free(p);
+        return;
+    }
+    ops_matmul_prefetch(p, W, 2);
+    const int64_t total = ROWS_A + ROWS_B;
+    const int n = pool_slices_for(p, total, 16);
+    const int64_t per = ((total + n - 1) / n + ALIGN_ROWS - 1) / ALIGN_ROWS * ALIGN_ROWS;
+    int in_b = 0;
+    for (int k = 1; k < T; k++) {
+        int s0, s1;
+        pool_home_range(p, n, k, &s0, &s1);
+        const int64_t r0 = per * s0, r1 = per * s1 < total ? per * s1 : total;
+        const char *want = NULL;
+        size_t want_len = 0;
+        if (r0 < ROWS_A) {
+            want = a + r0 * RB;
+            want_len = (size_t)((r1 < ROWS_A ? r1 : ROWS_A) - r0) * RB;
+        } else if (r0 < total) {
+            want = b + (r0 - ROWS_A) * RB;
+            want_len = (size_t)(r1 - r0) * RB;
+            in_b++;
+        }
+        const void *ptr;
+        size_t len;
+        pool_prefetch_get(p, k, &ptr, &len);
+        CHECK(ptr == (const void *)want && len == want_len, "worker %d: hint %p+%zu, want %p+%zu (rows %lld..%lld)", k,
+              ptr, len, (const void *)want, want_len, (long long)r0, (long long)r1);
+    }
+    CHECK(in_b == 1, "one worker's share starts in the second matrix (%d)", in_b);
+    struct count_job cj;
+    memset(&cj, 0, sizeof cj);
+    pool_run(p, count_fn, &cj);
+    const void *ptr;
+    size_t len, kept = 0, left = 0;
+    for (int k = 1; k < T; k++) {
+        pool_prefetch_get(p, k, &ptr, &len);
+        kept += len;
+    }
+    pool_run(p, count_fn, &cj);
+    for (int k = 1; k < T; k++) {
+        pool_prefetch_get(p, k, &ptr, &len);
+        left += len;
+    }
+    CHECK(kept > 0 && left == 0, "hints kept through the next job (%zu bytes), cleared by an unhinted one (%zu)", kept,
+          left);
     pool_free(p);
 }
 
@@ -362,8 +465,10 @@ int main(int argc, char **argv)
         test_pool(n, v, sum);
         test_slices(n);
         test_ordered(n);
+        test_home(n);
     }
     test_spin();
+    test_prefetch_hints();
 
     struct pi_pool *p = (struct pi_pool *)&sum;
     CHECK(pool_new(&p, 0) == -PI_E_INVAL && p == NULL, "zero threads rejected");
