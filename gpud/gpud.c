@@ -98,6 +98,9 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     /* A new session: results keyed with an older epoch are stale from now on. */
     g->epoch = atomic_fetch_add_explicit(&ctl->epoch, 1, memory_order_acq_rel) + 1;
     atomic_store_explicit(&g->act.hdr->cur_epoch, g->epoch, memory_order_release);
+    /* steps of each session are numbered apart: the act segment's keys (mask_seq, ycold_seq) carry no
+     * epoch, so a key an older session left never matches a step of this one */
+    g->seq = g->epoch << 40;
     stage_set_ready(&g->rt);
     fprintf(stderr, "gpud: epoch %llu, model %s, %s backend, %d threads, %d sequences of %d cells\n",
             (unsigned long long)g->epoch, g->m->name, g->be_ops->name, nt, n_seq, ctl->n_ctx);
