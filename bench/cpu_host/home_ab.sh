@@ -8,7 +8,9 @@
 #   3. logits byte for byte: new -t 8 vs -t 16, old vs new (s4 in process and pipeline, d4), the
 #      prefetch variants vs new
 #   bench/cpu_host/home_ab.sh DIR   DIR/trees.txz: old/rel and new/rel, release trees (tools/pictl,
-#   the stages, bench/bench_gemv); DIR/lib: .so files. Results in $OUT/home.log. env N: tokens (64).
+#   the stages, bench/bench_gemv); DIR/lib: .so files. Results in $OUT/home.log. env N: tokens (64);
+#   VARIANTS="name:s4|d4:in|pipe:ENV=V,... ...": instead of step 2-3, 3 rounds of those runs of new,
+#   each one's logits compared with the first variant's on the same file.
 #   Stops itself before ~215 s (a device call of 240 s).
 set -u
 START=$(date +%s)
@@ -39,7 +41,25 @@ dec() { # name tree file mode(in|pipe) threads [env...]
         --temp 0 --ignore-eos --json-stats "$R/$n.json" --dump-logits "$R/$n.logits" >/dev/null 2>"$R/$n.err"
     log "$n $(summary "$R/$n.json")"
 }
-for r in 1 2 3; do
+if [ -n "${VARIANTS:-}" ]; then # "name:file:in|pipe:ENV=V,ENV=V ...": new's variants only, 3 rounds
+    for r in 1 2 3; do
+        for v in $VARIANTS; do
+            IFS=: read -r n f m envs <<<"$v"
+            dec "$n-r$r" $NEW "$f" "$m" 16 ${envs//,/ }
+        done
+    done
+    for v in $VARIANTS; do # each variant's logits against the first variant on the same file
+        IFS=: read -r n f m envs <<<"$v"
+        for w in $VARIANTS; do
+            IFS=: read -r n0 f0 m0 e0 <<<"$w"
+            [ "$f0" = "$f" ] || continue
+            [ "$n0" = "$n" ] || { cmp -s "$R/$n0-r1.logits" "$R/$n-r1.logits" && log "logits $n = $n0" ||
+                log "logits $n DIFFER from $n0"; }
+            break
+        done
+    done
+fi
+for r in $([ -n "${VARIANTS:-}" ] || echo 1 2 3); do
     dec s4-in-old-r$r $OLD s4 in 16 X=1
     dec s4-in-new-r$r $NEW s4 in 16 X=1
     dec s4-in-pf0-r$r $NEW s4 in 16 PINFER_POOL_PREFETCH_KB=0
@@ -51,7 +71,8 @@ for r in 1 2 3; do
     dec d4-in-new-r$r $NEW d4 in 16 X=1
     dec d4-in-pf0-r$r $NEW d4 in 16 PINFER_POOL_PREFETCH_KB=0
 done
-dec s4-in-new-t8 $NEW s4 in 8 X=1
+[ -n "${VARIANTS:-}" ] || dec s4-in-new-t8 $NEW s4 in 8 X=1
+[ -n "${VARIANTS:-}" ] || {
 same() { cmp -s "$R/$1.logits" "$R/$2.logits" && log "logits $1 = $2" || log "logits $1 DIFFER from $2"; }
 same s4-in-new-r1 s4-in-new-t8
 same s4-in-old-r1 s4-in-new-r1
@@ -62,6 +83,7 @@ same d4-in-new-r1 d4-in-pf0-r1
 same s4-pipe-old-r1 s4-pipe-new-r1
 same s4-in-new-r1 s4-pipe-new-r1
 same d4-in-old-r1 d4-in-new-r1
+}
 python3 - "$L" <<'PY' | tee -a "$L"
 import re, statistics, sys, collections
 d = collections.defaultdict(list)
