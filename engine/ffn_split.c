@@ -357,13 +357,6 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
     }
 }
 
-/* The reduction alone, as a second job after the groups' (PINFER_FFN_TWO_JOBS=1: the A/B baseline) */
-static void reduce_job(void *arg, int ith, int nth)
-{
-    (void)nth;
-    group_reduce(arg, ith);
-}
-
 /* One job a pass: slices [0, n_groups) compute the groups, the n_red after them reduce. */
 static void group_job(void *arg, int ith, int nth)
 {
@@ -420,20 +413,6 @@ static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, i
         }
     }
     return n;
-}
-
-/* PINFER_FFN_TWO_JOBS=1: the groups and the reduction as two pool jobs, as before the fused job (the
- * same bits; for A/B benchmarks of the hand-out's cost) */
-static bool two_jobs(void)
-{
-    static _Atomic int v = -1; /* relaxed: every thread computes the same value */
-    int x = atomic_load_explicit(&v, memory_order_relaxed);
-    if (x < 0) {
-        const char *e = getenv("PINFER_FFN_TWO_JOBS");
-        x = e && e[0] == '1';
-        atomic_store_explicit(&v, x, memory_order_relaxed);
-    }
-    return x;
 }
 
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
@@ -543,12 +522,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             j.stamp = s->gstamp;
             /* one slice per group (a thread that finishes its group takes the next one), then the
              * reduction's slices, in one hand-out */
-            if (two_jobs()) {
-                pool_run_n(pool, group_job, &j, (int)j.n_groups);
-                pool_run_n(pool, reduce_job, &j, j.n_red);
-            } else {
-                pool_run_n(pool, group_job, &j, (int)(j.n_groups + j.n_red));
-            }
+            pool_run_n(pool, group_job, &j, (int)(j.n_groups + j.n_red));
             for (int64_t g = 0; g < j.n_groups; g++)
                 rows += (uint64_t)j.grows[g];
         }

@@ -4,7 +4,8 @@
 # pack_trees.sh writes them), lib/ (.so files), and optionally cal.gguf's path as TINY for test_hybrid.
 #   bash cpud_ab.sh DIR [TINY]   env: OUT (results), DEADLINE (s, default 185), RUNS (default
 #   "s16-8.39 s4-2.59"), ORDER (default "old new base new old": base = the new binary with
-#   PINFER_FFN_TWO_JOBS=1 PINFER_CPUD_SPIN_US=0, i.e. the old job structure in the new code)
+#   PINFER_CPUD_SPIN_US=0, the short spin; its first call also set PINFER_FFN_TWO_JOBS=1, the two
+#   pool jobs a layer, a switch removed on 2026-12-02 once the one job had measured faster)
 # Every 7B run: pictl run -n 128 --temp 0 --ignore-eos -c 512 -t 16 (pipeline, one sequence), as hybrid.sh.
 # Prints per run: [perf], the decode split (--json-stats' decode_profile), cpud's phase line and pool stats.
 set -u
@@ -48,7 +49,7 @@ for r in $RUNS; do
         n=$((n + 1))
         [ "$(left)" -lt 20 ] && { log "skip $r $v: $(left) s left"; continue; }
         bin=$W/$v/gpu/tools/pictl env=
-        [ "$v" = base ] && bin=$W/new/gpu/tools/pictl env="PINFER_FFN_TWO_JOBS=1 PINFER_CPUD_SPIN_US=0"
+        [ "$v" = base ] && bin=$W/new/gpu/tools/pictl env="PINFER_CPUD_SPIN_US=0"
         tag=$n-$r-$v
         env $env timeout $(($(left) - 5)) "$bin" run -m "$SHM/$f.gguf" -p "Once upon a time" -n 128 --temp 0 --ignore-eos \
             -c 512 -t 16 --backend cuda --vram-budget "$b" --json-stats "$W/$tag.json" >"$W/$tag.txt" 2>"$W/$tag.err"
