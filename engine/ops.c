@@ -48,10 +48,9 @@ struct matmul_job {
 static void matmul_worker(void *arg, int ith, int nth)
 {
     const struct matmul_job *j = arg;
-    const int64_t total = j->first[j->n_w];
     /* contiguous row ranges keep each slice streaming its own part of the weights */
-    const int64_t per = ((total + nth - 1) / nth + MATMUL_ROW_ALIGN - 1) / MATMUL_ROW_ALIGN * MATMUL_ROW_ALIGN;
-    const int64_t r0 = per * ith, r1 = r0 + per < total ? r0 + per : total;
+    int64_t r0, r1;
+    ops_slice_rows(j->first[j->n_w], nth, ith, MATMUL_ROW_ALIGN, &r0, &r1);
     for (int k = 0; k < j->n_w && r0 < r1; k++) {
         const int64_t a = r0 > j->first[k] ? r0 : j->first[k], b = r1 < j->first[k + 1] ? r1 : j->first[k + 1];
         if (a >= b)
@@ -118,11 +117,14 @@ void ops_prefetch_rows(struct pi_pool *pool, const struct pi_tensor *const *W, i
     for (int k = 0; k < n_w; k++)
         first[k + 1] = first[k] + (W[k]->data ? W[k]->ne[1] : 0);
     const int64_t total = first[n_w], a = align > 0 ? align : 1;
-    const int64_t per = ((total + n_slices - 1) / n_slices + a - 1) / a * a;
     for (int t = 1; t < pool_size(pool); t++) {
         int s0, s1;
         pool_home_range(pool, n_slices, t, &s0, &s1);
-        const int64_t r0 = per * s0, r1 = per * s1 < total ? per * s1 : total;
+        int64_t r0 = 0, r1 = 0, unused; /* the thread's rows: its first slice's start, its last one's end */
+        if (s0 < s1) {
+            ops_slice_rows(total, n_slices, s0, a, &r0, &unused);
+            ops_slice_rows(total, n_slices, s1 - 1, a, &unused, &r1);
+        }
         const void *ptr = NULL;
         size_t len = 0;
         for (int k = 0; k < n_w && r0 < r1; k++) {

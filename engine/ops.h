@@ -43,6 +43,14 @@ int ops_matmul_n(struct pi_pool *pool, struct ops_scratch *s, const struct pi_te
  * n_slices slices of ceil(rows / n_slices) rounded up to align (the predictor's). Hints only: no
  * result depends on them. */
 void ops_matmul_prefetch(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w);
+/* Rows [*r0, *r1) of slice ith of n over total rows: contiguous, ceil(total / n) rounded up to align
+ * (≥ 1) a slice. One definition for the workers and for the prefetch hints that name their shares. */
+static inline void ops_slice_rows(int64_t total, int n, int ith, int64_t align, int64_t *r0, int64_t *r1)
+{
+    const int64_t per = ((total + n - 1) / n + align - 1) / align * align;
+    *r0 = per * ith;
+    *r1 = *r0 + per < total ? *r0 + per : total;
+}
 void ops_prefetch_rows(struct pi_pool *pool, const struct pi_tensor *const *W, int n_w, int n_slices, int64_t align);
 
 /* out (n) = x / sqrt(mean(x^2) + eps) * w   (out may alias x) */

@@ -44,8 +44,8 @@ static void pred_worker(void *arg, int ith, int nth)
 {
     struct pred_job *j = arg;
     const int64_t n_in = j->W->ne[0], n_out = j->W->ne[1];
-    const int64_t per = (n_out + nth - 1) / nth;
-    const int64_t r0 = per * ith, r1 = r0 + per < n_out ? r0 + per : n_out;
+    int64_t r0, r1;
+    ops_slice_rows(n_out, nth, ith, 1, &r0, &r1);
     long long on = 0;
     for (int64_t t0 = r0; t0 < r1; t0 += PRED_ROW_TILE) {
         const int64_t t1 = t0 + PRED_ROW_TILE < r1 ? t0 + PRED_ROW_TILE : r1;
