@@ -7,10 +7,10 @@
  *     its default tiling; PINFER_CUDA_MMA_TILE picks the others) is bitwise the token computed alone;
  *   - accuracy against an f64 reference, token by token: NMSE ≤ 1e-8 (test_cuda_ops's bound for
  *     float weights against the CPU). The hi/lo split keeps ~22 bits of an F16 activation of
- *     magnitude ≥ 2^-2 (~16 bits for BF16); below, f16's subnormal lo leaves an absolute 2^-25, so
- *     the tokens of magnitude 1e-3 are the worst (~1e-9); 3e4 is near f16's largest value. With
- *     PINFER_CUDA_MMA_ACT=f16 (F16 weights: x rounded to f16 once, cuk_mma.h) the same 1e-8 holds
- *     against the f64 product of the rounded x, and against x itself the bound that rounding implies
+ *     magnitude ≥ 2^-2 (~16 bits for BF16; F16 with PINFER_CUDA_MMA_ACT=split); below, f16's subnormal
+ *     lo leaves an absolute 2^-25, so the tokens of magnitude 1e-3 are the worst (~1e-9); 3e4 is near
+ *     f16's largest value. In the f16 mode (F16's default: x rounded to f16 once, cuk_mma.h) the
+ *     same 1e-8 holds against the f64 product of the rounded x, and against x itself the bound that rounding implies
  *     (check_act16 derives it); the bitwise checks below are the same in both modes;
  *   - the epilogues: ADD = SET + y bitwise, RELU, MASK and SPLIT3 from SET bitwise;
  *   - the GLU: dense = gate and up computed apart, combined on the host (ReGLU, dReLU bitwise;

@@ -18,10 +18,10 @@
  *
  * Thresholds: float weight types differ from the CPU only in summation order (NMSE ≤ 1e-8); the
  * CPU's Q8_0/Q4_0 kernels quantize the activation to Q8_0 (≈ 2^-8 relative per element), the GPU
- * keeps it f32, hence 1e-3; an f16 KV cache rounds K and V to 11 bits (1e-4). With
- * PINFER_CUDA_MMA_ACT=f16 (cuk_mma.h) the F16 products round their activation to f16 once: each
- * product's NMSE is then ≈ E[δ²] ≤ u² = 2^-22 (test_cuda_mma derives and checks it); a dense FFN
- * rounds twice on its way (x into gate/up, the activation into down), so ACT16_TOL = 2^-20 = 4 u²
+ * keeps it f32, hence 1e-3; an f16 KV cache rounds K and V to 11 bits (1e-4). In the f16 mode
+ * (cuk_mma.h: F16's default; PINFER_CUDA_MMA_ACT=split turns it off) the F16 products round their
+ * activation to f16 once: each product's NMSE is then ≈ E[δ²] ≤ u² = 2^-22 (test_cuda_mma derives
+ * and checks it); a dense FFN rounds twice on its way (x into gate/up, the activation into down), so ACT16_TOL = 2^-20 = 4 u²
  * for an FFN step (10× for logits, as for the other types), and the sparse path is judged as the
  * Q types' (a rounding flips predictor decisions near the threshold, moving whole neurons).
  *

@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu/final_check.sh — one GPU-machine call that checks a merged tree end to end:
 #   1. the CUDA tests (per-op against f64, the tensor-core kernels, the host-side traits, the device
-#      top-k, mixed batches = alone; the tensor-core ones also in the f16 activation mode) and
+#      top-k, mixed batches = alone; the tensor-core ones also in the split activation mode) and
 #      test_hybrid on the calibrated tiny model
 #   2. pipeline_checks.sh greedy + fault: gpud on cuda, greedy tokens vs cpu, kill -9 of each stage
 #   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
@@ -13,7 +13,7 @@
 #   7. (HYBRID_RUNS) issue 10's 7B hybrid speed runs of hybrid.sh
 #   8. (CUDA_SPEED=1, when DIR/gpu has bench/bench_cuda) issue 14's all-GPU figures: the HBM read floor,
 #      d16 / s16 / d4 decode (CUDA_VARIANTS: more "tag:d16|s16|d4:dense|sparse:ENV=V,..." runs) and d16's pp512 with its
-#      profile and pp_invariant (PP_VARIANTS: its environments, e.g. "X=1 PINFER_CUDA_MMA_ACT=f16")
+#      profile and pp_invariant (PP_VARIANTS: its environments, e.g. "X=1 PINFER_CUDA_MMA_ACT=split")
 #   6. issue 13's 7B Q4_K_M against Q4_0: decode on cuda and on the host's CPU (the Q4_K_M file is
 #      synthesized in the background from the start: its reference quantizers take minutes)
 #
@@ -54,12 +54,13 @@ for t in test_cuda_ops test_backend_ops test_backend_ops_random test_cuda_mma te
     log "$t rc=$? ($(tail -1 "$W/$t.log"))"
     grep -m5 "failed:" "$W/$t.log" | tee -a "$W/final.log"
 done
-# the f16 activation mode (PINFER_CUDA_MMA_ACT=f16, opt-in): its invariance and derived bounds
-for t in test_cuda_mma test_cuda_ops; do
+# the split activation mode of the F16 products (PINFER_CUDA_MMA_ACT=split; the f16 mode is the
+# default): its invariance, and the f32 tolerances against the CPU that it keeps
+for t in test_cuda_mma test_cuda_ops test_backend_ops; do
     [ -x "$G/tests/$t" ] || continue
-    PINFER_CUDA_MMA_ACT=f16 timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-f16.log" 2>&1
-    log "$t f16 mode rc=$? ($(tail -1 "$W/$t-f16.log"))"
-    grep -m5 "failed:" "$W/$t-f16.log" | tee -a "$W/final.log"
+    PINFER_CUDA_MMA_ACT=split timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-split.log" 2>&1
+    log "$t split mode rc=$? ($(tail -1 "$W/$t-split.log"))"
+    grep -m5 "failed:" "$W/$t-split.log" | tee -a "$W/final.log"
 done
 timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
 log "test_hybrid rc=$? ($(tail -1 "$W/test_hybrid.log"))"
@@ -170,8 +171,8 @@ if [ -n "${CUDA_SPEED:-}" ] && [ -x "$BC" ] && [ "$(left)" -gt 40 ]; then
         env ${envs//,/ } timeout 30 "$BC" "$f" --mode "$mode" -n 256 -c 2048 --pp 0 2>"$W/cs-$tag.err" |
             grep '"case":"decode"' | sed "s/^/cuda $tag /" | tee -a "$W/final.log"
     done
-    # PP_VARIANTS: the pp512 runs' environments ("X=1 PINFER_CUDA_MMA_ACT=f16": the default and the
-    # f16 activation mode)
+    # PP_VARIANTS: the pp512 runs' environments ("X=1 PINFER_CUDA_MMA_ACT=split": the default f16
+    # activation mode and the split)
     for envs in ${PP_VARIANTS:-X=1}; do
         [ "$(left)" -gt 25 ] && env ${envs//,/ } timeout $(($(left) - 5)) "$BC" "$CS/d16.gguf" --mode dense -n 16 \
             -c 2048 --pp 512 2>"$W/cs-pp.err" | grep '"case":"prefill"' | sed "s/^/cuda d16-pp $envs /" |

@@ -31,7 +31,7 @@ for f in $FILES; do
     "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$SHM/$f.gguf" || { echo "synth $f failed"; continue; }
     l=$(($(left) - 10))
     [ "$l" -lt 20 ] && { echo "$f: no time left"; break; }
-    timeout "$l" "$NCU" --clock-control none --csv --page raw \
+    timeout "$l" "$NCU" --clock-control none --csv --page raw --print-units base \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
         "$G/bench/bench_cuda" "$SHM/$f.gguf" --mode "$m" -n 2 -c 2048 --pp 0 >"$OUT/ncu_$f.csv" 2>"$OUT/ncu_$f.err"
     echo "$f rc=$? $(wc -l <"$OUT/ncu_$f.csv") lines, $(($(date +%s) - T0)) s"

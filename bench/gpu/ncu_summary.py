@@ -16,33 +16,22 @@ def num(s):
 
 
 def rows(path):
+    """The kernels of an ncu --csv --page raw --print-units base log, in launch order."""
     with open(path) as f:
-        lines = [l for l in f if l.startswith('"')]
-    r = list(csv.reader(lines))
+        r = list(csv.reader(l for l in f if l.startswith('"')))
     if len(r) < 3:
         return []
-    head, data = r[0], r[2:]  # row 1: units
-    col = {h: i for i, h in enumerate(head)}
+    col = {h: i for i, h in enumerate(r[0])}  # r[1]: the units (base: nsecond, byte)
     out = []
-    for d in data:
+    for d in r[2:]:
         get = lambda k: d[col[k]] if k in col else ""
         out.append({
-            "name": get("Kernel Name").split("(")[0].split("<")[0].replace("void ", ""),
-            "us": num(get("gpu__time_duration.sum")) / 1000.0,  # ns
+            "name": get("Kernel Name").split("(")[0].split("<")[0].replace("void ", "").strip(),
+            "us": num(get("gpu__time_duration.sum")) / 1000.0,
             "rd": num(get("dram__bytes_read.sum")),
-            "wr": num(get("dram__bytes_write.sum")),
             "grid": get("launch__grid_size"),
             "block": get("launch__block_size"),
         })
-    # units row: convert if duration was in usecond / bytes in another unit
-    units = r[1]
-    u = {h: units[i] for i, h in enumerate(head)}
-    scale_t = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(u.get("gpu__time_duration.sum", "nsecond"), 1e-3)
-    scale_b = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
-    for o, d in zip(out, data):
-        o["us"] = num(d[col["gpu__time_duration.sum"]]) * scale_t
-        o["rd"] *= scale_b.get(u.get("dram__bytes_read.sum", "byte"), 1)
-        o["wr"] *= scale_b.get(u.get("dram__bytes_write.sum", "byte"), 1)
     return out
 
 

@@ -16,9 +16,9 @@
  * The activation's hi = round(x), lo = round(x − hi) (f16 or bf16, round to nearest even): the
  * decode kernel converts the f32 row as it loads it (no launch of its own), the prefill kernel reads
  * it converted once per op by k_split_x; the same roundings, so the same bits. Template parameter LO:
- * true = the split (BF16 always, F16 by default), false = the f16 mode (cuk_mma.h,
- * PINFER_CUDA_MMA_ACT=f16): hi only, one mma a k16 tile, and the prefill scratch and stages hold hi
- * only. Every kernel takes the same LO for a type, so the bits agree across them in either mode. */
+ * true = the split (BF16 always, F16 with PINFER_CUDA_MMA_ACT=split), false = the f16 mode (cuk_mma.h;
+ * F16's default): hi only, one mma a k16 tile, and the prefill scratch and stages hold hi only.
+ * Every kernel takes the same LO for a type, so the bits agree across them in either mode. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -66,7 +66,7 @@ extern "C" bool cuk_mma_act16(uint32_t type)
     static int on = -1; /* read once, as PINFER_CUDA_MMA */
     if (on < 0) {
         const char *e = getenv("PINFER_CUDA_MMA_ACT");
-        on = e && strcmp(e, "f16") == 0;
+        on = !(e && strcmp(e, "split") == 0); /* the f16 mode unless the split is asked for */
     }
     return on && type == PI_TYPE_F16;
 }

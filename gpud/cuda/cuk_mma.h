@@ -17,14 +17,16 @@
  * Activations: the f32 row x of a token is split into f16 (bf16) hi = round(x) and lo = round(x − hi):
  * x = hi + lo to ~22 bits (~16 for bf16) and W·x = W·hi + W·lo with exact products (two mmas per
  * k16 tile). This keeps the F16 path within the CPU's f32 tolerances (test_cuda_ops NMSE ≤ 1e-8).
+ * BF16 always runs so; F16 only with PINFER_CUDA_MMA_ACT=split (its default is the f16 mode below).
  * Decode converts in the kernel as it loads x; prefill converts once per op into the scratch xh.
  * Limits of f16: |x| ≥ 65520 becomes inf (as in the cuBLAS f16 path), and below 2^-2 the lo part
  * loses bits to f16's subnormals (an absolute error ≤ 2^-25 per element). BF16 has neither.
  *
- * PINFER_CUDA_MMA_ACT=f16 (read once, like PINFER_CUDA_MMA): for F16 weights the activation is
- * rounded to f16 once (hi only, what cuBLAS's f16 GEMM of the same product sees) and each k16 tile
- * is ONE mma — half the tensor-core work and half the staged activation bytes of the prefill
- * kernels. Every kernel of the family (decode, the streamed decode kernel, both prefill kernels)
+ * The f16 mode, F16 weights' default (read once, like PINFER_CUDA_MMA; PINFER_CUDA_MMA_ACT=split turns
+ * it off): the activation is rounded to f16 once (hi only, what cuBLAS's f16 GEMM of the same product
+ * and llama.cpp's F16 prefill see) and each k16 tile is ONE mma — half the tensor-core work and half
+ * the staged activation bytes of the prefill kernels (d16 pp512 on the H200: 11 300 against the
+ * split's 6 260 tok/s). Every kernel of the family (decode, the streamed decode kernel, both prefill kernels)
  * switches together (one template parameter), so the invariance contract holds as in the split
  * mode. Error: each element gets a relative error ≤ u = 2^-11 (absolute ≤ 2^-25 below 2^-14), so
  * a product's NMSE against f32 is about E[δ²] ≤ u² ≈ 2.4e-7 (u²/3 for uniform δ) instead of ≤ 1e-8
@@ -45,8 +47,8 @@
  * environment falls back to cuk.cu's CUDA-core kernels (benchmarks: the A/B in one run). */
 bool cuk_mma_type(uint32_t type);
 bool cuk_mma_on(uint32_t type);
-/* Whether products of this weight type round the activation to f16 once (PINFER_CUDA_MMA_ACT=f16,
- * F16 weights only) instead of splitting it into hi + lo. */
+/* Whether products of this weight type round the activation to f16 once (F16 weights, unless
+ * PINFER_CUDA_MMA_ACT=split) instead of splitting it into hi + lo. */
 bool cuk_mma_act16(uint32_t type);
 /* Scratch bytes per token of the split activation (hi, lo; 16 bytes of slack) for n_in inputs (the
  * f16 mode uses the first half). */
