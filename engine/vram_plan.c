@@ -247,7 +247,8 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al(B * (uint64_t)hp->n_vocab * 4);          /* logits */
     s += al(B * SAMP_BEST_MAX * 4) * 2;              /* ids, tvals (topk's candidates) */
     s += al(B * xq_row);                             /* xq: every token of a batch (the tiled GEMV) */
-    s += al(nt * (uint64_t)hp->n_head * nch * ((uint64_t)hp->head_dim + 2) * sizeof(float)); /* apart */
+    /* apart: the split-K attention's arrival counters, then its partials */
+    s += al((ATTN_GROUP + nt * nch * ((uint64_t)hp->head_dim + 2)) * (uint64_t)hp->n_head * sizeof(float));
     s += al(((uint64_t)hp->rope_dim / 2 + 1) * sizeof(float)); /* rope_inv */
     s += al(B * F);                                  /* mask_c: masks of the compacted hot rows */
     if (blas) {

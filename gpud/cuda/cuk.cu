@@ -1235,18 +1235,20 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
     return launched();
 }
 
-#include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP and k_attn_merge */
+#include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP, the merge and attn_groups */
 
-/* Split-K attention ("flash decoding"), pass 1: one block per (token, head, chunk of 32 cells of the
- * token's own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines
- * it. Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of
+/* Split-K attention ("flash decoding"): one block per (token, head, chunk of 32 cells of the token's
+ * own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines it; the
+ * last block of a (token, head) to finish merges the chunks in chunk order (attn_merge_out: one
+ * launch a layer, not a merge kernel after it, whose launch and drain sat on the decode chain). Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of
  * the dims, the cell's four lanes' chains are added in order (attn_score). One warp then takes the
  * chunk's softmax (lane = cell). p·v: thread i runs dim i's fmaf chain over the cells in order (its
  * v values loaded up front, with the keys: one memory round trip instead of two). */
 template <class C, int DL, bool ROPE>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, C *kc, C *vc,
                                                                const int32_t *pos, const int32_t *seq, float *part,
-                                                               int n_chunk, const float *k_new, const float *v_new,
+                                                               unsigned *arrive, float *out, int n_chunk,
+                                                               const float *k_new, const float *v_new,
                                                                const float *inv_freq)
 {
     constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
@@ -1344,14 +1346,16 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     }
     if (threadIdx.x == 0)
         pt[D] = ml[0], pt[D + 1] = ml[1];
+    const int nc_all = (n_kv + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the blocks of (tok, h) that get here */
+    if (attn_last_arrival(arrive + (int64_t)tok * g.n_head + h, nc_all))
+        attn_merge_out(part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2), nc_all, D,
+                       out + ((int64_t)tok * g.n_head + h) * D, threadIdx.x, NT);
 }
-
-/* Pass 2, k_attn_merge: cuk_attn_dev.cuh (shared with cuk_pattn.cu). */
 
 extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
 {
     const int64_t nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK, nt = B < ATTN_GROUP ? B : ATTN_GROUP;
-    return (size_t)(nt * g->n_head * nch * (g->head_dim + 2));
+    return (size_t)(ATTN_GROUP * g->n_head + nt * g->n_head * nch * (g->head_dim + 2)); /* attn_arrivals first */
 }
 
 struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
@@ -1366,12 +1370,12 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
-    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>) && carve((const void *)k_attn_merge);
+    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>);
     (void)carved;
-    return attn_groups(g, pos, part, out, B, nch, st, [&](int t0, int nt) {
+    return attn_groups(B, [&](int t0, int nt) {
         pdl_launch(k_attn_part<C, DL, ROPE>, dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch),
-                   dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0, part, nch,
-                   ri.k, ri.v, ri.inv_freq);
+                   dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0,
+                   attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k, ri.v, ri.inv_freq);
     });
 }
 

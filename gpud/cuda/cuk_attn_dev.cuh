@@ -1,6 +1,6 @@
 /* cuk_attn_dev.cuh — what a token's attention output IS, bit for bit, written once for the two
  * kernels that compute it: cuk.cu's split-K attention (decode and small batches: k_attn_part per
- * chunk, then k_attn_merge) and cuk_pattn.cu's tiled prompt attention (k_pattn: one block per tile
+ * chunk, the last chunk of a (token, head) to finish merging them: attn_merge_out) and cuk_pattn.cu's tiled prompt attention (k_pattn: one block per tile
  * of tokens and head, walking the chunks itself). Each kernel arranges the work its own way; the
  * floating-point operations on a token's values, and their order, are the ones below in both, so a
  * token's output does not depend on which kernel ran, on the batch, or on how the prompt was chunked.
@@ -26,7 +26,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuk_pdl.cuh" /* the merge is launched as a link of the decode chain */
 
 #define ATTN_WARPS 4
 #define ATTN_CHUNK 32 /* cells per chunk: the split of the cells is fixed, whatever the batch */
@@ -74,44 +73,60 @@ __device__ static inline float attn_merge_acc(float A, float o, float a, float b
     return __fadd_rn(__fmul_rn(A, a), __fmul_rn(o, b));
 }
 
-/* Split-K pass 2: the chunks of (token, head) merged in chunk order. part: per token, head and
- * chunk, D sums o then m and l. Every thread runs the (M, L) recurrence itself (the same bits). */
-static __global__ void k_attn_merge(struct cuk_attn_geom g, const int32_t *pos, const float *part, float *out,
-                                    int n_chunk)
+/* Split-K pass 2: the nc chunks of (token, head) merged in chunk order. pt: the (token, head)'s
+ * partials, per chunk D sums o then m and l; the threads of a block of nt take dims i ≡ tid (mod
+ * nt), each running the (M, L) recurrence itself (the same bits in every thread). Loads go to L2
+ * (__ldcg): other blocks of the same launch wrote the partials. */
+__device__ static inline void attn_merge_out(const float *pt, int nc, int D, float *ot, int tid, int nt)
 {
-    pdl_enter(); /* the partials are the previous kernel's (cuk_pdl.cuh) */
-    const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim;
-    const int nc = (pos[tok] + 1 + ATTN_CHUNK - 1) / ATTN_CHUNK;
-    const float *pt = part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2);
-    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    for (int i = tid; i < D; i += nt) {
         float M = -INFINITY, L = 0.0f, A = 0.0f;
 #pragma unroll 4
         for (int c = 0; c < nc; c++) {
             float a, b;
-            attn_merge_step(&M, &L, pt[c * (D + 2) + D], pt[c * (D + 2) + D + 1], &a, &b);
-            A = attn_merge_acc(A, pt[c * (D + 2) + i], a, b);
+            attn_merge_step(&M, &L, __ldcg(pt + c * (D + 2) + D), __ldcg(pt + c * (D + 2) + D + 1), &a, &b);
+            A = attn_merge_acc(A, __ldcg(pt + c * (D + 2) + i), a, b);
         }
         ot[i] = __fdiv_rn(A, L);
     }
 }
 
-/* The split-K launches: the batch in groups of ATTN_GROUP tokens (the partial buffer holds one
- * group), each group's pass 1 (launch_part(t0, nt)) then the merge of its partials, in that order. */
-template <class Part>
-static int attn_groups(const struct cuk_attn_geom *g, const int32_t *pos, float *part, float *out, int B, int nch,
-                       cudaStream_t st, const Part &launch_part)
+/* The split-K partial buffer: ATTN_GROUP × n_head arrival counters (zero between launches: the last
+ * block of a (token, head) to arrive merges, then zeroes its counter), then the partials. */
+__device__ __host__ static inline unsigned *attn_arrivals(float *part) { return (unsigned *)part; }
+__device__ __host__ static inline float *attn_partials(float *part, int n_head)
 {
-    const int64_t Q = (int64_t)g->n_head * g->head_dim;
+    return part + (size_t)ATTN_GROUP * (size_t)n_head;
+}
+
+/* Called by every thread of a split-K block after it wrote its chunk's partial (pt): whether this
+ * block is the last of the (token, head)'s nc chunks to arrive — the one that merges. The fences
+ * order the partial's stores before the count (release) and the count before the merge's loads. */
+__device__ static inline bool attn_last_arrival(unsigned *arrive, int nc)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(arrive, 1u) == (unsigned)nc - 1u;
+        if (last)
+            *arrive = 0u; /* every chunk of this launch has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* The split-K launches: the batch in groups of ATTN_GROUP tokens (the partial buffer holds one
+ * group), each group's launch (launch_part(t0, nt)) merging its own partials. */
+template <class Part>
+static int attn_groups(int B, const Part &launch_part)
+{
     for (int t0 = 0; t0 < B; t0 += ATTN_GROUP) {
-        const int nt = B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP;
-        launch_part(t0, nt);
-        int rc = launched();
+        launch_part(t0, B - t0 < ATTN_GROUP ? B - t0 : ATTN_GROUP);
+        const int rc = launched();
         if (rc)
-            return rc;
-        pdl_launch(k_attn_merge, dim3((unsigned)nt, (unsigned)g->n_head), dim3(128), 0, st, *g, pos + t0,
-                   (const float *)part, out + t0 * Q, nch);
-        if ((rc = launched()))
             return rc;
     }
     return 0;

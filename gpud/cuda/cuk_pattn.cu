@@ -8,8 +8,8 @@
  * chunk's softmax and the merge step (TT/4 tokens side by side); then p·v (each thread TT/8 tokens
  * × D/16 dims, each an fmaf chain over the chunk's cells) folded into A. Every operation on a
  * token's values is the one cuk_attn_dev.cuh defines, in its order: the bits are cuk.cu's split-K
- * attention's (k_attn_part + k_attn_merge). A tile holding tokens of several sequences walks each
- * sequence's chunks in turn (the others masked); the caller sends batches of many short runs to
+ * attention's (k_attn_part, merging in its last block). A tile holding tokens of several sequences
+ * walks each sequence's chunks in turn (the others masked); the caller sends batches of many short runs to
  * cuk_attn (cuk_pattn). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
