@@ -843,11 +843,6 @@ static void test_pdl(void)
 static void test_normq(void)
 {
     enum { K = 512, N = 352, B = 3 };
-    const char *e = getenv("PINFER_CUDA_NORMQ");
-    if (e && !strcmp(e, "0")) { /* the A/B baseline: the one launch is off */
-        printf("normq: PINFER_CUDA_NORMQ=0, not checked\n");
-        return;
-    }
     static const uint32_t types[] = { PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
     float *hx = malloc((size_t)B * K * sizeof *hx);
     int32_t hidx[B * N], hcnt[B];

@@ -104,8 +104,7 @@ int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st)
 
 /* Q types with 32-element blocks (the Q8_0-quantized activation): x's RMSNorm (cuk_rmsnorm's bits)
  * and its quantization in one launch into xq, then cuk_gemv_split3 / cuk_glu on it — the bits of
- * the three launches, one fewer. Return 1 (nothing enqueued) for the other types, and with
- * PINFER_CUDA_NORMQ=0 (the A/B baseline: cuk_rmsnorm, then the product quantizing its input). */
+ * the three launches, one fewer. Return 1 (nothing enqueued) for the other types. */
 int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
                      int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
 int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
