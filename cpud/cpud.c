@@ -228,16 +228,36 @@ void cpud_fini(struct cpud *c)
     stage_fini(&c->rt);
 }
 
-/* The step is still the one gpud waits on, and not one we already answered. */
+/* The step is still the one gpud waits on, and not one we already answered. A step whose inputs
+ * gpud's device writes (ACT_ITEM_DEV_KEY) comes before they are there: its key is waited for later
+ * (wait_device); here only its session is checked. */
 static bool current(struct cpud *c, const struct act_item *it)
 {
     const struct act_hdr *h = c->act.hdr;
     /* acquire: pairs with gpud's release of cur_seq after writing h */
     const uint64_t seq = atomic_load_explicit(&h->cur_seq, memory_order_acquire);
     const uint64_t epoch = atomic_load_explicit(&h->cur_epoch, memory_order_relaxed);
-    if (it->epoch != epoch || it->seq != seq)
+    if (it->epoch != epoch || (!(it->flags & ACT_ITEM_DEV_KEY) && it->seq != seq))
         return false;
     return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
+}
+
+/* Polls of the device's key between two checks that gpud is still there (a kill(2) each) */
+#define CPUD_DEV_CHECK_POLLS 4096
+
+static bool dev_gone(void *arg)
+{
+    struct cpud *c = arg;
+    return stage_should_stop(&c->rt) || !dataplane_stage_alive(c->rt.ctl, PI_STAGE_GPUD);
+}
+
+/* An ACT_ITEM_DEV_KEY step: gpud handed it over when it enqueued it; wait until its device has
+ * written h and the masks (act_hdr.dev_seq). false: the step will never come (act_wait_dev). */
+static bool wait_device(struct cpud *c, const struct act_item *it)
+{
+    if (!(it->flags & ACT_ITEM_DEV_KEY))
+        return true;
+    return act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS);
 }
 
 /* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
@@ -287,8 +307,10 @@ static int do_step(struct cpud *c, const struct act_item *it)
     ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
-     * (computing every neuron instead is always exact) */
-    if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
+     * (computing every neuron instead is always exact). The device's key (wait_device) covers the
+     * masks it wrote with h. */
+    if (!(it->flags & ACT_ITEM_ALL_ACTIVE) &&
+        ((it->flags & ACT_ITEM_DEV_KEY) || atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq))
         mask = a->mask;
     uint64_t bytes = 0;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
@@ -363,7 +385,7 @@ static int poll_ring(struct cpud *c, struct ring *r)
     if (rc == 0 && len == sizeof(struct act_item)) {
         struct act_item it;
         memcpy(&it, msg, sizeof it);
-        if (current(c, &it)) {
+        if (current(c, &it) && wait_device(c, &it)) {
             if ((rc = do_step(c, &it)))
                 step_failed(c, &it, rc);
         } else {

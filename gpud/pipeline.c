@@ -11,12 +11,14 @@
  * gpud computes the cold share on the host with cpud's kernels. Messages from another epoch or step
  * are stale and dropped. The layer loop is eval.c's; this file is only the FFN step it calls.
  *
- * On a GPU (the backend runs the predictor and has stage_out) the hand-off is asynchronous: the
- * predictor and the copy of h and the masks into the act segment (pinned with cudaHostRegister) are
- * enqueued in gpud's stream; gpud waits for the copies' event alone — not the device — hands the
- * step to cpud, then enqueues the hot FFN, which the GPU computes while cpud computes the cold
- * neurons; the cold share comes back from the pinned segment with an asynchronous copy added on
- * the device. A layer with no cold neuron never involves cpud. */
+ * On a GPU (the backend runs the predictor and maps the act segment: stage_out) nothing crosses the
+ * host between the device and cpud: gpud enqueues the predictor, a kernel that writes h and the masks
+ * straight into the mapped act segment and then stores the step's key (act_hdr.dev_seq), the hot
+ * FFN, and the add of the cold share — a kernel that waits on the device for cpud's key (ycold_seq)
+ * and reads the share from the segment; it hands the step to cpud as soon as it has enqueued it, and
+ * cpud waits for the device's key. gpud's host thread then waits for cpud's answer (or computes the
+ * share itself when cpud is down, and releases the device's wait with it). A layer with no cold
+ * neuron never involves cpud. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -81,13 +83,15 @@ static int masks_here(struct gpud *g, struct eval *e, int layer, int32_t n)
 
 /* The weights segment has no FFN rows (--ram-budget: pi_ctl.weights_trimmed): only cpud, through its
  * neuron cache, can compute the cold share. Wait for it (restarted by the supervisor), handing it the
- * step again (a duplicate is dropped by its key). *ycold: its share, or stays NULL when stopping. */
-static int cold_from_cpud(struct gpud *g, int layer, int32_t B, bool sparse, const float **ycold, uint64_t *wait_ns)
+ * step again (a duplicate is dropped by its key; flags: the item's ACT_ITEM_DEV_KEY). *ycold: its
+ * share, or stays NULL when stopping. */
+static int cold_from_cpud(struct gpud *g, int layer, int32_t B, bool sparse, uint32_t flags, const float **ycold,
+                          uint64_t *wait_ns)
 {
     struct act_view *a = &g->act;
     const uint64_t w0 = now_ns();
     struct act_item ci = { .epoch = g->epoch, .seq = g->seq, .req_id = g->req_id, .n_tok = B, .layer = layer,
-                           .flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE };
+                           .flags = flags | (sparse ? 0 : ACT_ITEM_ALL_ACTIVE) };
     int rc = 0;
     while (!*ycold && !rc && !stage_should_stop(&g->rt)) {
         if (!dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD)) {
@@ -134,7 +138,7 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
             ycold = a->ycold;
     }
     if (host_share && !ycold && atomic_load_explicit(&g->rt.ctl->weights_trimmed, memory_order_acquire) &&
-        (rc = cold_from_cpud(g, layer, B, e->sparse, &ycold, &wait_ns)))
+        (rc = cold_from_cpud(g, layer, B, e->sparse, 0, &ycold, &wait_ns)))
         return rc;
     if (host_share && !ycold) { /* cpud is down: its share on the host here, exactly as cpud computes it */
         uint64_t hb = 0;
@@ -155,8 +159,54 @@ static int finish_step(struct gpud *g, struct eval *e, int layer, int32_t B, boo
     return 0;
 }
 
-/* The step on a GPU backend: predictor and copies out enqueued; the host waits for the copies' event
- * only, hands the step to cpud, enqueues the hot FFN, then takes the cold share back. */
+/* The cold share of a step whose add the device already waits for (be_ops.cold_add): cpud's — it
+ * stored ycold_seq before its answer, and the device takes the share by itself — or, when cpud is
+ * down or did not get the step, the host's, computed exactly as cpud computes it from the h and masks
+ * the device wrote, into the backend's release buffer, then released. On an error the caller
+ * releases the device's wait (the step is abandoned). */
+static int settle_device(struct gpud *g, struct eval *e, int layer, int32_t B, bool cpu_sent, struct be_ffn_count *cnt,
+                         uint64_t *wait_ns)
+{
+    const struct be_ops *be = e->ops;
+    struct act_view *a = &g->act;
+    int rc;
+    const float *ycold = NULL;
+    if (cpu_sent) {
+        struct act_item got;
+        const uint64_t w0 = now_ns();
+        const bool ok = wait_step(g, ACT_RING_CPU_GPU, PI_STAGE_CPUD, &got);
+        *wait_ns += now_ns() - w0;
+        if (ok && (got.flags & ACT_ITEM_FAILED)) /* the step fails, with cpud's reason (its disk read) */
+            return pi_fail(PI_E_IO, "cpud: %s", g->rt.ctl->stages[PI_STAGE_CPUD].last_error);
+        /* acquire: pairs with cpud's release of ycold_seq after writing ycold; the next step is not
+         * handed out before we return, so the key the device waits for stays this one */
+        if (ok && atomic_load_explicit(&a->hdr->ycold_seq, memory_order_acquire) == g->seq)
+            ycold = a->ycold;
+    }
+    if (!ycold && atomic_load_explicit(&g->rt.ctl->weights_trimmed, memory_order_acquire) &&
+        (rc = cold_from_cpud(g, layer, B, e->sparse, ACT_ITEM_DEV_KEY, &ycold, wait_ns)))
+        return rc;
+    if (ycold) { /* the device reads cpud's share from the segment */
+        atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
+                                  memory_order_relaxed);
+        return 0;
+    }
+    /* cpud is down: its share here, from what the device wrote (its event, not the stream: the device
+     * waits in the add for this very share) */
+    float *y = be->cold_buf(e->be);
+    uint64_t hb = 0;
+    if ((rc = be->stage_wait(e->be)) ||
+        (rc = eval_host_share(e, layer, B, a->h, e->sparse ? a->mask : NULL, y, &hb)))
+        return rc;
+    cnt->bytes += hb;
+    be->cold_release(e->be, g->seq);
+    atomic_fetch_add_explicit(&g->rt.me->fallbacks, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* The step on a GPU backend with the act segment mapped: predictor, h and masks out with the step's
+ * key, the hot FFN and the add that waits for the cold share, all enqueued; the step is handed to
+ * cpud as soon as its key is enqueued, and cpud waits for the device, not for us. */
 static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
                            const struct act_item *it, bool host_share, uint64_t t_start)
 {
@@ -165,44 +215,47 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
     const bool sparse = e->sparse;
     struct act_view *a = &g->act;
     struct be_ffn_count cnt = { 0 };
+    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
     int rc;
-    const bool cpu_up = host_share && dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD);
     if (sparse && (rc = be->predict(e->be, layer, B)))
         return rc;
-    /* h and the masks go out only when a host share needs them (cpud, or the host when it is down) */
-    if (host_share) {
-        if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL)))
+    if (!host_share) { /* every neuron of the layer is on the device */
+        if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
             return rc;
-        const uint64_t out = (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
-                             (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0);
-        atomic_fetch_add_explicit(&g->rt.me->d2h_bytes, out, memory_order_relaxed);
+        return finish_step(g, e, layer, B, false, false, &cnt, t_start, 0);
     }
+    /* the device's key: the step's h and masks are in the segment (cpud: act_wait_dev) */
+    if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL, (uint64_t *)&a->hdr->dev_seq, g->seq)))
+        return rc;
+    atomic_fetch_add_explicit(&g->rt.me->d2h_bytes,
+                              (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
+                                  (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0),
+                              memory_order_relaxed);
     bool cpu_sent = false;
-    uint64_t wait_ns = 0;
-    if (host_share) {
-        const uint64_t w0 = now_ns();
-        if ((rc = be->stage_wait(e->be)))
-            return rc;
-        wait_ns += now_ns() - w0;
-        /* release: h and the masks are written before cpud can see this step as current */
-        atomic_store_explicit(&a->hdr->cur_seq, g->seq, memory_order_release);
-        if (sparse)
-            atomic_store_explicit(&a->hdr->mask_seq, g->seq, memory_order_release);
-        if (cpu_up) {
-            struct act_item ci = *it;
-            ci.flags = sparse ? 0 : ACT_ITEM_ALL_ACTIVE;
-            cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
-            if (cpu_sent)
-                act_ring_cpud_bell(a->hdr);
-        }
+    if (dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD)) {
+        struct act_item ci = *it;
+        ci.flags = ACT_ITEM_DEV_KEY | (sparse ? 0 : ACT_ITEM_ALL_ACTIVE);
+        cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
+        if (cpu_sent)
+            act_ring_cpud_bell(a->hdr);
     }
-    /* the hot neurons, enqueued only now: cpud starts as soon as the copies are done, and the GPU
-     * computes while cpud does (launching first would put these launches on every layer's critical
-     * path); the stream holds the same kernels in the same order either way */
-    const struct pi_layer_weights w = model_layer_weights(e->m, layer);
+    /* the hot neurons, which the GPU computes while cpud computes the cold ones; then x += yhot +
+     * ycold, the device waiting for ycold: cpud's (ycold_seq == seq) or ours (cold_release) */
     if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)))
         return rc;
-    return finish_step(g, e, layer, B, host_share, cpu_sent, &cnt, t_start, wait_ns);
+    if ((rc = be->cold_add(e->be, layer, B, (const uint64_t *)&a->hdr->ycold_seq, a->ycold, g->seq))) {
+        be->cold_release(e->be, g->seq); /* the launch may have been enqueued before its error */
+        return rc;
+    }
+    uint64_t wait_ns = 0;
+    if ((rc = settle_device(g, e, layer, B, cpu_sent, &cnt, &wait_ns))) {
+        be->cold_release(e->be, g->seq); /* the step is abandoned: nothing may wait on the device for it */
+        return rc;
+    }
+    eval_count(e, layer, B, &cnt);
+    const uint64_t total = now_ns() - t_start;
+    stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt.bytes);
+    return 0;
 }
 
 /* The FFN step routed through predictord (masks) and cpud (the neurons not on the device); a stage
@@ -224,7 +277,7 @@ static int ffn_step(void *user, struct eval *e, int layer, const struct pi_batch
     const bool sparse = e->sparse;
     /* a layer whose neurons are all on the device needs no cpud step (and no hop) */
     const bool host_share = g->n_cold[layer] > 0;
-    if (be->stage_out && be->stage_wait && (g->pred_on_device || !sparse))
+    if (g->act_pinned && be->stage_out && (g->pred_on_device || !sparse))
         return ffn_step_device(g, e, layer, b, &it, host_share, t_start);
     if ((rc = be->get_h(e->be, B, a->h)))
         return rc;
