@@ -208,8 +208,9 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 void cpud_fini(struct cpud *c)
 {
     if (c->ph_steps)
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us, ffn %.1f us, publish %.1f us; gap to "
-                "the next step %.1f us\n", (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f), ffn %.1f us, publish %.1f us; "
+                "gap to the next step %.1f us\n", (unsigned long long)c->ph_steps,
+                (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps, (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps);
     ncache_free(c->nc);
@@ -257,6 +258,12 @@ static bool wait_device(struct cpud *c, const struct act_item *it)
 {
     if (!(it->flags & ACT_ITEM_DEV_KEY))
         return true;
+    if (it->layer >= 0 && it->layer < c->m->hp.n_layer) {
+        /* meanwhile, the first weights the step reads beside h into the cache (the RMSNorm's) */
+        const char *nw = c->m->layers[it->layer].ffn_norm.data;
+        for (size_t o = 0; nw && o < (size_t)c->m->hp.n_embd * sizeof(float); o += 64)
+            __builtin_prefetch(nw + o);
+    }
     return act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS);
 }
 
@@ -305,6 +312,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if ((rc = device_check(c)))
         return rc;
     ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
+    const uint64_t tn = stage_now_ns();
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
      * (computing every neuron instead is always exact). The device's key (wait_device) covers the
@@ -349,6 +357,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (B == 1 && !c->nc) {
         c->ph_steps++;
         c->ph_prep_ns += t1 - t0;
+        c->ph_norm_ns += tn - t0;
         c->ph_ffn_ns += t2 - t1;
         c->ph_pub_ns += t3 - t2;
         c->ph_gap_ns += c->ph_last_end && t0 > c->ph_last_end ? t0 - c->ph_last_end : 0;

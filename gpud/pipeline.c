@@ -186,11 +186,8 @@ static int settle_device(struct gpud *g, struct eval *e, int layer, int32_t B, b
     if (!ycold && atomic_load_explicit(&g->rt.ctl->weights_trimmed, memory_order_acquire) &&
         (rc = cold_from_cpud(g, layer, B, e->sparse, ACT_ITEM_DEV_KEY, &ycold, wait_ns)))
         return rc;
-    if (ycold) { /* the device reads cpud's share from the segment */
-        atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
-                                  memory_order_relaxed);
+    if (ycold) /* the device reads cpud's share from the segment */
         return 0;
-    }
     /* cpud is down: its share here, from what the device wrote (its event, not the stream: the device
      * waits in the add for this very share) */
     float *y = be->cold_buf(e->be);
@@ -252,6 +249,9 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
         be->cold_release(e->be, g->seq); /* the step is abandoned: nothing may wait on the device for it */
         return rc;
     }
+    /* the device reads the share (cpud's or ours) from host memory */
+    atomic_fetch_add_explicit(&g->rt.me->h2d_bytes, (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float),
+                              memory_order_relaxed);
     eval_count(e, layer, B, &cnt);
     const uint64_t total = now_ns() - t_start;
     stage_prof(&g->rt, layer, total - wait_ns, wait_ns, cnt.bytes);
