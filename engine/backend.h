@@ -121,7 +121,9 @@ struct be_ops {
      *   stage_out(n, h, mask, key, seq): the device writes x (the FFN input, as get_h) into h and,
      *     when mask is not NULL, the masks of the n tokens into mask, then stores seq into *key
      *     (system scope, after a fence): a host thread that acquires *key == seq reads them;
-     *   stage_wait(): the host waits until the last stage_out is done (an event, not the stream);
+     *   stage_wait(key, seq): the host waits until *key >= seq (the stream may be waiting in a
+     *     cold_add): 0 when *key == seq (h and mask hold step seq), 1 when a later step's, or the
+     *     device's error;
      *   cold_add(layer, n, key, y, seq): x += y_dev + y_host in ffn_add's order, the device waiting
      *     for y_host: y once *key == seq (the share's writer stores it after y), or cold_buf()
      *     once the host calls cold_release(s), s >= seq;
@@ -130,7 +132,7 @@ struct be_ops {
      * Every cold_add must be released, by its key or by cold_release, before the host waits on the
      * device (close releases every step). */
     int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
-    int (*stage_wait)(struct be *b);
+    int (*stage_wait)(struct be *b, const uint64_t *key, uint64_t seq);
     int (*cold_add)(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
     float *(*cold_buf)(struct be *b);
     void (*cold_release)(struct be *b, uint64_t seq);

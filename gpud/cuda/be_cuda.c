@@ -228,7 +228,7 @@ static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask, uint64
 {
     return cudev_stage_out(b->d, n, h, mask, key, seq);
 }
-static int cu_stage_wait(struct be *b) { return cudev_stage_wait(b->d); }
+static int cu_stage_wait(struct be *b, const uint64_t *key, uint64_t seq) { return cudev_stage_wait(b->d, key, seq); }
 static int cu_cold_add(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq)
 {
     (void)layer;

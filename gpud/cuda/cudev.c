@@ -163,14 +163,13 @@ struct cudev {
     cudaGraphExec_t graph[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
-    /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses, the
-     * event after a stage_out; the release word and share the host gives a cold_add wait when the
-     * key's writer will not (pinned, mapped; rel on its own line: the device polls it) */
+    /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
+     * release word and share the host gives a cold_add wait when the key's writer will not (pinned,
+     * mapped; rel on its own line: the device polls it) */
 #define CUDEV_MAX_REG 4
     void *reg[CUDEV_MAX_REG], *reg_dev[CUDEV_MAX_REG];
     size_t reg_bytes[CUDEV_MAX_REG];
     int n_reg;
-    cudaEvent_t ev_out;
     void *rel_blk;           /* host: [0, 64) the release word, [REL_Y_OFF, ...) the share */
     uint64_t *rel_d;         /* their device addresses */
     float *rel_y_d;
@@ -556,8 +555,6 @@ void cudev_close(struct cudev *d)
         cublasDestroy(d->blas);
     for (int i = 0; i < d->n_reg; i++)
         cudaHostUnregister(d->reg[i]);
-    if (d->ev_out)
-        cudaEventDestroy(d->ev_out);
     cudaFreeHost(d->rel_blk);
     cudaFree(d->w_arena);
     cudaFree(d->kv_arena);
@@ -620,8 +617,6 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CB(cublasCreate(&d->blas));
     if (!rc && d->p.blas_prefill)
         rc = CB(cublasSetStream(d->blas, d->st));
-    if (!rc)
-        rc = CU(cudaEventCreateWithFlags(&d->ev_out, cudaEventDisableTiming));
     if (!rc)
         d->ctx_bytes = dev_used();
     /* weights */
@@ -1071,11 +1066,30 @@ int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_
     void *hd = dev_addr(d, h, nh), *md = mask ? dev_addr(d, mask, nm) : NULL, *kd = dev_addr(d, key, sizeof *key);
     if (!hd || (mask && !md) || !kd)
         return pi_fail(PI_E_INVAL, "cuda: stage_out's h, masks and key must lie in a registered host range");
-    TRY(CK(cuk_hand_out(d->x, (int64_t)nh, mask ? d->mask : NULL, (int64_t)nm, hd, md, kd, seq, d->st)));
-    return CU(cudaEventRecord(d->ev_out, d->st));
+    return CK(cuk_hand_out(d->x, (int64_t)nh, mask ? d->mask : NULL, (int64_t)nm, hd, md, kd, seq, d->st));
 }
 
-int cudev_stage_wait(struct cudev *d) { return CU(cudaEventSynchronize(d->ev_out)); }
+/* Polls of a stage_out key between two questions to the stream whether it failed (a kernel that
+ * faults never stores its key) */
+#define STAGE_QUERY_POLLS 1024
+
+int cudev_stage_wait(struct cudev *d, const uint64_t *key, uint64_t seq)
+{
+    for (uint32_t polls = 1;; polls++) {
+        /* acquire: pairs with cuk_hand_out's system-scope release of the key after h and the masks */
+        const uint64_t k = atomic_load_explicit((const _Atomic uint64_t *)key, memory_order_acquire);
+        if (k >= seq)
+            return k == seq ? 0 : 1;
+        if (polls % STAGE_QUERY_POLLS)
+            continue;
+        const cudaError_t e = cudaStreamQuery(d->st);
+        if (e == cudaSuccess) /* everything enqueued is done, and the key is not there */
+            return pi_fail(PI_E_DEVICE, "cuda: the stream is idle but step %llu was never announced",
+                           (unsigned long long)seq);
+        if (e != cudaErrorNotReady)
+            return CU(e);
+    }
+}
 
 int cudev_cold_add(struct cudev *d, int32_t n, const uint64_t *key, const float *y, uint64_t seq)
 {

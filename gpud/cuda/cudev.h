@@ -105,12 +105,14 @@ int cudev_sync(struct cudev *d);
 int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
 /* The per-layer hand-off with the host's share of the FFN (cuk_hand.h), enqueued in the stream:
  * stage_out: x (n, n_embd) → h and, when mask is not NULL, the masks (n, n_ff) → mask, written by a
- * kernel into the mapped range, then *key = seq (system-scope release); then an event, which
- * stage_wait waits for (not the stream). cold_add: x += pending + the host share, the device waiting
- * for it: y once *key == seq, or cold_buf() once cold_release(s >= seq). Every cold_add must be
- * released by its key or by cold_release before the host waits on the stream; close releases all. */
+ * kernel into the mapped range, then *key = seq (system-scope release). stage_wait: the host polls
+ * the key (not the stream, which may be waiting in a cold_add) until *key >= seq: 0 when it is seq,
+ * 1 when a later step's, an error when the stream failed. cold_add: x += pending + the host share,
+ * the device waiting for it: y once *key == seq, or cold_buf() once cold_release(s >= seq). Every
+ * cold_add must be released by its key or by cold_release before the host waits on the stream;
+ * close releases all. */
 int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
-int cudev_stage_wait(struct cudev *d);
+int cudev_stage_wait(struct cudev *d, const uint64_t *key, uint64_t seq);
 int cudev_cold_add(struct cudev *d, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
 float *cudev_cold_buf(struct cudev *d); /* (n_batch, n_embd) pinned host floats; NULL before host_register */
 void cudev_cold_release(struct cudev *d, uint64_t seq);
