@@ -8,10 +8,11 @@
 #      rounds (ORDER, default "old new new old") at issue 10's budgets: decode tok/s, the decode split,
 #      cpud's phase line (prep / ffn / publish / the gap to the next step), and the logits of every
 #      run against the first old run's, byte for byte
-# DIR holds old.txz / new.txz (pack_trees.sh's trees.txz of each build), lib/ (.so files),
-# hybrid_kill.py.
+# DIR holds V.txz for every variant V of ORDER (a gpu/ tree in the build layout: pack_trees.sh's
+# trees.txz, or its gpu/ part alone), lib/ (.so files), hybrid_kill.py. The tiny part runs the kills
+# with variant TNEW (default new) and compares it with old.
 #   bash hmap_ab.sh DIR [TINY]   env: OUT (results), DEADLINE (s, default 225), RUNS (default
-#   "s4-2.59 s16-8.39"), ORDER, NT (tiny tokens, default 320), SKIP_TINY=1
+#   "s4-2.59 s16-8.39"), ORDER, TNEW, NT (tiny tokens, default 320), SKIP_TINY=1
 set -u
 D=${1:-.device/hmap}
 TINY=${2:-}
@@ -22,15 +23,19 @@ DEADLINE=${DEADLINE:-225}
 RUNS=${RUNS:-s4-2.59 s16-8.39}
 ORDER=${ORDER:-old new new old}
 SHM=/dev/shm/hab
-mkdir -p "$W/old" "$W/new" "$FINAL" "$SHM"
+TNEW=${TNEW:-new}
+VARS=$(echo old $TNEW $ORDER | tr ' ' '\n' | sort -u | tr '\n' ' ')
+mkdir -p "$FINAL" "$SHM"
 log() { echo "[$(date +%T)] $*" | tee -a "$W/run.log"; }
 left() { echo $((DEADLINE - ($(date +%s) - T0))); }
 export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PINFER_KEEP_LOGS=1
-xz -dc "$D/old.txz" | tar -C "$W/old" -xf - && xz -dc "$D/new.txz" | tar -C "$W/new" -xf -
+for v in $VARS; do
+    mkdir -p "$W/$v" && xz -dc "$D/$v.txz" | tar -C "$W/$v" -xf -
+done
 log "start: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 nvidia-smi --query-gpu=name,memory.used,driver_version --format=csv,noheader >>"$W/run.log" 2>&1
-P=$W/new/gpu/tools/pictl
+P=$W/$TNEW/gpu/tools/pictl
 (
     case " $RUNS" in *" s4"*) nice "$P" synth --shape llama-7b --type q4_0 --pwri --pred-type q4_0 -t "$(nproc)" -q -o "$SHM/s4.gguf" && echo s4 ok ;; esac
     case " $RUNS" in *" s16"*) nice "$P" synth --shape llama-7b --type f16 --pwri -t "$(nproc)" -q -o "$SHM/s16.gguf" && echo s16 ok ;; esac
@@ -47,15 +52,15 @@ if [ -n "$TINY" ] && [ -f "$TINY" ] && [ -z "${SKIP_TINY:-}" ]; then
     H=$W/hk
     mkdir -p "$H"
     # the stages beside pictl, as hybrid.sh's flat directory
-    for v in old new; do
+    for v in old $TNEW; do
         mkdir -p "$W/flat-$v"
         cp "$W/$v/gpu/tools/pictl" "$W/$v/gpu/gpud/gpud" "$W/$v/gpu/cpud/cpud" "$W/$v/gpu/predictord/predictord" \
             "$W/$v/gpu/loaderd/loaderd" "$W/flat-$v/"
     done
-    timeout 40 "$W/flat-new/pictl" run --inproc --backend cpu -m "$TINY" -p "Once upon a time" -n "$NT" --temp 0 \
+    timeout 40 "$W/flat-$TNEW/pictl" run --inproc --backend cpu -m "$TINY" -p "Once upon a time" -n "$NT" --temp 0 \
         --ignore-eos -c 512 -t 8 --json-stats "$H/cpu.json" >"$H/cpu.txt" 2>"$H/cpu.err"
     log "tiny all-CPU rc=$?"
-    timeout 40 "$W/flat-new/pictl" run -m "$TINY" -p "Once upon a time" -n 8 --temp 0 -c 512 -t 8 --backend cuda \
+    timeout 40 "$W/flat-$TNEW/pictl" run -m "$TINY" -p "Once upon a time" -n 8 --temp 0 -c 512 -t 8 --backend cuda \
         --vram-budget 0.00001 >/dev/null 2>"$H/fixed.err"
     FIXED=$(cat /tmp/pinfer-*/run*/logs/supervisor.log 2>/dev/null | grep -o 'take [0-9.]* GiB ([0-9]* bytes)' |
         tail -1 | sed 's/.*(\([0-9]*\) bytes)/\1/')
@@ -63,15 +68,15 @@ if [ -n "$TINY" ] && [ -f "$TINY" ] && [ -z "${SKIP_TINY:-}" ]; then
     if [ -n "$FIXED" ]; then
         for extra in 40000 2000000; do
             g=$(awk -v f="$FIXED" -v e="$extra" 'BEGIN { printf "%.9f", (f + e) / 1073741824 }')
-            HK_WANT_BACKEND=cuda timeout 70 python3 "$D/hybrid_kill.py" "$W/flat-new/pictl" "$TINY" "$g" "b$extra" "$H" \
+            HK_WANT_BACKEND=cuda timeout 70 python3 "$D/hybrid_kill.py" "$W/flat-$TNEW/pictl" "$TINY" "$g" "b$extra" "$H" \
                 "$H/cpu.json" 2>&1 | tee -a "$W/run.log"
-            for v in old new; do
+            for v in old $TNEW; do
                 timeout 40 "$W/flat-$v/pictl" run -m "$TINY" -p "Once upon a time" -n "$NT" --temp 0 --ignore-eos -c 512 \
-                    -t 8 --parallel 1 --backend cuda --vram-budget "$g" --json-stats "$H/ab-$extra-$v.json" \
+                    -t 8 --backend cuda --vram-budget "$g" --json-stats "$H/ab-$extra-$v.json" \
                     --dump-logits "$H/ab-$extra-$v.bin" >"$H/ab-$extra-$v.txt" 2>"$H/ab-$extra-$v.err"
                 log "tiny $v at fixed+$extra rc=$? $(grep -h '\[perf\]' "$H/ab-$extra-$v.err" | tail -1)"
             done
-            log "tiny fixed+$extra old vs new: text $(same "$H/ab-$extra-old.txt" "$H/ab-$extra-new.txt"), logits $(same "$H/ab-$extra-old.bin" "$H/ab-$extra-new.bin") ($(stat -c %s "$H/ab-$extra-new.bin" 2>/dev/null) B)"
+            log "tiny fixed+$extra old vs $TNEW: text $(same "$H/ab-$extra-old.txt" "$H/ab-$extra-$TNEW.txt"), logits $(same "$H/ab-$extra-old.bin" "$H/ab-$extra-$TNEW.bin") ($(stat -c %s "$H/ab-$extra-$TNEW.bin" 2>/dev/null) B)"
             rm -f "$H"/*.bin
         done
     fi
@@ -112,4 +117,4 @@ for r in $RUNS; do
 done
 log "done in $(($(date +%s) - T0)) s"
 cp "$W/run.log" "$FINAL/"
-tar -czf "$FINAL/results.tgz" -C "$W" --exclude=old --exclude=new --exclude='flat-*' --exclude='*.bin' .
+tar -czf "$FINAL/results.tgz" -C "$W" $(for v in $VARS; do echo --exclude=$v; done) --exclude='flat-*' --exclude='*.bin' .
