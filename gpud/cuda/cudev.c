@@ -1014,11 +1014,12 @@ static bool registered(const struct cudev *d, const void *p, size_t n)
     return false;
 }
 
-/* The device address of [p, p + n) inside a registered range, or NULL */
+/* The device address of [p, p + n) inside a registered (and mapped) range, or NULL */
 static void *dev_addr(const struct cudev *d, const void *p, size_t n)
 {
     for (int i = 0; i < d->n_reg; i++)
-        if ((const char *)p >= (const char *)d->reg[i] && (const char *)p + n <= (const char *)d->reg[i] + d->reg_bytes[i])
+        if (d->reg_dev[i] && (const char *)p >= (const char *)d->reg[i] &&
+            (const char *)p + n <= (const char *)d->reg[i] + d->reg_bytes[i])
             return (char *)d->reg_dev[i] + ((const char *)p - (const char *)d->reg[i]);
     return NULL;
 }
@@ -1041,19 +1042,25 @@ int cudev_host_register(struct cudev *d, void *ptr, size_t bytes)
 {
     if (d->n_reg >= CUDEV_MAX_REG)
         return pi_fail(PI_E_RANGE, "cuda: more than %d registered host ranges", CUDEV_MAX_REG);
+    void *dp;
     if (!d->rel_blk) { /* the release word and share of cold_add, for the hand-off this range serves */
         const size_t yb = (size_t)d->p.n_batch * (size_t)d->m->hp.n_embd * sizeof(float);
-        void *dp;
-        TRY(CU(cudaHostAlloc(&d->rel_blk, REL_Y_OFF + yb, cudaHostAllocMapped)));
-        memset(d->rel_blk, 0, REL_Y_OFF + yb); /* nothing released: this context's steps are all ahead */
-        TRY(CU(cudaHostGetDevicePointer(&dp, d->rel_blk, 0)));
+        void *blk;
+        TRY(CU(cudaHostAlloc(&blk, REL_Y_OFF + yb, cudaHostAllocMapped)));
+        memset(blk, 0, REL_Y_OFF + yb); /* nothing released: this context's steps are all ahead */
+        const int rc = CU(cudaHostGetDevicePointer(&dp, blk, 0));
+        if (rc) {
+            cudaFreeHost(blk);
+            return rc;
+        }
+        d->rel_blk = blk;
         d->rel_d = dp;
         d->rel_y_d = (float *)((char *)dp + REL_Y_OFF);
     }
-    void *dp;
     TRY(CU(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped)));
-    d->reg[d->n_reg] = ptr;
-    d->reg_bytes[d->n_reg++] = bytes;
+    d->reg[d->n_reg] = ptr; /* pinned from here on: unregistered at close */
+    d->reg_bytes[d->n_reg] = bytes;
+    d->reg_dev[d->n_reg++] = NULL;
     TRY(CU(cudaHostGetDevicePointer(&dp, ptr, 0)));
     d->reg_dev[d->n_reg - 1] = dp;
     return 0;
