@@ -932,10 +932,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
             TRY(CU(cudaMemsetAsync(y, 0, (size_t)n * E * sizeof(float), d->st)));
         return 0;
     }
-    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (masked)
         TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
     if (use_blas(d, n)) { /* benchmarks' cuBLAS prefill only: without it g/u/xh do not exist */
+        TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
         TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * H, (int)hp->act, d->st)));
@@ -955,7 +955,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
                 d->active[layer] += (uint64_t)d->h_cnt[i];
         }
     }
-    TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));
+    /* the norm in the product's kernel where it can (cuk_mmv.h; the Q types: cuk_normq_glu), as the
+     * uncompacted layers: one launch fewer on the hybrid chain, the same bits */
+    TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx, cnt,
+                        H, true, d->xq, d->st)));
     return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, H, d->part, y, add, d->st));
 }
 
