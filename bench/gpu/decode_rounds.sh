@@ -4,7 +4,7 @@
 # first. A variant is FILE:MODE:ENV[:TREE] (ENV: comma-separated NAME=VALUE, X=1 for none; TREE: the
 # build tree DIR/TREE/gpu, default DIR/gpu — e.g. "old" for DIR/old.txz, pack_trees.sh's trees.txz of
 # an older build, unpacked into DIR/old); FILE is one of d16 s16 d4 s4 (BENCH.md's files, synthesized
-# here when a variant needs them). PP=1: each variant's run also measures pp512 (--pp 512).
+# here when a variant needs them and not already there). PP=1: each run also measures pp512 (--pp 512).
 # HYBRID="FILE:BUDGET ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
 # BUDGET`, 128 tokens) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
 # then the plain launches).
@@ -26,7 +26,7 @@ for f in d16 s16 d4 s4; do
         d16) a=(--type f16) ;; s16) a=(--type f16 --pwri) ;;
         d4) a=(--type q4_0) ;; s4) a=(--type q4_0 --pwri --pred-type q4_0) ;;
     esac
-    "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
+    [ -f "$S/$f.gguf" ] || "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
 done
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1
 for r in $(seq "${ROUNDS:-3}"); do
