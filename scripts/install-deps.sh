@@ -4,6 +4,9 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(gcc meson ninja-build pkg-config python3 procps libjansson-dev libpcre2-dev liburing-dev libnanomsg-dev libopenblas-dev libmicrohttpd-dev python3-prometheus-client python3-yaml)
+# tests/test_quant_avx512_emu: the AVX-512 kernels over SIMDe's portable intrinsics (headers only);
+# without them the test is not built and test_suite_complete reports it unregistered
+PKGS+=(libsimde-dev)
 # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes
 PKGS+=(clang-14 libclang-rt-14-dev)
 missing=()
