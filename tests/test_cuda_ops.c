@@ -738,10 +738,15 @@ static int pdl_step(struct pdl_net *n, void *st)
         } else {
             rc = rc ? rc : cuk_gemv(&n->fc1[l], n->x, 1, n->p1, CUK_RELU, 0.0f, n->xq, st);
             rc = rc ? rc : cuk_gemv(&n->fc2[l], n->p1, 1, n->mask, CUK_MASK, 0.0f, n->xq, st);
-            rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
-            rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
-                                        n->idx, n->cnt, PDL_F, true, n->xq, st);
-            rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
+            if (l == 1) { /* the three kernels after the compaction */
+                rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
+                rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act,
+                                            PI_ACT_SWIGLU, n->idx, n->cnt, PDL_F, true, n->xq, st);
+                rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
+            } else /* from the masks: on F16 the fused kernel lists the rows itself */
+                rc = rc ? rc : cuk_sparse_ffn(&n->gate[l], &n->up[l], &n->down_t[l], n->x, n->fn[l], eps, 1, n->xn,
+                                              n->act, PI_ACT_SWIGLU, n->mask, n->idx, n->cnt, PDL_F, n->part, n->x,
+                                              true, n->xq, NULL, st);
         }
     }
     rc = rc ? rc : cuk_rmsnorm(n->xn, n->x, n->on, 1, PDL_E, PDL_E, eps, st);
@@ -834,6 +839,106 @@ static void test_pdl(void)
     free(xs);
 }
 
+/* cuk_sparse_ffn (the sparse FFN from the masks: on F16 / BF16 the fused streamed kernel that lists
+ * its rows itself and does the AXPY per tile) = cuk_compact, then cuk_norm_glu / cuk_glu over the list,
+ * then cuk_axpy_rows, bitwise: y (added onto a pattern and set), the compact activations, the list and
+ * the counts; also cuk_compact against the host's list. 1 / 3 / 8 tokens with masks of every density
+ * (none, all, ~10 %, a run at the end), with and without the norm; n_ff 700 (rows of the later
+ * tokens' masks not 16-byte aligned: the scan's byte path, at most a tile a block) and 4500 (several
+ * tiles a block); Q8_0 takes the three kernels both ways (the fallback). */
+static void test_sparse_ffn(void)
+{
+    static const int64_t shapes[][2] = { { 1024, 700 }, { 1024, 4500 } }; /* n_embd, n_ff */
+    static const uint32_t types[] = { PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0 };
+    enum { BM = 8 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t E = shapes[si][0], F = shapes[si][1];
+        float *x = malloc((size_t)(BM * E) * sizeof *x), *nwh = malloc((size_t)E * sizeof *nwh);
+        uint8_t *mask = malloc((size_t)(BM * F));
+        int32_t *hidx = malloc((size_t)(BM * F) * sizeof *hidx), hcnt[BM];
+        REQUIRE(x && nwh && mask && hidx, "out of memory");
+        for (int64_t i = 0; i < BM * E; i++)
+            x[i] = mmv_rand();
+        for (int64_t i = 0; i < E; i++)
+            nwh[i] = 1.0f + 0.5f * mmv_rand();
+        for (int b = 0; b < BM; b++) { /* token 0: ~10 %, 1: none, 2: all, 3: the last 37, others ~3–30 % */
+            hcnt[b] = 0;
+            for (int64_t i = 0; i < F; i++) {
+                const float r = 0.5f + 0.5f * mmv_rand();
+                const bool on = b == 1 ? false : b == 2 ? true : b == 3 ? i >= F - 37 : r < (b == 0 ? 0.1f : 0.03f * b);
+                mask[(int64_t)b * F + i] = on ? (uint8_t)(1 + (i % 3)) : 0; /* any non-zero byte is on */
+                if (on)
+                    hidx[(int64_t)b * F + hcnt[b]++] = (int32_t)i;
+            }
+        }
+        float *dx = mmv_dev((size_t)(BM * E) * 4), *nw = mmv_dev((size_t)E * 4), *xn = mmv_dev((size_t)(BM * E) * 4);
+        uint8_t *dm = mmv_dev((size_t)(BM * F));
+        const size_t ab = (size_t)(BM * F) * 4, yb = (size_t)(BM * E) * 4;
+        float *act[2] = { mmv_dev(ab), mmv_dev(ab) }, *y[2] = { mmv_dev(yb), mmv_dev(yb) };
+        int32_t *idx[2] = { mmv_dev(ab), mmv_dev(ab) }, *cnt[2] = { mmv_dev(BM * 4), mmv_dev(BM * 4) };
+        float *part = mmv_dev(cuk_axpy_part_floats(F, E, BM) * 4);
+        void *xq = mmv_dev((size_t)BM * (cuk_xq_row_bytes(E) + cuk_mma_x_row_bytes(E)));
+        REQUIRE(cudaMemcpy(dx, x, (size_t)(BM * E) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+                    cudaMemcpy(nw, nwh, (size_t)E * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+                    cudaMemcpy(dm, mask, (size_t)(BM * F), cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        /* cuk_compact against the host */
+        int32_t *gidx = malloc((size_t)(BM * F) * sizeof *gidx), gcnt[BM];
+        REQUIRE(gidx, "out of memory");
+        CHECK_OK(cuk_compact(dm, BM, F, idx[0], cnt[0], NULL));
+        REQUIRE(cudaMemcpy(gidx, idx[0], (size_t)(BM * F) * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                    cudaMemcpy(gcnt, cnt[0], sizeof gcnt, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+        for (int b = 0; b < BM; b++)
+            CHECK(gcnt[b] == hcnt[b] && !memcmp(gidx + (int64_t)b * F, hidx + (int64_t)b * F, (size_t)hcnt[b] * 4),
+                  "compact n_ff %lld token %d: %d listed, want %d", (long long)F, b, gcnt[b], hcnt[b]);
+        free(gidx);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            struct cuk_w gate = pdl_weight(types[ti], E, F, 0.05f), up = pdl_weight(types[ti], E, F, 0.05f);
+            struct cuk_w down_t = pdl_weight(types[ti], E, F, 0.05f);
+            static const int bs[] = { 1, 3, 8 };
+            for (int bi = 0; bi < 3; bi++)
+                for (int norm = 0; norm < 2; norm++)
+                    for (int add = 0; add < 2; add++) {
+                        const int B = bs[bi];
+                        for (int v = 0; v < 2; v++) {
+                            REQUIRE(cudaMemset(act[v], 0, ab) == cudaSuccess && cudaMemset(y[v], 0x3c, yb) == cudaSuccess &&
+                                        cudaMemset(idx[v], 0xff, ab) == cudaSuccess, "memset");
+                        }
+                        const float *nwp = norm ? nw : NULL;
+                        CHECK_OK(cuk_sparse_ffn(&gate, &up, &down_t, dx, nwp, 1e-5f, B, xn, act[0], PI_ACT_SWIGLU, dm,
+                                                idx[0], cnt[0], F, part, y[0], add, xq, NULL, NULL));
+                        CHECK_OK(cuk_compact(dm, B, F, idx[1], cnt[1], NULL));
+                        if (norm)
+                            CHECK_OK(cuk_norm_glu(&gate, &up, dx, nw, 1e-5f, B, xn, act[1], PI_ACT_SWIGLU, idx[1],
+                                                  cnt[1], F, true, xq, NULL));
+                        else
+                            CHECK_OK(cuk_glu(&gate, &up, dx, B, act[1], PI_ACT_SWIGLU, idx[1], cnt[1], F, true, xq, NULL));
+                        CHECK_OK(cuk_axpy_rows(&down_t, act[1], B, idx[1], cnt[1], F, part, y[1], add, NULL));
+                        int32_t c2[2][BM];
+                        REQUIRE(cudaMemcpy(c2[0], cnt[0], (size_t)B * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                                    cudaMemcpy(c2[1], cnt[1], (size_t)B * 4, cudaMemcpyDeviceToHost) == cudaSuccess,
+                                "down");
+                        bool same = !memcmp(c2[0], c2[1], (size_t)B * 4);
+                        for (int b = 0; b < B && same; b++)
+                            same = c2[0][b] == 0 ||
+                                   (!mmv_diff(idx[0] + (int64_t)b * F, idx[1] + (int64_t)b * F, (size_t)c2[0][b] * 4) &&
+                                    !mmv_diff(act[0] + (int64_t)b * F, act[1] + (int64_t)b * F, (size_t)c2[0][b] * 4));
+                        CHECK(same, "sparse ffn type %u %lldx%lld B=%d norm %d: list / counts / activations differ",
+                              types[ti], (long long)F, (long long)E, B, norm);
+                        CHECK(!mmv_diff(y[0], y[1], (size_t)(B * E) * 4),
+                              "sparse ffn type %u %lldx%lld B=%d norm %d add %d: y != compact + glu + axpy", types[ti],
+                              (long long)F, (long long)E, B, norm, add);
+                    }
+            cudaFree(gate.q), cudaFree(gate.d), cudaFree(up.q), cudaFree(up.d), cudaFree(down_t.q), cudaFree(down_t.d);
+        }
+        printf("sparse ffn %lld x %lld: from the masks = compact + glu + axpy bitwise checked (F16, BF16, Q8_0)\n",
+               (long long)F, (long long)E);
+        void *fr[] = { dx, nw, xn, dm, act[0], act[1], y[0], y[1], idx[0], idx[1], cnt[0], cnt[1], part, xq };
+        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+            cudaFree(fr[i]);
+        free(x), free(nwh), free(mask), free(hidx);
+    }
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
@@ -849,6 +954,7 @@ int main(int argc, char **argv)
     test_topk();
     test_mmv();
     test_pdl();
+    test_sparse_ffn();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

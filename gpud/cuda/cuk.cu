@@ -56,6 +56,7 @@ static bool carve(const void *kernel)
 }
 
 #include "cuk_traits.cuh"
+#include "cuk_scan.cuh" /* the ordered mask compaction (k_compact) */
 #include "cuk_pdl.cuh" /* the decode chain's launches: pdl_launch, pdl_wait / pdl_trigger in the kernels */
 
 static int lane_elems(uint32_t type)
@@ -842,12 +843,14 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
     pdl_enter();
+    /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
+     * sparse step's) after them, each exiting at once */
     const int tok = blockIdx.z;
-    const int64_t c = blockIdx.x, j0 = c * CUK_AXPY_CHUNK;
+    const int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK;
     const int64_t n = cnt ? cnt[tok] : n_ff;
     if (j0 >= n)
         return;
-    const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.y * AXPY_THREADS + threadIdx.x;
+    const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.x * AXPY_THREADS + threadIdx.x;
     if (pb >= nb)
         return;
     const float *a = act + (int64_t)tok * idx_stride;
@@ -886,6 +889,8 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
         out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
 }
 
+#define CHUNK_SUM_G 40
+
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
                             int64_t n_embd, int64_t n_chunk, float *y, bool add)
 {
@@ -897,18 +902,29 @@ __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__res
     const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    for (int64_t c0 = 0; c0 < nc; c0 += 8) { /* 8 partials loaded together, added in chunk order */
-        float v[8];
+    /* CHUNK_SUM_G partials loaded together, added in chunk order: one L2 round trip for ~70 chunks
+     * (10 % of 11008 neurons) in two (with 8 at a time it was nine, one after the other) */
+    for (int64_t c0 = 0; c0 < nc; c0 += CHUNK_SUM_G) {
+        float v[CHUNK_SUM_G];
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < CHUNK_SUM_G; u++)
             v[u] = c0 + u < nc ? p[(c0 + u) * n_embd] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < CHUNK_SUM_G; u++)
             if (c0 + u < nc)
                 s += v[u];
     }
     float *o = y + (int64_t)tok * n_embd + e;
     *o = add ? *o + s : s;
+}
+
+static int chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int nt, float *y, bool add,
+                     cudaStream_t st)
+{
+    const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, part, cnt, n_ff, n_embd,
+               n_chunk, y, add);
+    return launched();
 }
 
 extern "C" size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B)
@@ -931,18 +947,77 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const float *at = act + (int64_t)t0 * idx_stride;
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
-        const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)nt);
+        const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
         pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
                    at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
             return rc;
-        pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, (const float *)part,
-                   ct, n_ff, n_embd, n_chunk, yt, add);
-        if ((rc = launched()))
+        if ((rc = chunk_sum(part, ct, n_ff, n_embd, nt, yt, add, st)))
             return rc;
     }
     return 0;
+}
+
+extern "C" int cuk_chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int B, float *y,
+                             bool add, void *st)
+{
+    return B > CUK_AXPY_MAX_B ? -(int)cudaErrorInvalidValue : chunk_sum(part, cnt, n_ff, n_embd, B, y, add, S(st));
+}
+
+/* The sparse FFN from the masks: the fused streamed kernel where it applies (cuk_mmv.h), else the
+ * compaction and the three kernels it replaces. PINFER_CUDA_SPARSE_FUSE=0: always the latter. */
+static bool sparse_fuse_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_SPARSE_FUSE");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+extern "C" int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t,
+                              const float *x, const float *norm_w, float eps, int B, float *xn, float *act,
+                              int act_kind, const uint8_t *mask, int32_t *idx, int32_t *cnt, int64_t idx_stride,
+                              float *part, float *y, bool add, void *xq, const struct cuk_marks *mk, void *st)
+{
+    const int64_t n_embd = down_t->n_in, n_ff = down_t->n_out;
+    auto mark = [&](int k) {
+        if (mk)
+            mk->fn(mk->ctx, k);
+    };
+    if (sparse_fuse_on() && B <= CUK_AXPY_MAX_B) {
+        const float *xf = x, *nw = norm_w;
+        if (norm_w && B > 1 && cuk_mma_on(gate->type)) { /* the fused norm is for one token: cuk_rmsnorm's bits first */
+            int rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
+            if (rc)
+                return rc;
+            xf = xn, nw = nullptr;
+        }
+        const int rc = cuk_mmv_sparse_ffn(gate, up, down_t, xf, nw, eps, B, act, act_kind, mask, idx, cnt, idx_stride,
+                                          part, st);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            mark(0);
+            const int rs = cuk_chunk_sum(part, cnt, n_ff, n_embd, B, y, add, st);
+            mark(1);
+            return rs;
+        }
+        if (xf != x) /* not taken after all: x is normalized in xn already */
+            x = xf, norm_w = nullptr;
+    }
+    int rc = cuk_compact(mask, B, idx_stride, idx, cnt, st);
+    mark(0);
+    if (!rc)
+        rc = norm_w ? cuk_norm_glu(gate, up, x, norm_w, eps, B, xn, act, act_kind, idx, cnt, idx_stride, true, xq, st)
+                    : cuk_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, true, xq, st);
+    mark(1);
+    if (!rc)
+        rc = cuk_axpy_rows(down_t, act, B, idx, cnt, idx_stride, part, y, add, st);
+    mark(2);
+    return rc;
 }
 
 extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx,
@@ -952,52 +1027,24 @@ extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B
     return 0;
 }
 
-/* ---- mask compaction: an ordered block scan, one block per token ---- */
+/* ---- mask compaction: an ordered block scan, one block per token (cuk_scan.cuh) ---- */
 
 __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
 {
-    __shared__ int32_t wsum[32];
-    const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int64_t seg = (n + 1023) / 1024, i0 = t * seg, i1 = i0 + seg < n ? i0 + seg : n;
-    const uint8_t *m = mask + (int64_t)tok * n;
-    int32_t c = 0;
-    for (int64_t i = i0; i < i1; i++)
-        c += m[i] != 0;
-    int32_t incl = c; /* inclusive scan over the warp, then over the warps */
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o)
-            incl += v;
-    }
-    if (lane == 31)
-        wsum[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        int32_t v = wsum[lane], s = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int32_t u = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o)
-                s += u;
-        }
-        wsum[lane] = s - v; /* exclusive */
-        if (lane == 31)
-            cnt[tok] = s;
-    }
-    __syncthreads();
-    int32_t o = wsum[warp] + incl - c;
+    __shared__ int32_t sh[32];
+    pdl_enter(); /* the mask is the previous kernel's (or copy's) output */
+    const int tok = blockIdx.x;
     int32_t *out = idx + (int64_t)tok * n;
-    for (int64_t i = i0; i < i1; i++)
-        if (m[i])
-            out[o++] = (int32_t)i;
+    const int32_t c = mask_list<1024>(mask + (int64_t)tok * n, n, sh, [&](int32_t o, int64_t i) { out[o] = (int32_t)i; });
+    if (threadIdx.x == 0)
+        cnt[tok] = c;
 }
 
 extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)
 {
     static const bool carved = carve((const void *)k_compact);
     (void)carved;
-    k_compact<<<(unsigned)B, 1024, 0, S(st)>>>(mask, n, idx, cnt);
+    pdl_launch(k_compact, dim3((unsigned)B), dim3(1024), 0, S(st), mask, n, idx, cnt);
     return launched();
 }
 
