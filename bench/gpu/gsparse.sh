@@ -46,7 +46,7 @@ if [ "${TESTS:-1}" = 1 ]; then
     step 40 test_backend_ops "$G/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
     step 40 test_backend_ops_random "$G/tests/test_backend_ops_random"
 fi
-while [ ! -f "$S/.done" ] && [ "$(left)" -gt 40 ]; do sleep 1; done
+while [ ! -f "$S/.done" ] && [ "$(left)" -gt 100 ]; do sleep 1; done
 log "models: $(ls -s "$S" | tr '\n' ' ')"
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1 | tee -a "$OUT/bench.jsonl"
 VARIANTS=${VARIANTS:-"s16-old:s16:old:X=1 s16:s16:new:X=1 s16-fuse0:s16:new:PINFER_CUDA_SPARSE_FUSE=0
