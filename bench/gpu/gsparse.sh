@@ -5,7 +5,8 @@
 # LIMIT seconds (default 228) so that what ran comes back.
 #   DIR: trees.txz (pack_trees.sh: gpu/, rel/), lib/, old_bench_cuda.xz
 #   env: OUT, LIMIT, ROUNDS (2), VARIANTS ("tag:file:bin:ENV=V,ENV=V ...", bin old|new, X=1 for none),
-#        TESTS (1: run them), MODELS (the files synthesized: d16 s16 d4 s4)
+#        TESTS (1: run them), TEST_ENVS (NAME=V ...: the tests again under each), MODELS (the files
+#        synthesized: d16 s16 d4 s4)
 set -u
 D=$1
 OUT=${OUT:-/tmp/gsparse-out}
@@ -45,6 +46,10 @@ if [ "${TESTS:-1}" = 1 ]; then
     step 40 test_cuda_mma "$G/tests/test_cuda_mma"
     step 40 test_backend_ops "$G/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
     step 40 test_backend_ops_random "$G/tests/test_backend_ops_random"
+    for e in ${TEST_ENVS:-}; do # NAME=V: test_cuda_ops and test_backend_ops again under it
+        step 40 "test_cuda_ops-$e" env "$e" "$G/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
+        step 40 "test_backend_ops-$e" env "$e" "$G/tests/test_backend_ops" models/tiny-relu-llama-f16.gguf
+    done
 fi
 while [ ! -f "$S/.done" ] && [ "$(left)" -gt 100 ]; do sleep 1; done
 log "models: $(ls -s "$S" | tr '\n' ' ')"
@@ -73,3 +78,5 @@ for l in open(sys.argv[1]).read().splitlines()[-1:]:
 done
 rm -rf "$S"
 log done
+(cd "$OUT" && tar -czf logs.tgz --remove-files ./*.log ./bench.err 2>/dev/null; cp -f logs.tgz /dev/null)
+tar -xzf "$OUT/logs.tgz" -C "$OUT" ./run.log 2>/dev/null # run.log stays beside the archive
