@@ -834,9 +834,19 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
 /* ---- sparse down projection: AXPY over down_t rows ---- */
 
 #define AXPY_THREADS 64
-#define AXPY_G 8 /* rows of a chunk in flight per thread */
+/* rows of a chunk in flight per thread: G (16: the whole chunk in one round trip; PINFER_CUDA_AXPY_G=8:
+ * two, as before) — the same additions in the same order either way */
+static int axpy_g(void)
+{
+    static int g = 0;
+    if (!g) {
+        const char *e = getenv("PINFER_CUDA_AXPY_G");
+        g = e && strcmp(e, "8") == 0 ? 8 : 16;
+    }
+    return g;
+}
 
-template <class T>
+template <class T, int AXPY_G>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                                        int64_t n_embd, int64_t n_ff, const float *__restrict__ act,
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
@@ -938,7 +948,8 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
 {
     const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    static const bool carved = carve((const void *)k_axpy<T>) && carve((const void *)k_chunk_sum);
+    static const bool carved = carve((const void *)k_axpy<T, 8>) && carve((const void *)k_axpy<T, 16>) &&
+                               carve((const void *)k_chunk_sum);
     (void)carved;
     /* the partial sums hold CUK_AXPY_MAX_B tokens: larger batches go in groups, each token alone in
      * its blocks either way */
@@ -948,7 +959,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
         const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
-        pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
+        pdl_launch(axpy_g() == 8 ? k_axpy<T, 8> : k_axpy<T, 16>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
                    at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
@@ -965,16 +976,18 @@ extern "C" int cuk_chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff
     return B > CUK_AXPY_MAX_B ? -(int)cudaErrorInvalidValue : chunk_sum(part, cnt, n_ff, n_embd, B, y, add, S(st));
 }
 
-/* The sparse FFN from the masks: the fused streamed kernel where it applies (cuk_mmv.h), else the
- * compaction and the three kernels it replaces. PINFER_CUDA_SPARSE_FUSE=0: always the latter. */
-static bool sparse_fuse_on(void)
+/* The sparse FFN from the masks: the streamed GLU that lists its rows itself where it applies
+ * (cuk_mmv.h), else the compaction first. PINFER_CUDA_SPARSE_FUSE (call 2's A/B): 0 the compaction
+ * and the three kernels always; 1 (default) the GLU from the masks, then k_axpy and the chunk sum;
+ * 2 also each tile's AXPY in the GLU (call 1: slower than 0). */
+static int sparse_fuse(void)
 {
-    static int on = -1;
-    if (on < 0) {
+    static int m = -1;
+    if (m < 0) {
         const char *e = getenv("PINFER_CUDA_SPARSE_FUSE");
-        on = !(e && strcmp(e, "0") == 0);
+        m = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
     }
-    return on;
+    return m;
 }
 
 extern "C" int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t,
@@ -987,7 +1000,7 @@ extern "C" int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, 
         if (mk)
             mk->fn(mk->ctx, k);
     };
-    if (sparse_fuse_on() && B <= CUK_AXPY_MAX_B) {
+    if (sparse_fuse() && B <= CUK_AXPY_MAX_B) {
         const float *xf = x, *nw = norm_w;
         if (norm_w && B > 1 && cuk_mma_on(gate->type)) { /* the fused norm is for one token: cuk_rmsnorm's bits first */
             int rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
@@ -995,13 +1008,15 @@ extern "C" int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, 
                 return rc;
             xf = xn, nw = nullptr;
         }
+        const bool ax = sparse_fuse() == 2;
         const int rc = cuk_mmv_sparse_ffn(gate, up, down_t, xf, nw, eps, B, act, act_kind, mask, idx, cnt, idx_stride,
-                                          part, st);
+                                          ax ? part : nullptr, st);
         if (rc < 0)
             return rc;
         if (rc == 0) {
             mark(0);
-            const int rs = cuk_chunk_sum(part, cnt, n_ff, n_embd, B, y, add, st);
+            const int rs = ax ? cuk_chunk_sum(part, cnt, n_ff, n_embd, B, y, add, st)
+                              : cuk_axpy_rows(down_t, act, B, idx, cnt, idx_stride, part, y, add, st);
             mark(1);
             return rs;
         }

@@ -64,7 +64,7 @@ struct mvo : mout {
     const uint8_t *dq;
     int64_t n_embd, n_chunk;
     float *part;
-    bool ax_pf; /* the tile's down_t rows fetched into L2 when the tile starts (PINFER_CUDA_AX_PF) */
+    bool ax_pf; /* the tile's down_t rows (dq) fetched into L2 when the tile starts (PINFER_CUDA_AX_PF) */
 };
 
 /* ---- the streamed kernel ---- */
@@ -179,13 +179,13 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
             __shared__ int32_t ssh[NTH / 32];
             lst = (int32_t *)((float *)(ring + (size_t)S * SLOTS * NTH) + K);
             int32_t *gi = o.idx_w + (int64_t)tok0 * o.idx_stride;
-            const int64_t gx = gridDim.x, bx = blockIdx.x;
+            const uint32_t gx = gridDim.x, bx = blockIdx.x;
             /* list position q is row q % 16 of tile q / 16, which block (q / 16) % gx computes as its
              * (q / 16) / gx-th tile: each block keeps its own and writes them out for the AXPY */
             n = mask_list<NTH>(o.mask + (int64_t)tok0 * n_out, n_out, ssh, [&](int32_t q, int64_t i) {
-                const int64_t tile = q >> 4;
-                if (tile % gx == bx) {
-                    lst[(tile / gx) * 16 + (q & 15)] = (int32_t)i;
+                const uint32_t tile = (uint32_t)q >> 4, it = tile / gx;
+                if (tile - it * gx == bx) {
+                    lst[it * 16 + (q & 15)] = (int32_t)i;
                     gi[q] = (int32_t)i;
                 }
             });
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     int i = 0, buf = 0;
     for (int it = 0; it < nt_blk; it++, buf ^= 1) {
         if constexpr (IDX && NM == 2)
-            if (o.part && o.ax_pf) /* the AXPY's down_t rows into L2 while gate/up stream */
+            if (o.ax_pf) /* the AXPY's down_t rows into L2 while gate/up stream */
                 tile_prefetch(o, tok0, ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16, n,
                               lst ? lst + it * 16 : nullptr);
         float acc[NM][4];
@@ -518,8 +518,8 @@ extern "C" int cuk_mmv_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *
 {
     const int64_t K = gate->n_in, N = gate->n_out, tiles = (N + 15) / 16;
     const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    if (!cuk_mma_on(gate->type) || gate->type != up->type || gate->type != down_t->type || up->n_in != K ||
-        up->n_out != N || down_t->n_out != N || K % 8 || down_t->n_in % 8 || B < 1 || B > CUK_AXPY_MAX_B ||
+    if (!cuk_mma_on(gate->type) || gate->type != up->type || up->n_in != K || up->n_out != N || K % 8 ||
+        (part && (gate->type != down_t->type || down_t->n_out != N || down_t->n_in % 8)) || B < 1 || B > CUK_AXPY_MAX_B ||
         (norm_w && B != 1) || !cuk_mmv_on() ||
         Ring<2, true>::bytes + (size_t)K * sizeof(float) + (size_t)((tiles + gx - 1) / gx) * 64 > MMV_SMEM_MAX)
         return 1;
@@ -528,7 +528,9 @@ extern "C" int cuk_mmv_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *
     o.nw = norm_w, o.eps = eps;
     o.mask = mask, o.idx_w = idx, o.cnt_w = cnt;
     o.dq = (const uint8_t *)down_t->q, o.n_embd = down_t->n_in, o.n_chunk = (N + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    o.part = part, o.ax_pf = ax_pf_on();
+    o.part = part;
+    /* the rows the AXPY (here or k_axpy next) reads, fetched into L2 tile by tile (F16 / BF16 rows) */
+    o.ax_pf = ax_pf_on() && (down_t->type == PI_TYPE_F16 || down_t->type == PI_TYPE_BF16) && down_t->n_out == N;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
     const cudaStream_t s = (cudaStream_t)st;
     return norm_w ? glu_b<true>(gate->type, g, u, K, N, x, B, o, true, s) : glu_b<false>(gate->type, g, u, K, N, x, B, o, true, s);
