@@ -53,6 +53,7 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 #include "predictor.h"
 #include "pwri_testmodel.h"
 #include "quant.h"
+#include "quant_blocks.h"
 #include "testutil.h"
 #include "threadpool.h"
 
@@ -738,15 +739,10 @@ static int pdl_step(struct pdl_net *n, void *st)
         } else {
             rc = rc ? rc : cuk_gemv(&n->fc1[l], n->x, 1, n->p1, CUK_RELU, 0.0f, n->xq, st);
             rc = rc ? rc : cuk_gemv(&n->fc2[l], n->p1, 1, n->mask, CUK_MASK, 0.0f, n->xq, st);
-            if (l == 1) { /* the three kernels after the compaction */
-                rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
-                rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act,
-                                            PI_ACT_SWIGLU, n->idx, n->cnt, PDL_F, true, n->xq, st);
-                rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
-            } else /* from the masks: on F16 the fused kernel lists the rows itself */
-                rc = rc ? rc : cuk_sparse_ffn(&n->gate[l], &n->up[l], &n->down_t[l], n->x, n->fn[l], eps, 1, n->xn,
-                                              n->act, PI_ACT_SWIGLU, n->mask, n->idx, n->cnt, PDL_F, n->part, n->x,
-                                              true, n->xq, NULL, st);
+            rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
+            rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
+                                        n->idx, n->cnt, PDL_F, true, n->xq, st);
+            rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
         }
     }
     rc = rc ? rc : cuk_rmsnorm(n->xn, n->x, n->on, 1, PDL_E, PDL_E, eps, st);
@@ -839,103 +835,119 @@ static void test_pdl(void)
     free(xs);
 }
 
-/* cuk_sparse_ffn (the sparse FFN from the masks: on F16 / BF16 the fused streamed kernel that lists
- * its rows itself and does the AXPY per tile) = cuk_compact, then cuk_norm_glu / cuk_glu over the list,
- * then cuk_axpy_rows, bitwise: y (added onto a pattern and set), the compact activations, the list and
- * the counts; also cuk_compact against the host's list. 1 / 3 / 8 tokens with masks of every density
- * (none, all, ~10 %, a run at the end), with and without the norm; n_ff 700 (rows of the later
- * tokens' masks not 16-byte aligned: the scan's byte path, at most a tile a block) and 4500 (several
- * tiles a block); Q8_0 takes the three kernels both ways (the fallback). */
-static void test_sparse_ffn(void)
+/* The sparse path's mask compaction and down projection against the host, bitwise: cuk_compact's list
+ * and counts = the host's (rows of 700 and 4 500 neurons, so the later tokens' mask rows are not
+ * 16-byte aligned; masks of every density, any non-zero byte on), and cuk_axpy_rows = its order
+ * written out on the host — per chunk of CUK_AXPY_CHUNK listed rows an fmaf chain in ascending j
+ * (a zero activation skipping its row, the activation times the block scale first), then the chunks
+ * added in chunk order, onto y or not — for F16 and Q8_0 down_t (float and Q types take different
+ * numbers of rows in flight a thread: the same additions), 1, 3 and 8 tokens. */
+static void test_sparse_axpy(void)
 {
-    static const int64_t shapes[][2] = { { 1024, 700 }, { 1024, 4500 } }; /* n_embd, n_ff */
-    static const uint32_t types[] = { PI_TYPE_F16, PI_TYPE_BF16, PI_TYPE_Q8_0 };
+    static const int64_t shapes[][2] = { { 512, 700 }, { 1024, 4500 } }; /* n_embd, n_ff */
+    static const uint32_t types[] = { PI_TYPE_F16, PI_TYPE_Q8_0 };
     enum { BM = 8 };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t E = shapes[si][0], F = shapes[si][1];
-        float *x = malloc((size_t)(BM * E) * sizeof *x), *nwh = malloc((size_t)E * sizeof *nwh);
         uint8_t *mask = malloc((size_t)(BM * F));
-        int32_t *hidx = malloc((size_t)(BM * F) * sizeof *hidx), hcnt[BM];
-        REQUIRE(x && nwh && mask && hidx, "out of memory");
-        for (int64_t i = 0; i < BM * E; i++)
-            x[i] = mmv_rand();
-        for (int64_t i = 0; i < E; i++)
-            nwh[i] = 1.0f + 0.5f * mmv_rand();
-        for (int b = 0; b < BM; b++) { /* token 0: ~10 %, 1: none, 2: all, 3: the last 37, others ~3–30 % */
+        int32_t *hidx = malloc((size_t)(BM * F) * sizeof *hidx), *gidx = malloc((size_t)(BM * F) * sizeof *gidx);
+        int32_t hcnt[BM], gcnt[BM];
+        float *act = malloc((size_t)(BM * F) * sizeof *act), *y0 = malloc((size_t)(BM * E) * sizeof *y0);
+        float *yh = malloc((size_t)(BM * E) * sizeof *yh), *yd = malloc((size_t)(BM * E) * sizeof *yd);
+        float *w = malloc((size_t)(F * E) * sizeof *w), *acc = malloc((size_t)E * sizeof *acc);
+        REQUIRE(mask && hidx && gidx && act && y0 && yh && yd && w && acc, "out of memory");
+        for (int b = 0; b < BM; b++) { /* token 0: ~10 %, 1: none, 2: all, 3: the last 37, others ~6–21 % */
             hcnt[b] = 0;
             for (int64_t i = 0; i < F; i++) {
                 const float r = 0.5f + 0.5f * mmv_rand();
                 const bool on = b == 1 ? false : b == 2 ? true : b == 3 ? i >= F - 37 : r < (b == 0 ? 0.1f : 0.03f * b);
-                mask[(int64_t)b * F + i] = on ? (uint8_t)(1 + (i % 3)) : 0; /* any non-zero byte is on */
+                mask[(int64_t)b * F + i] = on ? (uint8_t)(1 + (i % 3)) : 0;
                 if (on)
                     hidx[(int64_t)b * F + hcnt[b]++] = (int32_t)i;
             }
+            for (int64_t j = 0; j < F; j++) /* compact activations, some exactly zero (their rows skipped) */
+                act[(int64_t)b * F + j] = j % 7 == 3 ? 0.0f : mmv_rand();
         }
-        float *dx = mmv_dev((size_t)(BM * E) * 4), *nw = mmv_dev((size_t)E * 4), *xn = mmv_dev((size_t)(BM * E) * 4);
+        for (int64_t i = 0; i < BM * E; i++)
+            y0[i] = mmv_rand();
         uint8_t *dm = mmv_dev((size_t)(BM * F));
-        const size_t ab = (size_t)(BM * F) * 4, yb = (size_t)(BM * E) * 4;
-        float *act[2] = { mmv_dev(ab), mmv_dev(ab) }, *y[2] = { mmv_dev(yb), mmv_dev(yb) };
-        int32_t *idx[2] = { mmv_dev(ab), mmv_dev(ab) }, *cnt[2] = { mmv_dev(BM * 4), mmv_dev(BM * 4) };
+        int32_t *didx = mmv_dev((size_t)(BM * F) * 4), *dcnt = mmv_dev(BM * 4);
+        float *dact = mmv_dev((size_t)(BM * F) * 4), *dy = mmv_dev((size_t)(BM * E) * 4);
         float *part = mmv_dev(cuk_axpy_part_floats(F, E, BM) * 4);
-        void *xq = mmv_dev((size_t)BM * (cuk_xq_row_bytes(E) + cuk_mma_x_row_bytes(E)));
-        REQUIRE(cudaMemcpy(dx, x, (size_t)(BM * E) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
-                    cudaMemcpy(nw, nwh, (size_t)E * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
-                    cudaMemcpy(dm, mask, (size_t)(BM * F), cudaMemcpyHostToDevice) == cudaSuccess, "up");
-        /* cuk_compact against the host */
-        int32_t *gidx = malloc((size_t)(BM * F) * sizeof *gidx), gcnt[BM];
-        REQUIRE(gidx, "out of memory");
-        CHECK_OK(cuk_compact(dm, BM, F, idx[0], cnt[0], NULL));
-        REQUIRE(cudaMemcpy(gidx, idx[0], (size_t)(BM * F) * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
-                    cudaMemcpy(gcnt, cnt[0], sizeof gcnt, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+        REQUIRE(cudaMemcpy(dm, mask, (size_t)(BM * F), cudaMemcpyHostToDevice) == cudaSuccess &&
+                    cudaMemcpy(dact, act, (size_t)(BM * F) * 4, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        CHECK_OK(cuk_compact(dm, BM, F, didx, dcnt, NULL));
+        REQUIRE(cudaMemcpy(gidx, didx, (size_t)(BM * F) * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                    cudaMemcpy(gcnt, dcnt, sizeof gcnt, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
         for (int b = 0; b < BM; b++)
             CHECK(gcnt[b] == hcnt[b] && !memcmp(gidx + (int64_t)b * F, hidx + (int64_t)b * F, (size_t)hcnt[b] * 4),
-                  "compact n_ff %lld token %d: %d listed, want %d", (long long)F, b, gcnt[b], hcnt[b]);
-        free(gidx);
+                  "compact %lld neurons, token %d: %d listed, want %d", (long long)F, b, gcnt[b], hcnt[b]);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            struct cuk_w gate = pdl_weight(types[ti], E, F, 0.05f), up = pdl_weight(types[ti], E, F, 0.05f);
-            struct cuk_w down_t = pdl_weight(types[ti], E, F, 0.05f);
+            const uint32_t type = types[ti];
+            const struct pi_type_traits *tt = quant_traits(type);
+            const size_t rb = (size_t)(E / tt->blck_size) * tt->type_size;
+            uint8_t *raw = malloc(rb * (size_t)F);
+            float *row = malloc((size_t)E * sizeof *row);
+            REQUIRE(raw && row, "out of memory");
+            for (int64_t r = 0; r < F; r++) { /* raw rows, and each element as the kernel reads it: w, scale s */
+                for (int64_t e = 0; e < E; e++)
+                    row[e] = 0.05f * mmv_rand();
+                tt->from_float(row, raw + (size_t)r * rb, E);
+                for (int64_t e = 0; e < E; e++) {
+                    if (type == PI_TYPE_F16)
+                        w[r * E + e] = pi_f16_to_f32(((const pi_f16 *)(raw + (size_t)r * rb))[e]);
+                    else
+                        w[r * E + e] = (float)((const struct block_q8_0 *)(raw + (size_t)r * rb))[e / 32].qs[e % 32];
+                }
+            }
+            struct cuk_w dw = { .type = type, .n_in = E, .n_out = F };
+            dw.q = mmv_dev(cuk_w_qbytes(type, E, F));
+            const size_t db = cuk_w_dbytes(type, E, F);
+            dw.d = db ? mmv_dev(db) : NULL;
+            void *draw = mmv_dev(rb * (size_t)F);
+            REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)F, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+            CHECK_OK(cuk_repack(&dw, draw, 0, F, NULL));
             static const int bs[] = { 1, 3, 8 };
             for (int bi = 0; bi < 3; bi++)
-                for (int norm = 0; norm < 2; norm++)
-                    for (int add = 0; add < 2; add++) {
-                        const int B = bs[bi];
-                        for (int v = 0; v < 2; v++) {
-                            REQUIRE(cudaMemset(act[v], 0, ab) == cudaSuccess && cudaMemset(y[v], 0x3c, yb) == cudaSuccess &&
-                                        cudaMemset(idx[v], 0xff, ab) == cudaSuccess, "memset");
+                for (int add = 0; add < 2; add++) {
+                    const int B = bs[bi];
+                    REQUIRE(cudaMemcpy(dy, y0, (size_t)(B * E) * 4, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+                    CHECK_OK(cuk_axpy_rows(&dw, dact, B, didx, dcnt, F, part, dy, add, NULL));
+                    for (int b = 0; b < B; b++) {
+                        float *yr = yh + (int64_t)b * E;
+                        for (int64_t e = 0; e < E; e++)
+                            yr[e] = 0.0f;
+                        for (int64_t j0 = 0; j0 < hcnt[b]; j0 += CUK_AXPY_CHUNK) {
+                            for (int64_t e = 0; e < E; e++)
+                                acc[e] = 0.0f;
+                            for (int64_t j = j0; j < j0 + CUK_AXPY_CHUNK && j < hcnt[b]; j++) {
+                                const float a = act[(int64_t)b * F + j];
+                                if (a == 0.0f)
+                                    continue;
+                                const int64_t r = hidx[(int64_t)b * F + j];
+                                for (int64_t e = 0; e < E; e++) {
+                                    const float sc = type == PI_TYPE_F16 ? 1.0f
+                                                                         : pi_f16_to_f32(((const struct block_q8_0 *)(raw + (size_t)r * rb))[e / 32].d);
+                                    const float as = a * sc;
+                                    acc[e] = fmaf(as, w[r * E + e], acc[e]);
+                                }
+                            }
+                            for (int64_t e = 0; e < E; e++)
+                                yr[e] += acc[e];
                         }
-                        const float *nwp = norm ? nw : NULL;
-                        CHECK_OK(cuk_sparse_ffn(&gate, &up, &down_t, dx, nwp, 1e-5f, B, xn, act[0], PI_ACT_SWIGLU, dm,
-                                                idx[0], cnt[0], F, part, y[0], add, xq, NULL, NULL));
-                        CHECK_OK(cuk_compact(dm, B, F, idx[1], cnt[1], NULL));
-                        if (norm)
-                            CHECK_OK(cuk_norm_glu(&gate, &up, dx, nw, 1e-5f, B, xn, act[1], PI_ACT_SWIGLU, idx[1],
-                                                  cnt[1], F, true, xq, NULL));
-                        else
-                            CHECK_OK(cuk_glu(&gate, &up, dx, B, act[1], PI_ACT_SWIGLU, idx[1], cnt[1], F, true, xq, NULL));
-                        CHECK_OK(cuk_axpy_rows(&down_t, act[1], B, idx[1], cnt[1], F, part, y[1], add, NULL));
-                        int32_t c2[2][BM];
-                        REQUIRE(cudaMemcpy(c2[0], cnt[0], (size_t)B * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
-                                    cudaMemcpy(c2[1], cnt[1], (size_t)B * 4, cudaMemcpyDeviceToHost) == cudaSuccess,
-                                "down");
-                        bool same = !memcmp(c2[0], c2[1], (size_t)B * 4);
-                        for (int b = 0; b < B && same; b++)
-                            same = c2[0][b] == 0 ||
-                                   (!mmv_diff(idx[0] + (int64_t)b * F, idx[1] + (int64_t)b * F, (size_t)c2[0][b] * 4) &&
-                                    !mmv_diff(act[0] + (int64_t)b * F, act[1] + (int64_t)b * F, (size_t)c2[0][b] * 4));
-                        CHECK(same, "sparse ffn type %u %lldx%lld B=%d norm %d: list / counts / activations differ",
-                              types[ti], (long long)F, (long long)E, B, norm);
-                        CHECK(!mmv_diff(y[0], y[1], (size_t)(B * E) * 4),
-                              "sparse ffn type %u %lldx%lld B=%d norm %d add %d: y != compact + glu + axpy", types[ti],
-                              (long long)F, (long long)E, B, norm, add);
+                        for (int64_t e = 0; e < E; e++)
+                            yr[e] = add ? y0[(int64_t)b * E + e] + yr[e] : yr[e];
                     }
-            cudaFree(gate.q), cudaFree(gate.d), cudaFree(up.q), cudaFree(up.d), cudaFree(down_t.q), cudaFree(down_t.d);
+                    REQUIRE(cudaMemcpy(yd, dy, (size_t)(B * E) * 4, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+                    CHECK(!memcmp(yd, yh, (size_t)(B * E) * 4), "axpy %s %lld x %lld, B=%d add %d: != the host's order",
+                          tt->name, (long long)F, (long long)E, B, add);
+                }
+            cudaFree(dw.q), cudaFree(dw.d), cudaFree(draw);
+            free(raw), free(row);
         }
-        printf("sparse ffn %lld x %lld: from the masks = compact + glu + axpy bitwise checked (F16, BF16, Q8_0)\n",
-               (long long)F, (long long)E);
-        void *fr[] = { dx, nw, xn, dm, act[0], act[1], y[0], y[1], idx[0], idx[1], cnt[0], cnt[1], part, xq };
-        for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
-            cudaFree(fr[i]);
-        free(x), free(nwh), free(mask), free(hidx);
+        printf("compact + axpy %lld x %lld: = the host bitwise checked (F16, Q8_0)\n", (long long)F, (long long)E);
+        cudaFree(dm), cudaFree(didx), cudaFree(dcnt), cudaFree(dact), cudaFree(dy), cudaFree(part);
+        free(mask), free(hidx), free(gidx), free(act), free(y0), free(yh), free(yd), free(w), free(acc);
     }
 }
 
@@ -954,7 +966,7 @@ int main(int argc, char **argv)
     test_topk();
     test_mmv();
     test_pdl();
-    test_sparse_ffn();
+    test_sparse_axpy();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

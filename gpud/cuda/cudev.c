@@ -153,8 +153,7 @@ struct cudev {
     void *wdeq;              /* largest Q weight as f16 (blas_prefill, Q models) */
     void *blas_ws;
     size_t blas_ws_bytes;
-    bool mask_valid;         /* mask holds this batch's masks (the predictor's or the host's) */
-    bool idx_valid;          /* idx/cnt hold mask compacted (else the FFN lists the rows itself) */
+    bool mask_valid;         /* idx/cnt hold the compacted mask */
     bool blas_on;            /* benchmarks: batches > CUDEV_GEMV_MAX through cuBLAS (not invariant) */
     int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
@@ -772,24 +771,14 @@ static int mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, flo
 
 /* ---- steps ---- */
 
-/* profiling: an event after the kernels so far, the time since the last one counted in slot */
+/* profiling (cudev_profile): an event after the kernels so far, the time since the last one counted
+ * in slot; nothing when not profiling */
 static void mark(struct cudev *d, int slot)
 {
     if (d->pn < 0 || d->pn >= PROF_EV || d->prc)
         return;
     d->prc = CU(cudaEventRecord(d->pev[d->pn], d->st));
     d->plab[d->pn++] = slot;
-}
-
-static void ffn_mark(void *ctx, int k) { mark(ctx, CUDEV_PROF_FFN0 + (k < 2 ? k : 2)); }
-
-static const struct cuk_marks *ffn_marks(struct cudev *d)
-{
-    static _Thread_local struct cuk_marks mk;
-    if (d->pn < 0)
-        return NULL;
-    mk = (struct cuk_marks){ .fn = ffn_mark, .ctx = d };
-    return &mk;
 }
 
 static int check_n(const struct cudev *d, int32_t n)
@@ -905,11 +894,13 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     const struct cu_layer *c = &d->L[layer];
     const int64_t F = d->m->hp.n_ff;
     const float thr = d->m->hp.sparse_threshold;
-    if (!use_blas(d, n)) { /* the FFN lists the rows from the masks (cuk_sparse_ffn) */
+    if (!use_blas(d, n)) {
         TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
         mark(d, CUDEV_PROF_FC1);
         TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         mark(d, CUDEV_PROF_FC2);
+        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+        mark(d, CUDEV_PROF_COMPACT);
     } else {
         TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
         TRY(CK(cuk_relu(d->p1, (int64_t)n * c->fc1.n_out, d->st)));
@@ -917,8 +908,6 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
         TRY(CK(cuk_threshold(d->g, d->mask, (int64_t)n * F, thr, d->st)));
     }
     d->mask_valid = !use_blas(d, n);
-    d->idx_valid = false;
-    (void)F;
     return 0;
 }
 
@@ -928,7 +917,7 @@ int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
     const int64_t F = d->m->hp.n_ff;
     TRY(CU(cudaMemcpyAsync(d->mask, mask, (size_t)n * F, cudaMemcpyHostToDevice, d->st)));
     TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
-    d->mask_valid = d->idx_valid = true;
+    d->mask_valid = true;
     /* the host buffer may be reused as soon as we return */
     return CU(cudaStreamSynchronize(d->st));
 }
@@ -938,18 +927,6 @@ int cudev_get_mask(struct cudev *d, int32_t n, uint8_t *mask)
     TRY(check_n(d, n));
     TRY(CU(cudaMemcpyAsync(mask, d->mask, (size_t)n * d->m->hp.n_ff, cudaMemcpyDeviceToHost, d->st)));
     return CU(cudaStreamSynchronize(d->st));
-}
-
-/* counting (benchmarks): the neurons the masked FFN just computed, from cnt; a sync per layer */
-static int count_active(struct cudev *d, int layer, int32_t n)
-{
-    if (!d->active)
-        return 0;
-    TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
-    TRY(CU(cudaStreamSynchronize(d->st)));
-    for (int32_t i = 0; i < n; i++)
-        d->active[layer] += (uint64_t)d->h_cnt[i];
-    return 0;
 }
 
 /* The FFN of a compact layer: its n_hot placed neurons only, their rows compacted on the device
@@ -967,16 +944,9 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
             TRY(CU(cudaMemsetAsync(y, 0, (size_t)n * E * sizeof(float), d->st)));
         return 0;
     }
+    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (masked)
         TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
-    if (masked && !use_blas(d, n)) { /* the rows listed from the hot rows' masks, the norm fused where it can */
-        TRY(CK(cuk_sparse_ffn(&c->gate, &c->up, &c->down_t, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act,
-                              (int)hp->act, d->mask_c, d->idx, d->cnt, H, d->part, y, add, d->xq, ffn_marks(d),
-                              d->st)));
-        d->idx_valid = false; /* idx/cnt now list hot rows, not the layer's neurons */
-        return count_active(d, layer, n);
-    }
-    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (use_blas(d, n)) { /* benchmarks' cuBLAS prefill only: without it g/u/xh do not exist */
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
@@ -985,8 +955,20 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
             TRY(CK(cuk_mask_mul(d->act, d->mask_c, (int64_t)n * H, d->st)));
         return blas_mm_t(d, &c->down_t, d->act, n, y, add);
     }
-    TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, NULL, NULL, H, true, d->xq, d->st)));
-    return CK(cuk_axpy_rows(&c->down_t, d->act, n, NULL, NULL, H, d->part, y, add, d->st));
+    const int32_t *idx = NULL, *cnt = NULL;
+    if (masked) {
+        TRY(CK(cuk_compact(d->mask_c, n, H, d->idx, d->cnt, d->st)));
+        idx = d->idx, cnt = d->cnt;
+        d->mask_valid = false; /* idx/cnt now list hot rows, not the layer's neurons */
+        if (d->active) { /* counting (benchmarks): a sync per layer */
+            TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+            TRY(CU(cudaStreamSynchronize(d->st)));
+            for (int32_t i = 0; i < n; i++)
+                d->active[layer] += (uint64_t)d->h_cnt[i];
+        }
+    }
+    TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));
+    return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, H, d->part, y, add, d->st));
 }
 
 int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pending)
@@ -1015,24 +997,21 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     }
     if (masked && !d->mask_valid)
         return pi_fail(PI_E_INVAL, "cuda: masked FFN without a mask for this batch");
-    if (masked && c->down_t.q && !d->idx_valid) { /* the predictor's masks: the FFN lists the rows itself */
-        TRY(CK(cuk_sparse_ffn(&c->gate, &c->up, &c->down_t, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act,
-                              (int)hp->act, d->mask, d->idx, d->cnt, F, d->part, y, add, d->xq, ffn_marks(d), d->st)));
-        d->idx_valid = true;
-        return count_active(d, layer, n);
+    if (masked && d->active) { /* counting (benchmarks): a sync per layer */
+        TRY(CU(cudaMemcpyAsync(d->h_cnt, d->cnt, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
+        TRY(CU(cudaStreamSynchronize(d->st)));
+        for (int32_t i = 0; i < n; i++)
+            d->active[layer] += (uint64_t)d->h_cnt[i];
     }
-    if (masked && !d->idx_valid) { /* no down_t: the rows scattered into act by the dense down GEMV below */
-        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
-        d->idx_valid = true;
-    }
-    if (masked)
-        TRY(count_active(d, layer, n));
     if (c->down_t.q) {
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
         TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx,
                             cnt, F, true, d->xq, d->st)));
-        return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st));
+        mark(d, CUDEV_PROF_GLU);
+        TRY(CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st)));
+        mark(d, CUDEV_PROF_AXPY);
+        return 0;
     }
     if (masked)
         TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
@@ -1244,12 +1223,13 @@ int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, b
     free(pv);
     if (!rc)
         rc = cudev_embed(d, n);
-    /* per layer: an event after each part (and inside the predictor and the FFN after each kernel),
-     * the times between them summed into the slot each mark names */
+    /* per layer (and the output layer after them): an event after each part, and inside the
+     * predictor and the masked FFN after each kernel; the times between them summed into the slot
+     * each event names */
     for (int il = 0; !rc && il <= d->m->hp.n_layer; il++) {
         d->pn = 0, d->prc = 0;
-        mark(d, CUDEV_PROF_OUTPUT); /* the start */
-        if (il == d->m->hp.n_layer) { /* the output layer */
+        mark(d, CUDEV_PROF_OUTPUT); /* the start: its label is not used */
+        if (il == d->m->hp.n_layer) {
             rc = cudev_output(d, n, n - 1, NULL);
             if (!rc)
                 rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
@@ -1282,8 +1262,8 @@ int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, b
     }
     d->pn = -1;
     /* the parts are the sums of their kernels */
-    ms[CUDEV_PROF_PRED] += ms[CUDEV_PROF_FC1] + ms[CUDEV_PROF_FC2];
-    ms[CUDEV_PROF_FFN] += ms[CUDEV_PROF_FFN0] + ms[CUDEV_PROF_FFN0 + 1] + ms[CUDEV_PROF_FFN0 + 2];
+    ms[CUDEV_PROF_PRED] += ms[CUDEV_PROF_FC1] + ms[CUDEV_PROF_FC2] + ms[CUDEV_PROF_COMPACT];
+    ms[CUDEV_PROF_FFN] += ms[CUDEV_PROF_GLU] + ms[CUDEV_PROF_AXPY];
     for (int i = 0; i < made; i++)
         cudaEventDestroy(d->pev[i]);
     return rc;

@@ -56,7 +56,6 @@ static bool carve(const void *kernel)
 }
 
 #include "cuk_traits.cuh"
-#include "cuk_scan.cuh" /* the ordered mask compaction (k_compact) */
 #include "cuk_pdl.cuh" /* the decode chain's launches: pdl_launch, pdl_wait / pdl_trigger in the kernels */
 
 static int lane_elems(uint32_t type)
@@ -834,24 +833,21 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
 /* ---- sparse down projection: AXPY over down_t rows ---- */
 
 #define AXPY_THREADS 64
-/* rows of a chunk in flight per thread: G (16: the whole chunk in one round trip; PINFER_CUDA_AXPY_G=8:
- * two, as before) — the same additions in the same order either way */
-static int axpy_g(void)
-{
-    static int g = 0;
-    if (!g) {
-        const char *e = getenv("PINFER_CUDA_AXPY_G");
-        g = e && strcmp(e, "8") == 0 ? 8 : 16;
-    }
-    return g;
-}
+/* rows of a chunk in flight per thread (their words loaded together, then added in ascending j: the
+ * same additions whatever G): the whole 16-row chunk for the float types' 8-element lane blocks (one
+ * HBM round trip instead of two: s16 +1.7 %), 8 for the Q types' 32-element ones (16 measured 1 % slower
+ * on s4: the registers of 32 accumulators and 16 rows' words); bench/gpu/NOTES.md, 2026-12-02 gsparse */
+template <class T> struct AxpyG {
+    enum { G = T::E <= 8 ? 16 : 8 };
+};
 
-template <class T, int AXPY_G>
+template <class T>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                                        int64_t n_embd, int64_t n_ff, const float *__restrict__ act,
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
+    constexpr int AXPY_G = AxpyG<T>::G;
     pdl_enter();
     /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
      * sparse step's) after them, each exiting at once */
@@ -948,8 +944,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
 {
     const int64_t n_embd = w->n_in, n_ff = w->n_out, nb = n_embd / T::E;
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    static const bool carved = carve((const void *)k_axpy<T, 8>) && carve((const void *)k_axpy<T, 16>) &&
-                               carve((const void *)k_chunk_sum);
+    static const bool carved = carve((const void *)k_axpy<T>) && carve((const void *)k_chunk_sum);
     (void)carved;
     /* the partial sums hold CUK_AXPY_MAX_B tokens: larger batches go in groups, each token alone in
      * its blocks either way */
@@ -959,7 +954,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
         const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
-        pdl_launch(axpy_g() == 8 ? k_axpy<T, 8> : k_axpy<T, 16>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
+        pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
                    at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
@@ -970,71 +965,6 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
     return 0;
 }
 
-extern "C" int cuk_chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int B, float *y,
-                             bool add, void *st)
-{
-    return B > CUK_AXPY_MAX_B ? -(int)cudaErrorInvalidValue : chunk_sum(part, cnt, n_ff, n_embd, B, y, add, S(st));
-}
-
-/* The sparse FFN from the masks: the streamed GLU that lists its rows itself where it applies
- * (cuk_mmv.h), else the compaction first. PINFER_CUDA_SPARSE_FUSE (call 2's A/B): 0 the compaction
- * and the three kernels always; 1 (default) the GLU from the masks, then k_axpy and the chunk sum;
- * 2 also each tile's AXPY in the GLU (call 1: slower than 0). */
-static int sparse_fuse(void)
-{
-    static int m = -1;
-    if (m < 0) {
-        const char *e = getenv("PINFER_CUDA_SPARSE_FUSE");
-        m = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
-    }
-    return m;
-}
-
-extern "C" int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t,
-                              const float *x, const float *norm_w, float eps, int B, float *xn, float *act,
-                              int act_kind, const uint8_t *mask, int32_t *idx, int32_t *cnt, int64_t idx_stride,
-                              float *part, float *y, bool add, void *xq, const struct cuk_marks *mk, void *st)
-{
-    const int64_t n_embd = down_t->n_in, n_ff = down_t->n_out;
-    auto mark = [&](int k) {
-        if (mk)
-            mk->fn(mk->ctx, k);
-    };
-    if (sparse_fuse() && B <= CUK_AXPY_MAX_B) {
-        const float *xf = x, *nw = norm_w;
-        if (norm_w && B > 1 && cuk_mma_on(gate->type)) { /* the fused norm is for one token: cuk_rmsnorm's bits first */
-            int rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
-            if (rc)
-                return rc;
-            xf = xn, nw = nullptr;
-        }
-        const bool ax = sparse_fuse() == 2;
-        const int rc = cuk_mmv_sparse_ffn(gate, up, down_t, xf, nw, eps, B, act, act_kind, mask, idx, cnt, idx_stride,
-                                          ax ? part : nullptr, st);
-        if (rc < 0)
-            return rc;
-        if (rc == 0) {
-            mark(0);
-            const int rs = ax ? cuk_chunk_sum(part, cnt, n_ff, n_embd, B, y, add, st)
-                              : cuk_axpy_rows(down_t, act, B, idx, cnt, idx_stride, part, y, add, st);
-            mark(1);
-            return rs;
-        }
-        if (xf != x) /* not taken after all: x is normalized in xn already */
-            x = xf, norm_w = nullptr;
-    }
-    int rc = cuk_compact(mask, B, idx_stride, idx, cnt, st);
-    mark(0);
-    if (!rc)
-        rc = norm_w ? cuk_norm_glu(gate, up, x, norm_w, eps, B, xn, act, act_kind, idx, cnt, idx_stride, true, xq, st)
-                    : cuk_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, true, xq, st);
-    mark(1);
-    if (!rc)
-        rc = cuk_axpy_rows(down_t, act, B, idx, cnt, idx_stride, part, y, add, st);
-    mark(2);
-    return rc;
-}
-
 extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx,
                              const int32_t *cnt, int64_t idx_stride, float *part, float *y, bool add, void *st)
 {
@@ -1042,17 +972,77 @@ extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B
     return 0;
 }
 
-/* ---- mask compaction: an ordered block scan, one block per token (cuk_scan.cuh) ---- */
+/* ---- mask compaction: an ordered block scan, one block per token ---- */
 
+/* non-zero bytes of a 32-bit word */
+__device__ static inline int nz4(uint32_t w) { return __popc(__vcmpne4(w, 0u)) >> 3; }
+
+/* idx[tok][0..cnt) = the i with mask[tok][i] != 0, ascending. Thread t takes a contiguous segment of
+ * 16-byte multiples (at 11 008 neurons one 16-byte load each: the kernel was one dependent byte load
+ * after another over ~11 bytes a thread, twice), counts, the counts are scanned over the warp and then
+ * over the warps, and each thread writes its segment's indices from its offset. PDL-launched: it
+ * follows the predictor's fc2 in the decode chain (cudev_predict). */
 __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
 {
-    __shared__ int32_t sh[32];
+    __shared__ int32_t wsum[32];
     pdl_enter(); /* the mask is the previous kernel's (or copy's) output */
-    const int tok = blockIdx.x;
+    const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const uint8_t *m = mask + (int64_t)tok * n;
+    const bool vec = ((uintptr_t)m & 15) == 0;
+    int64_t seg = (n + 1023) / 1024;
+    seg = (seg + 15) & ~(int64_t)15;
+    const int64_t i0 = (int64_t)t * seg < n ? (int64_t)t * seg : n, i1 = i0 + seg < n ? i0 + seg : n;
+    const int64_t v1 = vec ? i0 + ((i1 - i0) & ~(int64_t)15) : i0; /* [i0, v1) in 16-byte words, the rest bytes */
+    int32_t c = 0;
+#pragma unroll 4
+    for (int64_t i = i0; i < v1; i += 16) {
+        const uint4 v = *(const uint4 *)(m + i);
+        c += nz4(v.x) + nz4(v.y) + nz4(v.z) + nz4(v.w);
+    }
+    for (int64_t i = v1; i < i1; i++)
+        c += m[i] != 0;
+    int32_t incl = c; /* inclusive scan over the warp, then over the warps */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += v;
+    }
+    if (lane == 31)
+        wsum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int32_t v = wsum[lane];
+        int32_t sc = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t u = __shfl_up_sync(0xffffffffu, sc, o);
+            if (lane >= o)
+                sc += u;
+        }
+        wsum[lane] = sc - v; /* exclusive */
+        if (lane == 31)
+            cnt[tok] = sc;
+    }
+    __syncthreads();
+    int32_t o = wsum[warp] + incl - c;
     int32_t *out = idx + (int64_t)tok * n;
-    const int32_t c = mask_list<1024>(mask + (int64_t)tok * n, n, sh, [&](int32_t o, int64_t i) { out[o] = (int32_t)i; });
-    if (threadIdx.x == 0)
-        cnt[tok] = c;
+    for (int64_t i = i0; i < v1; i += 16) {
+        const uint4 v = *(const uint4 *)(m + i);
+        const uint32_t w4[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (!w4[k])
+                continue;
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+                if ((w4[k] >> (8 * b)) & 0xffu)
+                    out[o++] = (int32_t)(i + 4 * k + b);
+        }
+    }
+    for (int64_t i = v1; i < i1; i++)
+        if (m[i])
+            out[o++] = (int32_t)i;
 }
 
 extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st)

@@ -79,24 +79,6 @@ int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, in
 int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B, const int32_t *idx, const int32_t *cnt,
                   int64_t idx_stride, float *part, float *y, bool add, void *st);
 size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B); /* B ≤ CUK_AXPY_MAX_B */
-/* cuk_axpy_rows' second half: y[b] op= the chunk partials in part, cnt[b] rows' chunks in chunk order
- * (B ≤ CUK_AXPY_MAX_B; n_ff: down_t's rows, which set part's layout) */
-int cuk_chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int B, float *y, bool add,
-                  void *st);
-
-/* The sparse FFN of B tokens from their masks (B, idx_stride bytes, rows of gate / up / down_t):
- * y op= down_tᵀ · act(gate · x̂, up · x̂) over each token's listed rows, x̂ = RMSNorm(x) · norm_w (norm_w
- * NULL: x as is), act compact; idx / cnt receive the list (cuk_compact's), xn (B × n_in) and xq are
- * scratch. The bits of cuk_compact, cuk_norm_glu / cuk_glu (compact) and cuk_axpy_rows, which is what
- * it runs where the fused F16 / BF16 kernel (cuk_mmv.h cuk_mmv_sparse_ffn) does not apply. */
-struct cuk_marks { /* profiling (cudev_profile): fn(ctx, k) after the k-th kernel it enqueues */
-    void (*fn)(void *ctx, int k);
-    void *ctx;
-};
-int cuk_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t, const float *x,
-                   const float *norm_w, float eps, int B, float *xn, float *act, int act_kind, const uint8_t *mask,
-                   int32_t *idx, int32_t *cnt, int64_t idx_stride, float *part, float *y, bool add, void *xq,
-                   const struct cuk_marks *mk, void *st);
 
 /* For each token b: idx[b][0..cnt[b]) = the i < n with mask[b * n + i] != 0, in order. */
 int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, int32_t *cnt, void *st);

@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <type_traits>
 
 extern "C" {
 #include "cuk_mma.h"
@@ -33,10 +32,6 @@ extern "C" {
 /* the arithmetic of cuk_mma.cu's decode kernel, operation for operation: the same helpers */
 #include "cuk_mma_dev.cuh"
 #include "cuk_pdl.cuh"
-#include "cuk_scan.cuh"   /* the gathered GLU lists its own rows from the masks */
-#include "cuk_traits.cuh" /* TF16 / TBF16::axpy: the sparse down projection's operations */
-
-static_assert(CUK_AXPY_CHUNK == 16, "the fused AXPY's chunk is the 16-row tile");
 
 extern "C" int cuk_mmv_level(void)
 {
@@ -55,16 +50,6 @@ extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
 struct mvo : mout {
     const float *nw; /* NORM: the RMSNorm weight, and its eps */
     float eps;
-    /* IDX with mask: each token's mask row (n_out bytes), listed by every block itself (cuk_scan.cuh)
-     * instead of read from idx / cnt, and the list written out to idx_w (idx_stride a token) and cnt_w */
-    const uint8_t *mask;
-    int32_t *idx_w, *cnt_w;
-    /* IDX with part: the AXPY of each tile's 16 activations over their down_t rows (dq, n_embd
-     * elements a row) into the chunk partials part (B, n_chunk, n_embd), cuk_axpy_rows' chunk = tile */
-    const uint8_t *dq;
-    int64_t n_embd, n_chunk;
-    float *part;
-    bool ax_pf; /* the tile's down_t rows (dq) fetched into L2 when the tile starts (PINFER_CUDA_AX_PF) */
 };
 
 /* ---- the streamed kernel ---- */
@@ -94,70 +79,6 @@ __device__ static float block_sum(float v, float *sh)
     return s;
 }
 
-/* ---- the fused sparse down projection (IDX with part) ---- */
-
-/* row of list position j0 + u: the block's own list (mask) or the given one */
-__device__ static inline int64_t list_row(const mvo &o, int tok0, int64_t j0, int u, const int32_t *lst16)
-{
-    return lst16 ? lst16[u] : o.idx[(int64_t)tok0 * o.idx_stride + j0 + u];
-}
-
-/* PINFER_CUDA_AX_PF=0: no L2 prefetch of the AXPY's rows (read once: a graph must not change) */
-static bool ax_pf_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_AX_PF");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
-}
-
-__device__ static void tile_prefetch(const mvo &o, int tok0, int64_t j0, int64_t n, const int32_t *lst16)
-{
-    const int64_t rb = o.n_embd * 2, lines = (rb + 127) / 128;
-    for (int64_t l = threadIdx.x; l < 16 * lines; l += NTH) {
-        const int u = (int)(l / lines);
-        if (j0 + u < n)
-            pdl_prefetch(o.dq + list_row(o, tok0, j0, u, lst16) * rb + (l - u * lines) * 128);
-    }
-}
-
-/* k_axpy's chunk j0 / 16 of token tok0 (cuk.cu: the same T::axpy in ascending j, zero activations
- * skipping their row, the partial written where k_axpy writes it), over the 16 activations in sact */
-template <bool BF>
-__device__ static void tile_axpy(const mvo &o, int tok0, int64_t j0, int64_t n, const int32_t *lst16, const float *sact)
-{
-    using T = typename std::conditional<BF, TBF16, TF16>::type;
-    const int64_t nb = o.n_embd / T::E, j1 = j0 + 16 < n ? j0 + 16 : n;
-    float *out = o.part + ((int64_t)tok0 * o.n_chunk + j0 / 16) * o.n_embd;
-    for (int64_t pb = threadIdx.x; pb < nb; pb += NTH) {
-        float acc[T::E];
-#pragma unroll
-        for (int e = 0; e < T::E; e++)
-            acc[e] = 0.0f;
-        float aj[16];
-        uint4 qq[16];
-        typename T::S s[16];
-#pragma unroll
-        for (int u = 0; u < 16; u++) {
-            aj[u] = j0 + u < j1 ? sact[u] : 0.0f;
-            if (aj[u] != 0.0f) {
-                qq[u] = __ldg((const uint4 *)(o.dq + list_row(o, tok0, j0, u, lst16) * o.n_embd * 2) + pb);
-                T::side(nullptr, nb, pb, s[u]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 16; u++)
-            if (aj[u] != 0.0f)
-                T::axpy(&qq[u], s[u], aj[u], acc);
-        float4 *op = (float4 *)(out + pb * T::E);
-#pragma unroll
-        for (int k = 0; k < T::E / 4; k++)
-            op[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
-    }
-}
-
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
@@ -166,35 +87,13 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
                                                 int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
 {
     constexpr int S = Ring<NM, NORM>::S, SLOTS = Ring<NM, NORM>::SLOTS;
-    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats, then (mask) the list */
+    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
-    __shared__ float sact[IDX && NM == 2 ? 16 : 1]; /* part: the tile's activations for the AXPY */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
-    int32_t *lst = nullptr; /* mask: this block's rows, 16 a tile in its tile order */
-    int64_t n = n_out;
-    if constexpr (IDX) {
-        pdl_wait(); /* the listed rows (or the masks) are the previous kernel's output */
-        if (o.mask) {
-            __shared__ int32_t ssh[NTH / 32];
-            lst = (int32_t *)((float *)(ring + (size_t)S * SLOTS * NTH) + K);
-            int32_t *gi = o.idx_w + (int64_t)tok0 * o.idx_stride;
-            const uint32_t gx = gridDim.x, bx = blockIdx.x;
-            /* list position q is row q % 16 of tile q / 16, which block (q / 16) % gx computes as its
-             * (q / 16) / gx-th tile: each block keeps its own and writes them out for the AXPY */
-            n = mask_list<NTH>(o.mask + (int64_t)tok0 * n_out, n_out, ssh, [&](int32_t q, int64_t i) {
-                const uint32_t tile = (uint32_t)q >> 4, it = tile / gx;
-                if (tile - it * gx == bx) {
-                    lst[it * 16 + (q & 15)] = (int32_t)i;
-                    gi[q] = (int32_t)i;
-                }
-            });
-            if (blockIdx.x == 0 && tid == 0)
-                o.cnt_w[tok0] = (int32_t)n;
-        } else if (o.cnt)
-            n = o.cnt[tok0];
-    }
-    const int64_t ntiles = (n + 15) / 16;
+    if constexpr (IDX)
+        pdl_wait(); /* the listed rows are the previous kernel's output */
+    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
     if ((int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
     const int nt_blk = (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
@@ -209,11 +108,7 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     auto rows = [&](int it) {
         const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
         const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
-        int64_t rg = jg, rh = jh;
-        if constexpr (IDX) {
-            rg = lst ? lst[it * 16 + (jg - j0)] : o.idx[tok0 * o.idx_stride + jg];
-            rh = lst ? lst[it * 16 + (jh - j0)] : o.idx[tok0 * o.idx_stride + jh];
-        }
+        const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
 #pragma unroll
         for (int m = 0; m < NM; m++) {
             const uint8_t *w = m ? w1 : w0;
@@ -269,10 +164,6 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     __syncthreads();
     int i = 0, buf = 0;
     for (int it = 0; it < nt_blk; it++, buf ^= 1) {
-        if constexpr (IDX && NM == 2)
-            if (o.ax_pf) /* the AXPY's down_t rows into L2 while gate/up stream */
-                tile_prefetch(o, tok0, ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16, n,
-                              lst ? lst + it * 16 : nullptr);
         float acc[NM][4];
 #pragma unroll
         for (int m = 0; m < NM; m++)
@@ -318,39 +209,30 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
             for (int k = 0; k < 4; k++)
                 red[buf][warp][m * 4 + k][lane] = acc[m][k];
         __syncthreads(); /* red[buf] is rewritten two tiles on, after the next barrier */
-        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
-        if (warp == it % KS) {
-            float s[NM][4];
+        if (warp != it % KS)
+            continue;
+        float s[NM][4];
 #pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    s[m][k] = red[buf][0][m * 4 + k][lane];
-#pragma unroll
-                    for (int w = 1; w < KS; w++)
-                        s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
-                }
+        for (int m = 0; m < NM; m++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
-                const int tl = 2 * t + (k & 1);
-                if (j >= n || tl >= ntok)
-                    continue;
-                const int64_t tok = tok0 + tl;
-                if constexpr (NM == 2) {
-                    emit_glu<IDX>(o, n_out, j, tok, s[0][k], s[1][k]);
-                    if constexpr (IDX)
-                        if (o.part)
-                            sact[j - j0] = glu_f(o.kind, s[0][k], s[1][k]);
-                } else
-                    emit<MODE>(o, n_out, j, tok, s[0][k]);
+                s[m][k] = red[buf][0][m * 4 + k][lane];
+#pragma unroll
+                for (int w = 1; w < KS; w++)
+                    s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
             }
-        }
-        if constexpr (IDX && NM == 2) {
-            if (o.part) { /* the tile's 16 activations are the AXPY's chunk j0 / 16: every warp, then on */
-                __syncthreads();
-                tile_axpy<BF>(o, tok0, j0, n, lst ? lst + it * 16 : nullptr, sact);
-            }
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
+            const int tl = 2 * t + (k & 1);
+            if (j >= n || tl >= ntok)
+                continue;
+            const int64_t tok = tok0 + tl;
+            if constexpr (NM == 2)
+                emit_glu<IDX>(o, n_out, j, tok, s[0][k], s[1][k]);
+            else
+                emit<MODE>(o, n_out, j, tok, s[0][k]);
         }
     }
 }
@@ -381,13 +263,11 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
     }();
     if (attr != cudaSuccess)
         return -(int)attr;
-    const int64_t tiles = (n_out + 15) / 16;
-    const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    /* with masks: the block's list, 16 rows for each of its tiles */
-    const size_t lb = IDX && o.mask ? (size_t)((tiles + gx - 1) / gx) * 16 * sizeof(int32_t) : 0;
-    const size_t smem = Ring<NM, NORM>::bytes + (size_t)K * sizeof(float) + lb;
+    const size_t smem = Ring<NM, NORM>::bytes + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
+    const int64_t tiles = (n_out + 15) / 16;
+    const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
     pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1, K, n_out, x,
                B, o);
     return launched();
@@ -507,31 +387,4 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
     o.nw = norm_w, o.eps = eps;
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
-}
-
-/* ---- the sparse FFN from the masks: list, RMSNorm, gate/up, AXPY in one launch ---- */
-
-extern "C" int cuk_mmv_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t,
-                                  const float *x, const float *norm_w, float eps, int B, float *act, int act_kind,
-                                  const uint8_t *mask, int32_t *idx, int32_t *cnt, int64_t idx_stride, float *part,
-                                  void *st)
-{
-    const int64_t K = gate->n_in, N = gate->n_out, tiles = (N + 15) / 16;
-    const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    if (!cuk_mma_on(gate->type) || gate->type != up->type || up->n_in != K || up->n_out != N || K % 8 ||
-        (part && (gate->type != down_t->type || down_t->n_out != N || down_t->n_in % 8)) || B < 1 || B > CUK_AXPY_MAX_B ||
-        (norm_w && B != 1) || !cuk_mmv_on() ||
-        Ring<2, true>::bytes + (size_t)K * sizeof(float) + (size_t)((tiles + gx - 1) / gx) * 64 > MMV_SMEM_MAX)
-        return 1;
-    mvo o = {};
-    o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = true;
-    o.nw = norm_w, o.eps = eps;
-    o.mask = mask, o.idx_w = idx, o.cnt_w = cnt;
-    o.dq = (const uint8_t *)down_t->q, o.n_embd = down_t->n_in, o.n_chunk = (N + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    o.part = part;
-    /* the rows the AXPY (here or k_axpy next) reads, fetched into L2 tile by tile (F16 / BF16 rows) */
-    o.ax_pf = ax_pf_on() && (down_t->type == PI_TYPE_F16 || down_t->type == PI_TYPE_BF16) && down_t->n_out == N;
-    const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
-    const cudaStream_t s = (cudaStream_t)st;
-    return norm_w ? glu_b<true>(gate->type, g, u, K, N, x, B, o, true, s) : glu_b<false>(gate->type, g, u, K, N, x, B, o, true, s);
 }

@@ -51,18 +51,4 @@ int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *
                  int B, float *xn, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
                  int64_t idx_stride, bool compact, void *xq, void *st);
 
-/* The sparse FFN of B ≤ 8 tokens from their masks (B, n_out) in one launch: every block lists the
- * rows of its own tiles itself (cuk_scan.cuh: the order cuk_compact writes, and writes it out to idx
- * (idx_stride a token) and cnt for the AXPY and the counting), the RMSNorm of x with norm_w (B 1;
- * NULL: x is normalized already), gate/up over the listed rows into the compact act — the bits of
- * cuk_compact then cuk_norm_glu, one launch fewer; the caller runs cuk_axpy_rows, whose down_t rows
- * each tile fetches into L2 when it starts (F16 / BF16 down_t; PINFER_CUDA_AX_PF=0: not). With part (not
- * NULL), also each tile's 16 activations times their down_t rows into part — cuk_axpy_rows' chunk
- * partial of the same 16 rows, by the same operations — and cuk_chunk_sum (cuk.h) adds the chunks.
- * Returns 1 (nothing enqueued) when it does not apply: types other than F16 / BF16 or unequal, B,
- * shared memory, PINFER_CUDA_MMV=0. */
-int cuk_mmv_sparse_ffn(const struct cuk_w *gate, const struct cuk_w *up, const struct cuk_w *down_t, const float *x,
-                       const float *norm_w, float eps, int B, float *act, int act_kind, const uint8_t *mask,
-                       int32_t *idx, int32_t *cnt, int64_t idx_stride, float *part, void *st);
-
 #endif
