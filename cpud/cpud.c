@@ -208,8 +208,9 @@ int cpud_init(struct cpud *c, int argc, char **argv)
 void cpud_fini(struct cpud *c)
 {
     if (c->ph_steps)
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us, ffn %.1f us, publish %.1f us; gap to "
-                "the next step %.1f us\n", (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f), ffn %.1f us, publish %.1f us; "
+                "gap to the next step %.1f us\n", (unsigned long long)c->ph_steps,
+                (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps, (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps);
     ncache_free(c->nc);
@@ -228,16 +229,42 @@ void cpud_fini(struct cpud *c)
     stage_fini(&c->rt);
 }
 
-/* The step is still the one gpud waits on, and not one we already answered. */
+/* The step is still the one gpud waits on, and not one we already answered. A step whose inputs
+ * gpud's device writes (ACT_ITEM_DEV_KEY) comes before they are there: its key is waited for later
+ * (wait_device); here only its session is checked. */
 static bool current(struct cpud *c, const struct act_item *it)
 {
     const struct act_hdr *h = c->act.hdr;
     /* acquire: pairs with gpud's release of cur_seq after writing h */
     const uint64_t seq = atomic_load_explicit(&h->cur_seq, memory_order_acquire);
     const uint64_t epoch = atomic_load_explicit(&h->cur_epoch, memory_order_relaxed);
-    if (it->epoch != epoch || it->seq != seq)
+    if (it->epoch != epoch || (!(it->flags & ACT_ITEM_DEV_KEY) && it->seq != seq))
         return false;
     return !(it->epoch == c->last_epoch && it->seq == c->last_seq);
+}
+
+/* Polls of the device's key between two checks that gpud is still there (a kill(2) each) */
+#define CPUD_DEV_CHECK_POLLS 4096
+
+static bool dev_gone(void *arg)
+{
+    struct cpud *c = arg;
+    return stage_should_stop(&c->rt) || !dataplane_stage_alive(c->rt.ctl, PI_STAGE_GPUD);
+}
+
+/* An ACT_ITEM_DEV_KEY step: gpud handed it over when it enqueued it; wait until its device has
+ * written h and the masks (act_hdr.dev_seq). false: the step will never come (act_wait_dev). */
+static bool wait_device(struct cpud *c, const struct act_item *it)
+{
+    if (!(it->flags & ACT_ITEM_DEV_KEY))
+        return true;
+    if (it->layer >= 0 && it->layer < c->m->hp.n_layer) {
+        /* meanwhile, the first weights the step reads beside h into the cache (the RMSNorm's) */
+        const char *nw = c->m->layers[it->layer].ffn_norm.data;
+        for (size_t o = 0; nw && o < (size_t)c->m->hp.n_embd * sizeof(float); o += 64)
+            __builtin_prefetch(nw + o);
+    }
+    return act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS);
 }
 
 /* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
@@ -272,11 +299,38 @@ static int device_check(struct cpud *c)
     return 0;
 }
 
+/* A step's preparation: the RMSNorm of h (a sequential sum, ~8 µs for 4096 on the GPU host) and
+ * the runs of its predicted-active cold neurons (from the masks), independent of each other: beside a
+ * device, where the workers spin between steps, one of them builds the runs while the caller
+ * normalizes (the same functions on the same inputs: the same results). */
+struct prep_job {
+    struct cpud *c;
+    const struct act_item *it;
+    const uint8_t *mask;
+    uint64_t norm_ns; /* the norm's own time */
+    int rc;
+};
+
+static void prep_slice(void *arg, int ith, int nth)
+{
+    (void)nth;
+    struct prep_job *j = arg;
+    struct cpud *c = j->c;
+    const struct pi_model *m = c->m;
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    if (ith == 0) {
+        const uint64_t t = stage_now_ns();
+        ops_rmsnorm_rows(c->xn, c->act.h, m->layers[j->it->layer].ffn_norm.data, j->it->n_tok, E, m->hp.norm_eps);
+        j->norm_ns = stage_now_ns() - t;
+    } else {
+        j->rc = ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)j->it->layer * F, 0, j->mask, j->it->n_tok, F);
+    }
+}
+
 static int do_step(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
     struct act_view *a = &c->act;
-    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
     const uint64_t t0 = stage_now_ns();
     if (it->layer < 0 || it->layer >= m->hp.n_layer || it->n_tok < 1 || it->n_tok > a->hdr->n_batch)
         return pi_fail(PI_E_FORMAT, "cpud: bad step (layer %d, %d tokens)", it->layer, it->n_tok);
@@ -284,16 +338,24 @@ static int do_step(struct cpud *c, const struct act_item *it)
     int rc;
     if ((rc = device_check(c)))
         return rc;
-    ops_rmsnorm_rows(c->xn, a->h, m->layers[it->layer].ffn_norm.data, B, E, m->hp.norm_eps);
     const uint8_t *mask = NULL;
     /* acquire: pairs with predictord's release of mask_seq; a mask of another step is not used
-     * (computing every neuron instead is always exact) */
-    if (!(it->flags & ACT_ITEM_ALL_ACTIVE) && atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq)
+     * (computing every neuron instead is always exact). The device's key (wait_device) covers the
+     * masks it wrote with h. */
+    if (!(it->flags & ACT_ITEM_ALL_ACTIVE) &&
+        ((it->flags & ACT_ITEM_DEV_KEY) || atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq))
         mask = a->mask;
+    struct prep_job pj = { .c = c, .it = it, .mask = mask };
+    if (c->beside_device) {
+        pool_run_n(c->pool, prep_slice, &pj, 2);
+    } else { /* parked workers: waking one would cost more than the runs take */
+        prep_slice(&pj, 0, 2);
+        prep_slice(&pj, 1, 2);
+    }
+    if ((rc = pj.rc))
+        return rc;
     uint64_t bytes = 0;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);
-    if ((rc = ffn_runs_build(&c->cold, a->gpu_idx + (size_t)it->layer * F, 0, mask, B, F)))
-        return rc;
     /* the disk tier serves every step: with --ram-budget the weights segment may have no FFN rows
      * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
     if (c->nc && (rc = disk_layer(c, it, mask, &w)))
@@ -327,6 +389,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (B == 1 && !c->nc) {
         c->ph_steps++;
         c->ph_prep_ns += t1 - t0;
+        c->ph_norm_ns += pj.norm_ns;
         c->ph_ffn_ns += t2 - t1;
         c->ph_pub_ns += t3 - t2;
         c->ph_gap_ns += c->ph_last_end && t0 > c->ph_last_end ? t0 - c->ph_last_end : 0;
@@ -363,7 +426,7 @@ static int poll_ring(struct cpud *c, struct ring *r)
     if (rc == 0 && len == sizeof(struct act_item)) {
         struct act_item it;
         memcpy(&it, msg, sizeof it);
-        if (current(c, &it)) {
+        if (current(c, &it) && wait_device(c, &it)) {
             if ((rc = do_step(c, &it)))
                 step_failed(c, &it, rc);
         } else {

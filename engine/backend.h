@@ -111,16 +111,31 @@ struct be_ops {
     int (*sync)(struct be *b);
     /* (optional) let idle worker threads sleep: the caller is about to wait on another stage */
     void (*idle)(struct be *b);
-    /* (optional) pin a host range for DMA (gpud's act segment). A buffer inside it that ffn_add
-     * reads is copied asynchronously: the caller leaves it unchanged until its next stage_wait.
-     * NULL: copies are synchronous. */
+    /* (optional) pin a host range (gpud's act segment) and map it into the device's address space
+     * for the hand-off below. A buffer inside it that ffn_add reads is copied asynchronously: the
+     * caller leaves it unchanged until the stream has passed the copy. NULL: no hand-off ops. */
     int (*host_register)(struct be *b, void *ptr, size_t bytes);
-    /* (optional) enqueue the copy of x (the FFN input, as get_h) and, when mask is not NULL, of the
-     * masks of n tokens to the host, behind what is already enqueued; stage_wait waits for those
-     * copies alone (an event: work enqueued after stage_out, e.g. the hot FFN, keeps running).
-     * NULL: get_h / get_mask. */
-    int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask);
-    int (*stage_wait)(struct be *b);
+    /* (optional, with host_register) the per-layer hand-off with a host share of the FFN, with no
+     * copy engine and no host thread between the device and the host share's computation; each
+     * enqueued behind what is already enqueued. h, mask, the keys and y lie in the registered range.
+     *   stage_out(n, h, mask, key, seq): the device writes x (the FFN input, as get_h) into h and,
+     *     when mask is not NULL, the masks of the n tokens into mask, then stores seq into *key
+     *     (system scope, after a fence): a host thread that acquires *key == seq reads them;
+     *   stage_wait(key, seq): the host waits until *key >= seq (the stream may be waiting in a
+     *     cold_add): 0 when *key == seq (h and mask hold step seq), 1 when a later step's, or the
+     *     device's error;
+     *   cold_add(layer, n, key, y, seq): x += y_dev + y_host in ffn_add's order, the device waiting
+     *     for y_host: y once *key == seq (the share's writer stores it after y), or cold_buf()
+     *     once the host calls cold_release(s), s >= seq;
+     *   cold_buf(): (n_batch, n_embd) host floats the device reads after a cold_release;
+     *   cold_release(seq): the host's share (or, for an abandoned step, anything) is in cold_buf.
+     * Every cold_add must be released, by its key or by cold_release, before the host waits on the
+     * device (close releases every step). */
+    int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
+    int (*stage_wait)(struct be *b, const uint64_t *key, uint64_t seq);
+    int (*cold_add)(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
+    float *(*cold_buf)(struct be *b);
+    void (*cold_release)(struct be *b, uint64_t seq);
 };
 
 extern const struct be_ops be_cpu_ops;

@@ -66,10 +66,11 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     g->be_ops->mem(g->be, &mem);
     ctl->vram_weights = mem.weights, ctl->vram_hot = mem.hot, ctl->vram_pred = mem.pred, ctl->vram_kv = mem.kv;
     ctl->vram_scratch = mem.scratch, ctl->vram_context = mem.context, ctl->vram_device_used = mem.device_used;
-    /* the act segment pinned for the per-layer hand-off (h and masks out, the cold share back) */
+    /* the act segment pinned and mapped for the per-layer hand-off (the device writes h and the masks
+     * into it and reads the cold share from it: pipeline.c) */
     if (g->be_ops->host_register) {
         if (g->be_ops->host_register(g->be, g->act_seg.base, g->act_seg.size))
-            fprintf(stderr, "gpud: the act segment is not pinned (%s): the hand-off copies synchronously\n",
+            fprintf(stderr, "gpud: the act segment is not mapped (%s): the hand-off copies synchronously\n",
                     pi_errmsg());
         else
             g->act_pinned = true;

@@ -34,6 +34,13 @@ struct gpud {
     bool act_pinned;     /* the act segment is registered with the backend (cudaHostRegister) */
     int64_t *n_cold;     /* (n_layer) neurons with gpu_idx 0: none → cpud is not involved */
     struct eval ev;      /* the evaluator, its FFN step routed through the other stages */
+    /* beside a device: the step whose cold share the host has not settled yet (pipeline.c) */
+    struct gpud_pend {
+        bool on, sparse, cpu_sent;
+        int layer;
+        int32_t B;
+        uint64_t seq;
+    } pend;
     struct pi_batch_buf bb;
     /* continuous batching (sched.c) */
     int32_t n_seq;             /* sequences the KV cache holds (--parallel) */
@@ -70,6 +77,8 @@ void gpud_fini(struct gpud *g);
 
 /* Route the evaluator's FFN step through predictord and cpud (pipeline.c). */
 void gpud_route_ffn(struct gpud *g);
+/* After a failed batch: release every step the device may still wait on (pipeline.c). */
+void gpud_ffn_abandon(struct gpud *g);
 
 /* Continuous batching over n_seq sequences (sched.c); gpud_run is its loop. */
 int sched_init(struct gpud *g, int32_t n_seq);

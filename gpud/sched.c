@@ -385,6 +385,8 @@ int gpud_run(struct gpud *g)
         const struct pi_batch b = batch_view(&g->bb);
         const int32_t top_k = step_top_k(g, batch_n_out(&b));
         int rc = top_k ? eval_batch_top(&g->ev, &b, top_k, g->top_ids, g->top_vals) : eval_batch(&g->ev, &b, g->logits);
+        if (rc)
+            gpud_ffn_abandon(g); /* a batch that failed between layers leaves no wait on the device */
         if (stage_should_stop(&g->rt))
             break; /* stopping: requests stay RUNNING, a next gpud replays them */
         if (rc == -PI_E_DEVICE)

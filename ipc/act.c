@@ -1,6 +1,7 @@
 /* act.c — layout of the act segment (see act.h). */
 #include "act.h"
 
+#include <sched.h>
 #include <string.h>
 
 #include "pi_err.h"
@@ -10,6 +11,18 @@
 #define ACT_ALIGN 64
 #define SPLIT_BLOCK 32 /* gpu/cpu split granularity: one q8_0/q4_0 block of neurons, so that a
                           quantized activation block never mixes the two sides */
+/* act_wait_dev gives the core away every this many polls (the ring's habit: a host with fewer cores
+ * than spinning threads must still let the producer run) */
+#define DEV_YIELD_POLLS 64
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
@@ -127,4 +140,23 @@ void act_ring_cpud_bell(struct act_hdr *h)
     atomic_fetch_add_explicit(&h->cpud_bell, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&h->cpud_sleeping, memory_order_seq_cst))
         pi_futex_wake_all(&h->cpud_bell);
+}
+
+bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
+                  uint32_t check_every)
+{
+    for (uint32_t polls = 1;; polls++) {
+        /* acquire: pairs with the device's system-scope release of dev_seq after writing h and the masks */
+        const uint64_t k = atomic_load_explicit(&h->dev_seq, memory_order_acquire);
+        if (k == it->seq)
+            return true;
+        if (k > it->seq || atomic_load_explicit(&h->cur_epoch, memory_order_relaxed) != it->epoch)
+            return false;
+        if (check_every && polls % check_every == 0 && gone && gone(arg))
+            return false;
+        if (polls % DEV_YIELD_POLLS == 0)
+            sched_yield();
+        else
+            cpu_relax();
+    }
 }

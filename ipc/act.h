@@ -17,6 +17,7 @@
 
 #include <assert.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,10 @@ struct act_item {
 #define ACT_ITEM_TO_CPUD 2u    /* on PRED_GPU: predictord also handed the step to cpud */
 #define ACT_ITEM_FAILED 4u     /* on CPU_GPU: cpud could not compute the step (a disk read failed);
                                   the reason is in cpud's pi_stage_info.last_error, written before */
+#define ACT_ITEM_DEV_KEY 8u    /* on GPU_CPU: gpud's device writes this step's h and masks into the
+                                  segment and then stores seq into act_hdr.dev_seq; gpud hands the
+                                  step over before its device gets there, so the consumer waits for
+                                  that key (act_wait_dev) instead of reading cur_seq / mask_seq */
 static_assert(sizeof(struct act_item) == 40, "act_item is on the wire between stages");
 
 struct act_hdr {
@@ -74,6 +79,12 @@ struct act_hdr {
      * FUTEX_WAKE it when cpud_sleeping is set (see cpud/cpud.c for the lost-wakeup argument). */
     _Atomic uint32_t cpud_bell;
     _Atomic uint32_t cpud_sleeping;
+    /* The key of h and the masks that gpud's device wrote (ACT_ITEM_DEV_KEY steps): the device
+     * stores seq here with a system-scope release after writing them; cpud acquires it. Strictly
+     * increasing within a gpud session, and sessions number their steps from epoch << 40, so a key
+     * an older session left is below every step of a newer one. On its own cache line: cpud spins on
+     * it while the line above changes every step. */
+    _Alignas(64) _Atomic uint64_t dev_seq;
 };
 
 struct act_params {
@@ -99,5 +110,14 @@ int act_view_attach(struct act_view *v, struct shm_seg *seg);
 
 /* Ring doorbell for cpud: call after committing to ACT_RING_PRED_CPU or ACT_RING_GPU_CPU. */
 void act_ring_cpud_bell(struct act_hdr *h);
+
+/* Wait for the device's announcement of step it (an ACT_ITEM_DEV_KEY item): true once dev_seq ==
+ * it->seq (acquire: the step's h and masks may be read), false when the step will never be
+ * announced to us — a later step was (dev_seq > it->seq: gpud settled this one without us), another
+ * gpud session began (cur_epoch != it->epoch), or gone() says so (called every check_every polls:
+ * gpud died, or we are stopping). Spins with a pause between polls: the announcement comes within
+ * a layer's GPU part. */
+bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
+                  uint32_t check_every);
 
 #endif

@@ -704,6 +704,8 @@ static void pdl_net_init(struct pdl_net *n, uint32_t type)
     n->idx = mmv_dev(PDL_F * 4), n->cnt = mmv_dev(4), n->pos = mmv_dev(4), n->seq = mmv_dev(4), n->ids = mmv_dev(4);
     n->xq = mmv_dev(cuk_xq_row_bytes(PDL_F) + cuk_mma_x_row_bytes(PDL_F));
     REQUIRE(cudaMemset(n->seq, 0, 4) == cudaSuccess, "memset");
+    /* the attention's arrival counters start at zero (cuk_attn_part_floats) */
+    REQUIRE(cudaMemset(n->apart, 0, cuk_attn_part_floats(&n->geom, 1) * 4) == cudaSuccess, "memset");
 }
 
 static void pdl_net_free(struct pdl_net *n)
@@ -951,6 +953,65 @@ static void test_sparse_axpy(void)
     }
 }
 
+/* The Q types' RMSNorm + quantization in one launch (cuk_normq_split3 / cuk_normq_glu, the decode
+ * path's default) = cuk_rmsnorm, then the product quantizing its own input: bitwise, for a token
+ * alone and in a batch (each block of k_norm_quant_x computes the row's scale itself), for the
+ * q/k/v split and the GLU, dense and over a gathered row list. */
+static void test_normq(void)
+{
+    enum { K = 512, N = 352, B = 3 };
+    static const uint32_t types[] = { PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
+    float *hx = malloc((size_t)B * K * sizeof *hx);
+    int32_t hidx[B * N], hcnt[B];
+    REQUIRE(hx, "out of memory");
+    for (size_t i = 0; i < (size_t)B * K; i++)
+        hx[i] = mmv_rand() * (i % 7 == 0 ? 4.0f : 1.0f);
+    for (int b = 0; b < B; b++) { /* token b's list: every (b + 2)th row */
+        hcnt[b] = 0;
+        for (int j = 0; j < N; j += b + 2)
+            hidx[b * N + hcnt[b]++] = j;
+    }
+    float *x = mmv_dev(sizeof(float) * B * K), *xn = mmv_dev(sizeof(float) * B * K), *nw = pdl_norm_w();
+    int32_t *idx = mmv_dev(sizeof hidx), *cnt = mmv_dev(sizeof hcnt);
+    void *xq = mmv_dev(cuk_xq_row_bytes(K) * B);
+    float *ya = mmv_dev(sizeof(float) * B * N), *yb = mmv_dev(sizeof(float) * B * N);
+    REQUIRE(cudaMemcpy(x, hx, sizeof(float) * B * K, cudaMemcpyHostToDevice) == cudaSuccess &&
+                cudaMemcpy(idx, hidx, sizeof hidx, cudaMemcpyHostToDevice) == cudaSuccess &&
+                cudaMemcpy(cnt, hcnt, sizeof hcnt, cudaMemcpyHostToDevice) == cudaSuccess,
+            "up");
+    const size_t yn = sizeof(float) * B * N;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        /* a K = 512 row has 16 quantization blocks: two blocks of k_norm_quant_x a token */
+        struct cuk_w g = pdl_weight(type, K, N, 0.1f), u = pdl_weight(type, K, N, 0.1f);
+        for (int nb = 1; nb <= B; nb += B - 1) {
+            const int64_t n0 = N / 2, n1 = N / 4;
+            REQUIRE(cudaMemset(ya, 0xff, yn) == cudaSuccess && cudaMemset(yb, 0xff, yn) == cudaSuccess, "memset");
+            CHECK_OK(cuk_rmsnorm(xn, x, nw, nb, K, K, 1e-5f, NULL));
+            CHECK_OK(cuk_gemv_split3(&g, xn, nb, ya, n0, ya + nb * n0, n1, ya + nb * (n0 + n1), xq, NULL));
+            const int rc = cuk_normq_split3(&g, x, nw, 1e-5f, nb, yb, n0, yb + nb * n0, n1, yb + nb * (n0 + n1), xq,
+                                            NULL);
+            CHECK(rc == 0, "normq %s: split3 not taken (%d)", quant_traits(type)->name, rc);
+            CHECK(!mmv_diff(ya, yb, sizeof(float) * nb * N), "normq %s B=%d: norm + quant + split3 != rmsnorm then "
+                  "the product", quant_traits(type)->name, nb);
+            for (int gi = 0; gi < 2; gi++) { /* dense, gathered (compact) */
+                const int32_t *li = gi ? idx : NULL, *lc = gi ? cnt : NULL;
+                REQUIRE(cudaMemset(ya, 0xff, yn) == cudaSuccess && cudaMemset(yb, 0xff, yn) == cudaSuccess, "memset");
+                CHECK_OK(cuk_rmsnorm(xn, x, nw, nb, K, K, 1e-5f, NULL));
+                CHECK_OK(cuk_glu(&g, &u, xn, nb, ya, PI_ACT_REGLU, li, lc, N, gi == 1, xq, NULL));
+                CHECK(cuk_normq_glu(&g, &u, x, nw, 1e-5f, nb, yb, PI_ACT_REGLU, li, lc, N, gi == 1, xq, NULL) == 0,
+                      "normq %s: glu not taken", quant_traits(type)->name);
+                CHECK(!mmv_diff(ya, yb, sizeof(float) * nb * N), "normq %s B=%d: norm + quant + glu (%s) != rmsnorm "
+                      "then the product", quant_traits(type)->name, nb, gi ? "gathered" : "dense");
+            }
+        }
+        cudaFree(g.q), cudaFree(g.d), cudaFree(u.q), cudaFree(u.d);
+        printf("normq %s: one launch = rmsnorm then the product, bitwise checked\n", quant_traits(type)->name);
+    }
+    cudaFree(x), cudaFree(xn), cudaFree(nw), cudaFree(idx), cudaFree(cnt), cudaFree(xq), cudaFree(ya), cudaFree(yb);
+    free(hx);
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
@@ -967,6 +1028,7 @@ int main(int argc, char **argv)
     test_mmv();
     test_pdl();
     test_sparse_axpy();
+    test_normq();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

@@ -1,8 +1,10 @@
 #!/bin/bash
 # bench/gpu/decode_rounds.sh DIR — issue 14's decode launches (PDL: cuk_pdl.cuh; the streamed kernel's level: cuk_mmv.h) in
 # interleaved rounds: bench_cuda (256 tokens) over VARIANTS, ROUNDS rounds (3), the HBM read floor
-# first. A variant is FILE:MODE:ENV (ENV: comma-separated NAME=VALUE, X=1 for none); FILE is one of d16
-# s16 d4 s4 (BENCH.md's files, synthesized here when a variant needs them).
+# first. A variant is FILE:MODE:ENV[:TREE] (ENV: comma-separated NAME=VALUE, X=1 for none; TREE: the
+# build tree DIR/TREE/gpu, default DIR/gpu — e.g. "old" for DIR/old.txz, pack_trees.sh's trees.txz of
+# an older build, unpacked into DIR/old); FILE is one of d16 s16 d4 s4 (BENCH.md's files, synthesized
+# here when a variant needs them and not already there). PP=1: each run also measures pp512 (--pp 512).
 # HYBRID="FILE:BUDGET ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
 # BUDGET`, 128 tokens) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
 # then the plain launches).
@@ -10,8 +12,10 @@
 set -u
 D=$1
 [ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
+[ -f "$D/old.txz" ] && mkdir -p "$D/old" && tar -xJf "$D/old.txz" -C "$D/old"
 export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-G=$D/gpu S=/dev/shm/pinfer-rounds
+G=$D/gpu S=/dev/shm/pinfer-rounds PPN=0
+[ -n "${PP:-}" ] && PPN=512
 HYBRID=${HYBRID:-}
 VARIANTS=${VARIANTS:-"d16:dense:X=1 d16:dense:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1 d4:dense:X=1
     d4:dense:PINFER_CUDA_PDL=0 s16:sparse:X=1 s16:sparse:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1"}
@@ -22,17 +26,21 @@ for f in d16 s16 d4 s4; do
         d16) a=(--type f16) ;; s16) a=(--type f16 --pwri) ;;
         d4) a=(--type q4_0) ;; s4) a=(--type q4_0 --pwri --pred-type q4_0) ;;
     esac
-    "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
+    [ -f "$S/$f.gguf" ] || "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
 done
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1
 for r in $(seq "${ROUNDS:-3}"); do
     for v in $VARIANTS; do
-        IFS=: read -r f mode envs <<<"$v"
-        t=$(env ${envs//,/ } timeout 30 "$G/bench/bench_cuda" "$S/$f.gguf" --mode "$mode" -n 256 -c 2048 --pp 0 2>/dev/null |
-            python3 -c 'import json,sys
+        IFS=: read -r f mode envs tree <<<"$v"
+        bc=$G/bench/bench_cuda
+        [ -n "$tree" ] && bc=$D/$tree/gpu/bench/bench_cuda
+        t=$(env ${envs//,/ } timeout 40 "$bc" "$S/$f.gguf" --mode "$mode" -n 256 -c 2048 --pp "$PPN" \
+            2>/dev/null | python3 -c 'import json,sys
 for l in sys.stdin:
     d=json.loads(l)
-    if d.get("case")=="decode": print(d["tok_s"], d["first_ids"][:3])')
+    if d.get("case")=="decode": print(d["tok_s"], d["first_ids"][:3], end=" ")
+    if d.get("case")=="prefill" and d.get("path")!="cublas": print("pp", d.get("tok_s"), "inv", d.get("pp_invariant"), end=" ")
+print()')
         echo "r$r $f $mode $envs $t"
     done
     for h in $HYBRID; do

@@ -224,8 +224,18 @@ static int cu_seq_clear(struct be *b, int32_t seq)
 
 static int cu_sync(struct be *b) { return cudev_sync(b->d); }
 static int cu_host_register(struct be *b, void *ptr, size_t bytes) { return cudev_host_register(b->d, ptr, bytes); }
-static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask) { return cudev_stage_out(b->d, n, h, mask); }
-static int cu_stage_wait(struct be *b) { return cudev_stage_wait(b->d); }
+static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq)
+{
+    return cudev_stage_out(b->d, n, h, mask, key, seq);
+}
+static int cu_stage_wait(struct be *b, const uint64_t *key, uint64_t seq) { return cudev_stage_wait(b->d, key, seq); }
+static int cu_cold_add(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq)
+{
+    (void)layer;
+    return cudev_cold_add(b->d, n, key, y, seq);
+}
+static float *cu_cold_buf(struct be *b) { return cudev_cold_buf(b->d); }
+static void cu_cold_release(struct be *b, uint64_t seq) { cudev_cold_release(b->d, seq); }
 
 const struct be_ops be_cuda_ops = {
     .name = "cuda",
@@ -250,4 +260,7 @@ const struct be_ops be_cuda_ops = {
     .host_register = cu_host_register,
     .stage_out = cu_stage_out,
     .stage_wait = cu_stage_wait,
+    .cold_add = cu_cold_add,
+    .cold_buf = cu_cold_buf,
+    .cold_release = cu_cold_release,
 };

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuk.h"
+#include "cuk_hand.h"
 #include "cuk_mmv.h"
 #include "cuk_pattn.h"
 #include "cuk_place.h"
@@ -162,12 +163,16 @@ struct cudev {
     cudaGraphExec_t graph[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
-    /* the pipeline's hand-off: registered host ranges, the event after a stage_out's copies */
+    /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
+     * release word and share the host gives a cold_add wait when the key's writer will not (pinned,
+     * mapped; rel on its own line: the device polls it) */
 #define CUDEV_MAX_REG 4
-    void *reg[CUDEV_MAX_REG];
+    void *reg[CUDEV_MAX_REG], *reg_dev[CUDEV_MAX_REG];
     size_t reg_bytes[CUDEV_MAX_REG];
     int n_reg;
-    cudaEvent_t ev_out;
+    void *rel_blk;           /* host: [0, 64) the release word, [REL_Y_OFF, ...) the share */
+    uint64_t *rel_d;         /* their device addresses */
+    float *rel_y_d;
     /* cudev_profile: events between kernels, each labelled with the slot of the time before it */
 #define PROF_EV 16
     cudaEvent_t pev[PROF_EV];
@@ -175,6 +180,8 @@ struct cudev {
     int pn; /* events recorded this layer; -1: not profiling */
     int prc;
 };
+
+#define REL_Y_OFF 256
 
 bool cudev_available(char *why, size_t cap)
 {
@@ -541,6 +548,10 @@ void cudev_close(struct cudev *d)
     if (!d)
         return;
     cu_report_count("at close");
+    /* a cold_add still waiting (its step abandoned on an error) must end before anything waits on
+     * the stream: release every step */
+    if (d->rel_blk)
+        cudev_cold_release(d, UINT64_MAX);
     if (d->st)
         cudaStreamSynchronize(d->st);
     for (int i = 0; i < 2; i++)
@@ -550,8 +561,7 @@ void cudev_close(struct cudev *d)
         cublasDestroy(d->blas);
     for (int i = 0; i < d->n_reg; i++)
         cudaHostUnregister(d->reg[i]);
-    if (d->ev_out)
-        cudaEventDestroy(d->ev_out);
+    cudaFreeHost(d->rel_blk);
     cudaFree(d->w_arena);
     cudaFree(d->kv_arena);
     cudaFree(d->s_arena);
@@ -614,8 +624,6 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CB(cublasCreate(&d->blas));
     if (!rc && d->p.blas_prefill)
         rc = CB(cublasSetStream(d->blas, d->st));
-    if (!rc)
-        rc = CU(cudaEventCreateWithFlags(&d->ev_out, cudaEventDisableTiming));
     if (!rc)
         d->ctx_bytes = dev_used();
     /* weights */
@@ -944,10 +952,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
             TRY(CU(cudaMemsetAsync(y, 0, (size_t)n * E * sizeof(float), d->st)));
         return 0;
     }
-    TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
     if (masked)
         TRY(CK(cuk_gather_mask(d->mask, n, F, c->hot_ids, H, d->mask_c, d->st)));
     if (use_blas(d, n)) { /* benchmarks' cuBLAS prefill only: without it g/u/xh do not exist */
+        TRY(CK(cuk_rmsnorm(d->xn, d->x, c->ffn_norm, n, E, E, hp->norm_eps, d->st)));
         TRY(blas_mm(d, &c->gate, d->xn, n, d->g, false));
         TRY(blas_mm(d, &c->up, d->xn, n, d->u, false));
         TRY(CK(cuk_glu_ew(d->act, d->g, d->u, (int64_t)n * H, (int)hp->act, d->st)));
@@ -967,7 +975,10 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
                 d->active[layer] += (uint64_t)d->h_cnt[i];
         }
     }
-    TRY(CK(cuk_glu(&c->gate, &c->up, d->xn, n, d->act, (int)hp->act, idx, cnt, H, true, d->xq, d->st)));
+    /* the norm in the product's kernel where it can (cuk_mmv.h; the Q types: cuk_normq_glu), as the
+     * uncompacted layers: one launch fewer on the hybrid chain, the same bits */
+    TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx, cnt,
+                        H, true, d->xq, d->st)));
     return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, H, d->part, y, add, d->st));
 }
 
@@ -1029,6 +1040,16 @@ static bool registered(const struct cudev *d, const void *p, size_t n)
     return false;
 }
 
+/* The device address of [p, p + n) inside a registered (and mapped) range, or NULL */
+static void *dev_addr(const struct cudev *d, const void *p, size_t n)
+{
+    for (int i = 0; i < d->n_reg; i++)
+        if (d->reg_dev[i] && (const char *)p >= (const char *)d->reg[i] &&
+            (const char *)p + n <= (const char *)d->reg[i] + d->reg_bytes[i])
+            return (char *)d->reg_dev[i] + ((const char *)p - (const char *)d->reg[i]);
+    return NULL;
+}
+
 int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
 {
     TRY(check_n(d, n));
@@ -1036,8 +1057,8 @@ int cudev_ffn_add(struct cudev *d, int32_t n, const float *y_cold)
     if (y_cold)
         TRY(CU(cudaMemcpyAsync(d->ycold, y_cold, (size_t)ne * sizeof(float), cudaMemcpyHostToDevice, d->st)));
     TRY(CK(cuk_add2(d->x, d->pending, y_cold ? d->ycold : NULL, ne, d->st)));
-    /* a plain host array may be reused once we return; a registered one (the act segment) is left
-     * alone by the pipeline until its next stage_wait, which comes after this copy in the stream */
+    /* a plain host array may be reused once we return; a registered one is the caller's to keep
+     * until the stream has passed this copy */
     if (y_cold && !registered(d, y_cold, (size_t)ne * sizeof(float)))
         TRY(CU(cudaStreamSynchronize(d->st)));
     return 0;
@@ -1047,22 +1068,84 @@ int cudev_host_register(struct cudev *d, void *ptr, size_t bytes)
 {
     if (d->n_reg >= CUDEV_MAX_REG)
         return pi_fail(PI_E_RANGE, "cuda: more than %d registered host ranges", CUDEV_MAX_REG);
-    TRY(CU(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault)));
-    d->reg[d->n_reg] = ptr;
-    d->reg_bytes[d->n_reg++] = bytes;
+    void *dp;
+    if (!d->rel_blk) { /* the release word and share of cold_add, for the hand-off this range serves */
+        const size_t yb = (size_t)d->p.n_batch * (size_t)d->m->hp.n_embd * sizeof(float);
+        void *blk;
+        TRY(CU(cudaHostAlloc(&blk, REL_Y_OFF + yb, cudaHostAllocMapped)));
+        memset(blk, 0, REL_Y_OFF + yb); /* nothing released: this context's steps are all ahead */
+        const int rc = CU(cudaHostGetDevicePointer(&dp, blk, 0));
+        if (rc) {
+            cudaFreeHost(blk);
+            return rc;
+        }
+        d->rel_blk = blk;
+        d->rel_d = dp;
+        d->rel_y_d = (float *)((char *)dp + REL_Y_OFF);
+    }
+    TRY(CU(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped)));
+    d->reg[d->n_reg] = ptr; /* pinned from here on: unregistered at close */
+    d->reg_bytes[d->n_reg] = bytes;
+    d->reg_dev[d->n_reg++] = NULL;
+    TRY(CU(cudaHostGetDevicePointer(&dp, ptr, 0)));
+    d->reg_dev[d->n_reg - 1] = dp;
     return 0;
 }
 
-int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask)
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq)
 {
     TRY(check_n(d, n));
-    TRY(CU(cudaMemcpyAsync(h, d->x, (size_t)n * d->m->hp.n_embd * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
-    if (mask)
-        TRY(CU(cudaMemcpyAsync(mask, d->mask, (size_t)n * d->m->hp.n_ff, cudaMemcpyDeviceToHost, d->st)));
-    return CU(cudaEventRecord(d->ev_out, d->st));
+    const size_t nh = (size_t)n * (size_t)d->m->hp.n_embd * sizeof(float), nm = (size_t)n * (size_t)d->m->hp.n_ff;
+    void *hd = dev_addr(d, h, nh), *md = mask ? dev_addr(d, mask, nm) : NULL, *kd = dev_addr(d, key, sizeof *key);
+    if (!hd || (mask && !md) || !kd)
+        return pi_fail(PI_E_INVAL, "cuda: stage_out's h, masks and key must lie in a registered host range");
+    return CK(cuk_hand_out(d->x, (int64_t)nh, mask ? d->mask : NULL, (int64_t)nm, hd, md, kd, seq, d->st));
 }
 
-int cudev_stage_wait(struct cudev *d) { return CU(cudaEventSynchronize(d->ev_out)); }
+/* Polls of a stage_out key between two questions to the stream whether it failed (a kernel that
+ * faults never stores its key) */
+#define STAGE_QUERY_POLLS 1024
+
+int cudev_stage_wait(struct cudev *d, const uint64_t *key, uint64_t seq)
+{
+    for (uint32_t polls = 1;; polls++) {
+        /* acquire: pairs with cuk_hand_out's system-scope release of the key after h and the masks */
+        const uint64_t k = atomic_load_explicit((const _Atomic uint64_t *)key, memory_order_acquire);
+        if (k >= seq)
+            return k == seq ? 0 : 1;
+        if (polls % STAGE_QUERY_POLLS)
+            continue;
+        const cudaError_t e = cudaStreamQuery(d->st);
+        if (e == cudaSuccess) /* everything enqueued is done, and the key is not there */
+            return pi_fail(PI_E_DEVICE, "cuda: the stream is idle but step %llu was never announced",
+                           (unsigned long long)seq);
+        if (e != cudaErrorNotReady)
+            return CU(e);
+    }
+}
+
+int cudev_cold_add(struct cudev *d, int32_t n, const uint64_t *key, const float *y, uint64_t seq)
+{
+    TRY(check_n(d, n));
+    const int64_t ne = (int64_t)n * d->m->hp.n_embd;
+    const void *yd = dev_addr(d, y, (size_t)ne * sizeof(float)), *kd = dev_addr(d, key, sizeof *key);
+    if (!yd || !kd || !d->rel_blk)
+        return pi_fail(PI_E_INVAL, "cuda: cold_add's share and key must lie in a registered host range");
+    return CK(cuk_hand_add(d->x, d->pending, yd, kd, d->rel_y_d, d->rel_d, seq, ne, d->st));
+}
+
+float *cudev_cold_buf(struct cudev *d) { return d->rel_blk ? (float *)((char *)d->rel_blk + REL_Y_OFF) : NULL; }
+
+void cudev_cold_release(struct cudev *d, uint64_t seq)
+{
+    if (!d->rel_blk)
+        return;
+    _Atomic uint64_t *rel = (_Atomic uint64_t *)d->rel_blk;
+    /* release: the share in cold_buf is written before the device can see the word (it reads the
+     * share after it, cuk_hand.h); never lowered, so a release covers every earlier step too */
+    if (atomic_load_explicit(rel, memory_order_relaxed) < seq)
+        atomic_store_explicit(rel, seq, memory_order_release);
+}
 
 int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
 {

@@ -99,13 +99,23 @@ int cudev_argmax(struct cudev *d, int32_t n, int32_t first, int32_t *ids);
 /* the k best of the logits rows [first, n) that cudev_output left on the device (cuk_topk.h) */
 int cudev_topk(struct cudev *d, int32_t n, int32_t first, int32_t k, int32_t *ids, float *vals);
 int cudev_sync(struct cudev *d);
-/* Pin [ptr, ptr + bytes) for DMA (cudaHostRegister; unregistered at close; at most 4 ranges).
- * ffn_add's y_cold inside a registered range is copied without waiting for it. */
+/* Pin [ptr, ptr + bytes) and map it into the device's address space (cudaHostRegister; unregistered
+ * at close; at most 4 ranges). ffn_add's y_cold inside a registered range is copied without waiting
+ * for it. The hand-off below reads and writes only registered ranges. */
 int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
-/* Enqueue x (n, n_embd) → h and, when mask is not NULL, the masks (n, n_ff) → mask, then an event;
- * stage_wait waits for that event only. */
-int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask);
-int cudev_stage_wait(struct cudev *d);
+/* The per-layer hand-off with the host's share of the FFN (cuk_hand.h), enqueued in the stream:
+ * stage_out: x (n, n_embd) → h and, when mask is not NULL, the masks (n, n_ff) → mask, written by a
+ * kernel into the mapped range, then *key = seq (system-scope release). stage_wait: the host polls
+ * the key (not the stream, which may be waiting in a cold_add) until *key >= seq: 0 when it is seq,
+ * 1 when a later step's, an error when the stream failed. cold_add: x += pending + the host share,
+ * the device waiting for it: y once *key == seq, or cold_buf() once cold_release(s >= seq). Every
+ * cold_add must be released by its key or by cold_release before the host waits on the stream;
+ * close releases all. */
+int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
+int cudev_stage_wait(struct cudev *d, const uint64_t *key, uint64_t seq);
+int cudev_cold_add(struct cudev *d, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
+float *cudev_cold_buf(struct cudev *d); /* (n_batch, n_embd) pinned host floats; NULL before host_register */
+void cudev_cold_release(struct cudev *d, uint64_t seq);
 /* Benchmarks: batches of more than CUDEV_GEMV_MAX tokens through cuBLAS GEMMs (f16 activations, the
  * sparse FFN as a masked dense product) — not batch invariant. Needs params.blas_prefill. */
 int cudev_blas_prefill(struct cudev *d, bool on);

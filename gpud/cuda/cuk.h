@@ -104,8 +104,7 @@ int cuk_threshold(const float *y, uint8_t *mask, int64_t n, float thr, void *st)
 
 /* Q types with 32-element blocks (the Q8_0-quantized activation): x's RMSNorm (cuk_rmsnorm's bits)
  * and its quantization in one launch into xq, then cuk_gemv_split3 / cuk_glu on it — the bits of
- * the three launches, one fewer. Return 1 (nothing enqueued) for the other types, and unless
- * PINFER_CUDA_NORMQ=1 (off by default: not measured apart on the GPU). */
+ * the three launches, one fewer. Return 1 (nothing enqueued) for the other types. */
 int cuk_normq_split3(const struct cuk_w *w, const float *x, const float *norm_w, float eps, int B, float *y0,
                      int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
 int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
@@ -126,7 +125,8 @@ int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const floa
                    const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, int B, void *st);
 /* out (B, n_head·d) = softmax(q · K[seq[b]][0..pos[b]] / sqrt(d)) · V[...]: each token attends to the
  * cells of its own sequence at positions ≤ its own, split into fixed chunks of 32 cells merged in
- * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats.
+ * chunk order (the same order whatever the batch). part: cuk_attn_part_floats(g, B) floats, zero
+ * before the first call (its arrival counters; each launch leaves them zero again).
  * max_pos: the largest pos[b] when the host knows it (fewer empty blocks launched), else -1. */
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
              const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
