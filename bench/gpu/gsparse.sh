@@ -54,8 +54,8 @@ fi
 while [ ! -f "$S/.done" ] && [ "$(left)" -gt 100 ]; do sleep 1; done
 log "models: $(ls -s "$S" | tr '\n' ' ')"
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1 | tee -a "$OUT/bench.jsonl"
-VARIANTS=${VARIANTS:-"s16-old:s16:old:X=1 s16:s16:new:X=1 s16-fuse0:s16:new:PINFER_CUDA_SPARSE_FUSE=0
-    s16-pf0:s16:new:PINFER_CUDA_AX_PF=0 s4-old:s4:old:X=1 s4:s4:new:X=1 d16-old:d16:old:X=1 d16:d16:new:X=1"}
+VARIANTS=${VARIANTS:-"s16-old:s16:old:X=1 s16:s16:new:X=1 s4-old:s4:old:X=1 s4:s4:new:X=1 d16-old:d16:old:X=1
+    d16:d16:new:X=1"}
 for r in $(seq "${ROUNDS:-2}"); do
     for v in $VARIANTS; do
         IFS=: read -r tag f bin envs <<<"$v"
