@@ -826,7 +826,7 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
 #define AXPY_THREADS 64
 /* rows of a chunk in flight per thread (their words loaded together, then added in ascending j: the
  * same additions whatever G): the whole 16-row chunk for the float types' 8-element lane blocks (one
- * HBM round trip instead of two: s16 +1.7 %), 8 for the Q types' 32-element ones (16 measured 1 % slower
+ * HBM round trip instead of two: ~+1.7 % on s16, across two calls), 8 for the Q types' 32-element ones (16: 1 % slower
  * on s4: the registers of 32 accumulators and 16 rows' words); bench/gpu/NOTES.md, 2026-12-02 gsparse */
 template <class T> struct AxpyG {
     enum { G = T::E <= 8 ? 16 : 8 };
@@ -899,8 +899,8 @@ __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__res
     const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    /* CHUNK_SUM_G partials loaded together, added in chunk order: one L2 round trip for ~70 chunks
-     * (10 % of 11008 neurons) in two (with 8 at a time it was nine, one after the other) */
+    /* CHUNK_SUM_G partials loaded together, then added in chunk order: the ~70 chunks of a sparse
+     * step (10 % of 11 008 neurons) in two L2 round trips, where 8 at a time took nine */
     for (int64_t c0 = 0; c0 < nc; c0 += CHUNK_SUM_G) {
         float v[CHUNK_SUM_G];
 #pragma unroll
