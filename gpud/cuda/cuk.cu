@@ -826,8 +826,9 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
 #define AXPY_THREADS 64
 /* rows of a chunk in flight per thread (their words loaded together, then added in ascending j: the
  * same additions whatever G): the whole 16-row chunk for the float types' 8-element lane blocks (one
- * HBM round trip instead of two: ~+1.7 % on s16, across two calls), 8 for the Q types' 32-element ones (16: 1 % slower
- * on s4: the registers of 32 accumulators and 16 rows' words); bench/gpu/NOTES.md, 2026-12-02 gsparse */
+ * HBM round trip instead of two: ~+1.7 % on s16, across two calls), 8 for the Q types' 32-element
+ * ones (16 was 1 % slower on s4: 32 accumulators and 16 rows' words a thread); bench/gpu/NOTES.md,
+ * 2026-12-02 gsparse */
 template <class T> struct AxpyG {
     enum { G = T::E <= 8 ? 16 : 8 };
 };
