@@ -53,6 +53,7 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 #include "predictor.h"
 #include "pwri_testmodel.h"
 #include "quant.h"
+#include "quant_blocks.h"
 #include "testutil.h"
 #include "threadpool.h"
 
@@ -836,6 +837,122 @@ static void test_pdl(void)
     free(xs);
 }
 
+/* The sparse path's mask compaction and down projection against the host, bitwise: cuk_compact's list
+ * and counts = the host's (rows of 700 and 4 500 neurons, so the later tokens' mask rows are not
+ * 16-byte aligned; masks of every density, any non-zero byte on), and cuk_axpy_rows = its order
+ * written out on the host — per chunk of CUK_AXPY_CHUNK listed rows an fmaf chain in ascending j
+ * (a zero activation skipping its row, the activation times the block scale first), then the chunks
+ * added in chunk order, onto y or not — for F16 and Q8_0 down_t (float and Q types take different
+ * numbers of rows in flight a thread: the same additions), 1, 3 and 8 tokens. */
+static void test_sparse_axpy(void)
+{
+    static const int64_t shapes[][2] = { { 512, 700 }, { 1024, 4500 } }; /* n_embd, n_ff */
+    static const uint32_t types[] = { PI_TYPE_F16, PI_TYPE_Q8_0 };
+    enum { BM = 8 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t E = shapes[si][0], F = shapes[si][1];
+        uint8_t *mask = malloc((size_t)(BM * F));
+        int32_t *hidx = malloc((size_t)(BM * F) * sizeof *hidx), *gidx = malloc((size_t)(BM * F) * sizeof *gidx);
+        int32_t hcnt[BM], gcnt[BM];
+        float *act = malloc((size_t)(BM * F) * sizeof *act), *y0 = malloc((size_t)(BM * E) * sizeof *y0);
+        float *yh = malloc((size_t)(BM * E) * sizeof *yh), *yd = malloc((size_t)(BM * E) * sizeof *yd);
+        float *w = malloc((size_t)(F * E) * sizeof *w), *acc = malloc((size_t)E * sizeof *acc);
+        REQUIRE(mask && hidx && gidx && act && y0 && yh && yd && w && acc, "out of memory");
+        for (int b = 0; b < BM; b++) { /* token 0: ~10 %, 1: none, 2: all, 3: the last 37, others ~6–21 % */
+            hcnt[b] = 0;
+            for (int64_t i = 0; i < F; i++) {
+                const float r = 0.5f + 0.5f * mmv_rand();
+                const bool on = b == 1 ? false : b == 2 ? true : b == 3 ? i >= F - 37 : r < (b == 0 ? 0.1f : 0.03f * b);
+                mask[(int64_t)b * F + i] = on ? (uint8_t)(1 + (i % 3)) : 0;
+                if (on)
+                    hidx[(int64_t)b * F + hcnt[b]++] = (int32_t)i;
+            }
+            for (int64_t j = 0; j < F; j++) /* compact activations, some exactly zero (their rows skipped) */
+                act[(int64_t)b * F + j] = j % 7 == 3 ? 0.0f : mmv_rand();
+        }
+        for (int64_t i = 0; i < BM * E; i++)
+            y0[i] = mmv_rand();
+        uint8_t *dm = mmv_dev((size_t)(BM * F));
+        int32_t *didx = mmv_dev((size_t)(BM * F) * 4), *dcnt = mmv_dev(BM * 4);
+        float *dact = mmv_dev((size_t)(BM * F) * 4), *dy = mmv_dev((size_t)(BM * E) * 4);
+        float *part = mmv_dev(cuk_axpy_part_floats(F, E, BM) * 4);
+        REQUIRE(cudaMemcpy(dm, mask, (size_t)(BM * F), cudaMemcpyHostToDevice) == cudaSuccess &&
+                    cudaMemcpy(dact, act, (size_t)(BM * F) * 4, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+        CHECK_OK(cuk_compact(dm, BM, F, didx, dcnt, NULL));
+        REQUIRE(cudaMemcpy(gidx, didx, (size_t)(BM * F) * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                    cudaMemcpy(gcnt, dcnt, sizeof gcnt, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+        for (int b = 0; b < BM; b++)
+            CHECK(gcnt[b] == hcnt[b] && !memcmp(gidx + (int64_t)b * F, hidx + (int64_t)b * F, (size_t)hcnt[b] * 4),
+                  "compact %lld neurons, token %d: %d listed, want %d", (long long)F, b, gcnt[b], hcnt[b]);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const uint32_t type = types[ti];
+            const struct pi_type_traits *tt = quant_traits(type);
+            const size_t rb = (size_t)(E / tt->blck_size) * tt->type_size;
+            uint8_t *raw = malloc(rb * (size_t)F);
+            float *row = malloc((size_t)E * sizeof *row);
+            REQUIRE(raw && row, "out of memory");
+            for (int64_t r = 0; r < F; r++) { /* raw rows, and each element as the kernel reads it: w, scale s */
+                for (int64_t e = 0; e < E; e++)
+                    row[e] = 0.05f * mmv_rand();
+                tt->from_float(row, raw + (size_t)r * rb, E);
+                for (int64_t e = 0; e < E; e++) {
+                    if (type == PI_TYPE_F16)
+                        w[r * E + e] = pi_f16_to_f32(((const pi_f16 *)(raw + (size_t)r * rb))[e]);
+                    else
+                        w[r * E + e] = (float)((const struct block_q8_0 *)(raw + (size_t)r * rb))[e / 32].qs[e % 32];
+                }
+            }
+            struct cuk_w dw = { .type = type, .n_in = E, .n_out = F };
+            dw.q = mmv_dev(cuk_w_qbytes(type, E, F));
+            const size_t db = cuk_w_dbytes(type, E, F);
+            dw.d = db ? mmv_dev(db) : NULL;
+            void *draw = mmv_dev(rb * (size_t)F);
+            REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)F, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+            CHECK_OK(cuk_repack(&dw, draw, 0, F, NULL));
+            static const int bs[] = { 1, 3, 8 };
+            for (int bi = 0; bi < 3; bi++)
+                for (int add = 0; add < 2; add++) {
+                    const int B = bs[bi];
+                    REQUIRE(cudaMemcpy(dy, y0, (size_t)(B * E) * 4, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+                    CHECK_OK(cuk_axpy_rows(&dw, dact, B, didx, dcnt, F, part, dy, add, NULL));
+                    for (int b = 0; b < B; b++) {
+                        float *yr = yh + (int64_t)b * E;
+                        for (int64_t e = 0; e < E; e++)
+                            yr[e] = 0.0f;
+                        for (int64_t j0 = 0; j0 < hcnt[b]; j0 += CUK_AXPY_CHUNK) {
+                            for (int64_t e = 0; e < E; e++)
+                                acc[e] = 0.0f;
+                            for (int64_t j = j0; j < j0 + CUK_AXPY_CHUNK && j < hcnt[b]; j++) {
+                                const float a = act[(int64_t)b * F + j];
+                                if (a == 0.0f)
+                                    continue;
+                                const int64_t r = hidx[(int64_t)b * F + j];
+                                for (int64_t e = 0; e < E; e++) {
+                                    const float sc = type == PI_TYPE_F16 ? 1.0f
+                                                                         : pi_f16_to_f32(((const struct block_q8_0 *)(raw + (size_t)r * rb))[e / 32].d);
+                                    const float as = a * sc;
+                                    acc[e] = fmaf(as, w[r * E + e], acc[e]);
+                                }
+                            }
+                            for (int64_t e = 0; e < E; e++)
+                                yr[e] += acc[e];
+                        }
+                        for (int64_t e = 0; e < E; e++)
+                            yr[e] = add ? y0[(int64_t)b * E + e] + yr[e] : yr[e];
+                    }
+                    REQUIRE(cudaMemcpy(yd, dy, (size_t)(B * E) * 4, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+                    CHECK(!memcmp(yd, yh, (size_t)(B * E) * 4), "axpy %s %lld x %lld, B=%d add %d: != the host's order",
+                          tt->name, (long long)F, (long long)E, B, add);
+                }
+            cudaFree(dw.q), cudaFree(dw.d), cudaFree(draw);
+            free(raw), free(row);
+        }
+        printf("compact + axpy %lld x %lld: = the host bitwise checked (F16, Q8_0)\n", (long long)F, (long long)E);
+        cudaFree(dm), cudaFree(didx), cudaFree(dcnt), cudaFree(dact), cudaFree(dy), cudaFree(part);
+        free(mask), free(hidx), free(gidx), free(act), free(y0), free(yh), free(yd), free(w), free(acc);
+    }
+}
+
 /* The Q types' RMSNorm + quantization in one launch (cuk_normq_split3 / cuk_normq_glu, the decode
  * path's default) = cuk_rmsnorm, then the product quantizing its own input: bitwise, for a token
  * alone and in a batch (each block of k_norm_quant_x computes the row's scale itself), for the
@@ -910,6 +1027,7 @@ int main(int argc, char **argv)
     test_topk();
     test_mmv();
     test_pdl();
+    test_sparse_axpy();
     test_normq();
     if (argc > 1)
         test_tiny(argv[1]);

@@ -115,11 +115,14 @@ static int run_decode(struct cudev *d, const struct pi_model *m, const int32_t *
     printf("{\"case\":\"decode\",\"model\":\"%s\",\"mode\":\"%s\",\"n_gen\":%d,\"prompt_tokens\":%d,\"prompt_s\":%.6f,"
            "\"decode_s\":%.6f,\"tok_s\":%.2f,\"ms_per_tok\":%.4f,\"eager_steps\":%d,\"eager_tok_s\":%.2f,"
            "\"active_frac\":%.4f,\"bytes_per_tok\":%.0f,\"achieved_gbps\":%.1f,\"first_ids\":[%d,%d,%d,%d,%d,%d,%d,%d],"
-           "\"profile_ms\":{\"qkv\":%.4f,\"attn\":%.4f,\"wo\":%.4f,\"pred\":%.4f,\"ffn\":%.4f,\"output\":%.4f},"
+           "\"profile_ms\":{\"qkv\":%.4f,\"attn\":%.4f,\"wo\":%.4f,\"pred\":%.4f,\"ffn\":%.4f,\"output\":%.4f,"
+           "\"fc1\":%.4f,\"fc2\":%.4f,\"compact\":%.4f,\"glu\":%.4f,\"axpy\":%.4f},"
            "\"vram\":{\"weights\":%llu,\"kv\":%llu,\"scratch\":%llu,\"context\":%llu,\"device_used\":%llu}}\n",
            path, sparse ? "sparse" : "dense", n, np, t_prompt, t_dec, rate, 1e3 * t_dec / (n - 1), eager,
            eager ? eager / t_eager : 0.0, active_frac, bytes, bytes * rate / 1e9, ids[0], ids[1], ids[2], ids[3],
-           ids[4], ids[5], ids[6], ids[7], prof[0], prof[1], prof[2], prof[3], prof[4], prof[5], (unsigned long long)mem.weights, (unsigned long long)mem.kv,
+           ids[4], ids[5], ids[6], ids[7], prof[0], prof[1], prof[2], prof[3], prof[4], prof[5], prof[CUDEV_PROF_FC1],
+           prof[CUDEV_PROF_FC2], prof[CUDEV_PROF_COMPACT], prof[CUDEV_PROF_GLU], prof[CUDEV_PROF_AXPY],
+           (unsigned long long)mem.weights, (unsigned long long)mem.kv,
            (unsigned long long)mem.scratch, (unsigned long long)mem.context, (unsigned long long)mem.device_used);
     fflush(stdout);
     free(ids);

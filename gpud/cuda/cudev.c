@@ -173,6 +173,12 @@ struct cudev {
     void *rel_blk;           /* host: [0, 64) the release word, [REL_Y_OFF, ...) the share */
     uint64_t *rel_d;         /* their device addresses */
     float *rel_y_d;
+    /* cudev_profile: events between kernels, each labelled with the slot of the time before it */
+#define PROF_EV 16
+    cudaEvent_t pev[PROF_EV];
+    int plab[PROF_EV];
+    int pn; /* events recorded this layer; -1: not profiling */
+    int prc;
 };
 
 #define REL_Y_OFF 256
@@ -585,6 +591,7 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         return pi_fail(PI_E_NOMEM, "cuda: out of memory");
     d->m = m;
     d->p = *p;
+    d->pn = -1;
     if (d->p.n_seq < 1)
         d->p.n_seq = 1;
     if (d->p.n_batch < 1)
@@ -772,6 +779,16 @@ static int mm(struct cudev *d, const struct cuk_w *w, const float *x, int n, flo
 
 /* ---- steps ---- */
 
+/* profiling (cudev_profile): an event after the kernels so far, the time since the last one counted
+ * in slot; nothing when not profiling */
+static void mark(struct cudev *d, int slot)
+{
+    if (d->pn < 0 || d->pn >= PROF_EV || d->prc)
+        return;
+    d->prc = CU(cudaEventRecord(d->pev[d->pn], d->st));
+    d->plab[d->pn++] = slot;
+}
+
 static int check_n(const struct cudev *d, int32_t n)
 {
     if (n < 1 || n > d->p.n_batch)
@@ -887,8 +904,11 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     const float thr = d->m->hp.sparse_threshold;
     if (!use_blas(d, n)) {
         TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
+        mark(d, CUDEV_PROF_FC1);
         TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
+        mark(d, CUDEV_PROF_FC2);
         TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+        mark(d, CUDEV_PROF_COMPACT);
     } else {
         TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
         TRY(CK(cuk_relu(d->p1, (int64_t)n * c->fc1.n_out, d->st)));
@@ -999,7 +1019,10 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
         TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx,
                             cnt, F, true, d->xq, d->st)));
-        return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st));
+        mark(d, CUDEV_PROF_GLU);
+        TRY(CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st)));
+        mark(d, CUDEV_PROF_AXPY);
+        return 0;
     }
     if (masked)
         TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
@@ -1268,10 +1291,9 @@ int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, b
 {
     sparse = sparse && d->sparse_ok;
     TRY(check_n(d, n));
-    cudaEvent_t ev[CUDEV_PROF_N + 1];
     int rc = 0, made = 0;
-    for (; made <= CUDEV_PROF_N && !rc; made++)
-        rc = CU(cudaEventCreate(&ev[made]));
+    for (; made < PROF_EV && !rc; made++)
+        rc = CU(cudaEventCreate(&d->pev[made]));
     for (int i = 0; i < CUDEV_PROF_N; i++)
         ms[i] = 0;
     int32_t *pv = malloc((size_t)n * 2 * sizeof *pv);
@@ -1284,52 +1306,49 @@ int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, b
     free(pv);
     if (!rc)
         rc = cudev_embed(d, n);
-    for (int il = 0; !rc && il < d->m->hp.n_layer; il++) {
-        rc = CU(cudaEventRecord(ev[0], d->st));
-        if (!rc)
+    /* per layer (and the output layer after them): an event after each part, and inside the
+     * predictor and the masked FFN after each kernel; the times between them summed into the slot
+     * each event names */
+    for (int il = 0; !rc && il <= d->m->hp.n_layer; il++) {
+        d->pn = 0, d->prc = 0;
+        mark(d, CUDEV_PROF_OUTPUT); /* the start: its label is not used */
+        if (il == d->m->hp.n_layer) {
+            rc = cudev_output(d, n, n - 1, NULL);
+            if (!rc)
+                rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
+            mark(d, CUDEV_PROF_OUTPUT);
+        } else {
             rc = attn_qkv(d, il, n);
+            mark(d, CUDEV_PROF_QKV);
+            if (!rc)
+                rc = attn_core(d, il, n);
+            mark(d, CUDEV_PROF_ATTN);
+            if (!rc)
+                rc = attn_out(d, il, n);
+            mark(d, CUDEV_PROF_WO);
+            if (!rc && sparse)
+                rc = cudev_predict(d, il, n);
+            mark(d, CUDEV_PROF_PRED);
+            if (!rc)
+                rc = cudev_ffn(d, il, n, sparse, false);
+            mark(d, CUDEV_PROF_FFN);
+        }
         if (!rc)
-            rc = CU(cudaEventRecord(ev[1], d->st));
-        if (!rc)
-            rc = attn_core(d, il, n);
-        if (!rc)
-            rc = CU(cudaEventRecord(ev[2], d->st));
-        if (!rc)
-            rc = attn_out(d, il, n);
-        if (!rc)
-            rc = CU(cudaEventRecord(ev[3], d->st));
-        if (!rc && sparse)
-            rc = cudev_predict(d, il, n);
-        if (!rc)
-            rc = CU(cudaEventRecord(ev[4], d->st));
-        if (!rc)
-            rc = cudev_ffn(d, il, n, sparse, false);
-        if (!rc)
-            rc = CU(cudaEventRecord(ev[5], d->st));
-        if (!rc)
-            rc = CU(cudaEventSynchronize(ev[5]));
-        for (int i = 0; !rc && i < 5; i++) {
+            rc = d->prc;
+        if (!rc && d->pn > 0)
+            rc = CU(cudaEventSynchronize(d->pev[d->pn - 1]));
+        for (int i = 1; !rc && i < d->pn; i++) {
             float t = 0;
-            rc = CU(cudaEventElapsedTime(&t, ev[i], ev[i + 1]));
-            ms[i] += t;
+            rc = CU(cudaEventElapsedTime(&t, d->pev[i - 1], d->pev[i]));
+            ms[d->plab[i]] += t;
         }
     }
-    if (!rc)
-        rc = CU(cudaEventRecord(ev[0], d->st));
-    if (!rc)
-        rc = cudev_output(d, n, n - 1, NULL);
-    if (!rc)
-        rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
-    if (!rc)
-        rc = CU(cudaEventRecord(ev[1], d->st));
-    if (!rc)
-        rc = CU(cudaEventSynchronize(ev[1]));
-    float t = 0;
-    if (!rc)
-        rc = CU(cudaEventElapsedTime(&t, ev[0], ev[1]));
-    ms[5] = t;
+    d->pn = -1;
+    /* the parts are the sums of their kernels */
+    ms[CUDEV_PROF_PRED] += ms[CUDEV_PROF_FC1] + ms[CUDEV_PROF_FC2] + ms[CUDEV_PROF_COMPACT];
+    ms[CUDEV_PROF_FFN] += ms[CUDEV_PROF_GLU] + ms[CUDEV_PROF_AXPY];
     for (int i = 0; i < made; i++)
-        cudaEventDestroy(ev[i]);
+        cudaEventDestroy(d->pev[i]);
     return rc;
 }
 

@@ -134,8 +134,15 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
 
 /* Where one eager step of n tokens (tok, at positions pos.., sequence 0: a decode step or a prompt
  * batch) spends GPU time (ms, summed over layers): norm + q/k/v, rope + cache + attention, wo,
- * predictor, FFN, output + argmax. */
-#define CUDEV_PROF_N 6
+ * predictor, FFN, output + argmax; then the predictor's kernels (fc1, fc2, the mask's compaction:
+ * parts of pred) and the sparse FFN's with ffn_down_t (norm + gate/up over the listed rows, the
+ * AXPY + its chunk sum: parts of ffn). Events between the kernels: eager, no overlap across them
+ * (each costs a launch gap, ~5 µs on the H200). */
+enum {
+    CUDEV_PROF_QKV, CUDEV_PROF_ATTN, CUDEV_PROF_WO, CUDEV_PROF_PRED, CUDEV_PROF_FFN, CUDEV_PROF_OUTPUT,
+    CUDEV_PROF_FC1, CUDEV_PROF_FC2, CUDEV_PROF_COMPACT, CUDEV_PROF_GLU, CUDEV_PROF_AXPY,
+    CUDEV_PROF_N
+};
 int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, bool sparse, double ms[CUDEV_PROF_N]);
 
 /* HBM read floor: GB/s of a read-only kernel over bytes of device memory (the best of reps). */

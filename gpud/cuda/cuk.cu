@@ -824,7 +824,14 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
 /* ---- sparse down projection: AXPY over down_t rows ---- */
 
 #define AXPY_THREADS 64
-#define AXPY_G 8 /* rows of a chunk in flight per thread */
+/* rows of a chunk in flight per thread (their words loaded together, then added in ascending j: the
+ * same additions whatever G): the whole 16-row chunk for the float types' 8-element lane blocks (one
+ * HBM round trip instead of two: ~+1.7 % on s16, across two calls), 8 for the Q types' 32-element
+ * ones (16 was 1 % slower on s4: 32 accumulators and 16 rows' words a thread); bench/gpu/NOTES.md,
+ * 2026-12-02 gsparse */
+template <class T> struct AxpyG {
+    enum { G = T::E <= 8 ? 16 : 8 };
+};
 
 template <class T>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
@@ -832,13 +839,16 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
+    constexpr int AXPY_G = AxpyG<T>::G;
     pdl_enter();
+    /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
+     * sparse step's) after them, each exiting at once */
     const int tok = blockIdx.z;
-    const int64_t c = blockIdx.x, j0 = c * CUK_AXPY_CHUNK;
+    const int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK;
     const int64_t n = cnt ? cnt[tok] : n_ff;
     if (j0 >= n)
         return;
-    const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.y * AXPY_THREADS + threadIdx.x;
+    const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.x * AXPY_THREADS + threadIdx.x;
     if (pb >= nb)
         return;
     const float *a = act + (int64_t)tok * idx_stride;
@@ -877,6 +887,8 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
         out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
 }
 
+#define CHUNK_SUM_G 40
+
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
                             int64_t n_embd, int64_t n_chunk, float *y, bool add)
 {
@@ -888,18 +900,29 @@ __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__res
     const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    for (int64_t c0 = 0; c0 < nc; c0 += 8) { /* 8 partials loaded together, added in chunk order */
-        float v[8];
+    /* CHUNK_SUM_G partials loaded together, then added in chunk order: the ~70 chunks of a sparse
+     * step (10 % of 11 008 neurons) in two L2 round trips, where 8 at a time took nine */
+    for (int64_t c0 = 0; c0 < nc; c0 += CHUNK_SUM_G) {
+        float v[CHUNK_SUM_G];
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < CHUNK_SUM_G; u++)
             v[u] = c0 + u < nc ? p[(c0 + u) * n_embd] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < CHUNK_SUM_G; u++)
             if (c0 + u < nc)
                 s += v[u];
     }
     float *o = y + (int64_t)tok * n_embd + e;
     *o = add ? *o + s : s;
+}
+
+static int chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int nt, float *y, bool add,
+                     cudaStream_t st)
+{
+    const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, part, cnt, n_ff, n_embd,
+               n_chunk, y, add);
+    return launched();
 }
 
 extern "C" size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B)
@@ -922,15 +945,13 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const float *at = act + (int64_t)t0 * idx_stride;
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
-        const dim3 grid((unsigned)n_chunk, (unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)nt);
+        const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
         pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
                    at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
             return rc;
-        pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, (const float *)part,
-                   ct, n_ff, n_embd, n_chunk, yt, add);
-        if ((rc = launched()))
+        if ((rc = chunk_sum(part, ct, n_ff, n_embd, nt, yt, add, st)))
             return rc;
     }
     return 0;
@@ -945,19 +966,37 @@ extern "C" int cuk_axpy_rows(const struct cuk_w *down_t, const float *act, int B
 
 /* ---- mask compaction: an ordered block scan, one block per token ---- */
 
+/* non-zero bytes of a 32-bit word */
+__device__ static inline int nz4(uint32_t w) { return __popc(__vcmpne4(w, 0u)) >> 3; }
+
+/* idx[tok][0..cnt) = the i with mask[tok][i] != 0, ascending. Thread t takes a contiguous segment of
+ * 16-byte multiples (at 11 008 neurons one 16-byte load each: the kernel was one dependent byte load
+ * after another over ~11 bytes a thread, twice), counts, the counts are scanned over the warp and then
+ * over the warps, and each thread writes its segment's indices from its offset. PDL-launched: it
+ * follows the predictor's fc2 in the decode chain (cudev_predict). */
 __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
 {
     __shared__ int32_t wsum[32];
+    pdl_enter(); /* the mask is the previous kernel's (or copy's) output */
     const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int64_t seg = (n + 1023) / 1024, i0 = t * seg, i1 = i0 + seg < n ? i0 + seg : n;
     const uint8_t *m = mask + (int64_t)tok * n;
+    const bool vec = ((uintptr_t)m & 15) == 0;
+    int64_t seg = (n + 1023) / 1024;
+    seg = (seg + 15) & ~(int64_t)15;
+    const int64_t i0 = (int64_t)t * seg < n ? (int64_t)t * seg : n, i1 = i0 + seg < n ? i0 + seg : n;
+    const int64_t v1 = vec ? i0 + ((i1 - i0) & ~(int64_t)15) : i0; /* [i0, v1) in 16-byte words, the rest bytes */
     int32_t c = 0;
-    for (int64_t i = i0; i < i1; i++)
+#pragma unroll 4
+    for (int64_t i = i0; i < v1; i += 16) {
+        const uint4 v = *(const uint4 *)(m + i);
+        c += nz4(v.x) + nz4(v.y) + nz4(v.z) + nz4(v.w);
+    }
+    for (int64_t i = v1; i < i1; i++)
         c += m[i] != 0;
     int32_t incl = c; /* inclusive scan over the warp, then over the warps */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
         if (lane >= o)
             incl += v;
     }
@@ -965,21 +1004,35 @@ __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ ma
         wsum[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        int32_t v = wsum[lane], s = v;
+        const int32_t v = wsum[lane];
+        int32_t sc = v;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            int32_t u = __shfl_up_sync(0xffffffffu, s, o);
+            const int32_t u = __shfl_up_sync(0xffffffffu, sc, o);
             if (lane >= o)
-                s += u;
+                sc += u;
         }
-        wsum[lane] = s - v; /* exclusive */
+        wsum[lane] = sc - v; /* exclusive */
         if (lane == 31)
-            cnt[tok] = s;
+            cnt[tok] = sc;
     }
     __syncthreads();
     int32_t o = wsum[warp] + incl - c;
     int32_t *out = idx + (int64_t)tok * n;
-    for (int64_t i = i0; i < i1; i++)
+    for (int64_t i = i0; i < v1; i += 16) {
+        const uint4 v = *(const uint4 *)(m + i);
+        const uint32_t w4[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (!w4[k])
+                continue;
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+                if ((w4[k] >> (8 * b)) & 0xffu)
+                    out[o++] = (int32_t)(i + 4 * k + b);
+        }
+    }
+    for (int64_t i = v1; i < i1; i++)
         if (m[i])
             out[o++] = (int32_t)i;
 }
@@ -988,7 +1041,7 @@ extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, 
 {
     static const bool carved = carve((const void *)k_compact);
     (void)carved;
-    k_compact<<<(unsigned)B, 1024, 0, S(st)>>>(mask, n, idx, cnt);
+    pdl_launch(k_compact, dim3((unsigned)B), dim3(1024), 0, S(st), mask, n, idx, cnt);
     return launched();
 }
 
