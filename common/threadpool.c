@@ -64,12 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
+#include "cpu_relax.h"
 
 /* Spin iterations (~ tens of microseconds with pause) before sleeping: long enough to catch the next
  * kernel of the same layer, short enough that an idle pool is asleep almost at once. */

@@ -40,14 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield")
-#else
-#define cpu_relax() ((void)0)
-#endif
+#include "cpu_relax.h"
 
 /* Give the core away every this many polls: the dev machine has 2 cores shared by several stages,
  * so a spinning waiter must not starve the process it waits for. */

@@ -631,6 +631,21 @@ struct pdl_net {
     void *xq;
 };
 
+/* n_out rows of raw GGUF blocks of type (rb bytes a row) uploaded and repacked as cuk_repack lays them */
+static struct cuk_w dev_weight(uint32_t type, const uint8_t *raw, size_t rb, int64_t n_in, int64_t n_out)
+{
+    struct cuk_w w = { .type = type, .n_in = n_in, .n_out = n_out };
+    w.q = mmv_dev(cuk_w_qbytes(type, n_in, n_out));
+    const size_t db = cuk_w_dbytes(type, n_in, n_out);
+    w.d = db ? mmv_dev(db) : NULL;
+    void *draw = mmv_dev(rb * (size_t)n_out);
+    REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)n_out, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    CHECK_OK(cuk_repack(&w, draw, 0, n_out, NULL));
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "repack");
+    cudaFree(draw);
+    return w;
+}
+
 /* a (n_out, n_in) weight of type with values in [-a, a), uploaded and repacked */
 static struct cuk_w pdl_weight(uint32_t type, int64_t n_in, int64_t n_out, float a)
 {
@@ -645,15 +660,7 @@ static struct cuk_w pdl_weight(uint32_t type, int64_t n_in, int64_t n_out, float
             row[i] = a * mmv_rand();
         tt->from_float(row, raw + (size_t)r * rb, n_in);
     }
-    struct cuk_w w = { .type = type, .n_in = n_in, .n_out = n_out };
-    w.q = mmv_dev(cuk_w_qbytes(type, n_in, n_out));
-    const size_t db = cuk_w_dbytes(type, n_in, n_out);
-    w.d = db ? mmv_dev(db) : NULL;
-    void *draw = mmv_dev(rb * (size_t)n_out);
-    REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)n_out, cudaMemcpyHostToDevice) == cudaSuccess, "up");
-    CHECK_OK(cuk_repack(&w, draw, 0, n_out, NULL));
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "repack");
-    cudaFree(draw);
+    const struct cuk_w w = dev_weight(type, raw, rb, n_in, n_out);
     free(row), free(raw);
     return w;
 }
@@ -902,13 +909,7 @@ static void test_sparse_axpy(void)
                         w[r * E + e] = (float)((const struct block_q8_0 *)(raw + (size_t)r * rb))[e / 32].qs[e % 32];
                 }
             }
-            struct cuk_w dw = { .type = type, .n_in = E, .n_out = F };
-            dw.q = mmv_dev(cuk_w_qbytes(type, E, F));
-            const size_t db = cuk_w_dbytes(type, E, F);
-            dw.d = db ? mmv_dev(db) : NULL;
-            void *draw = mmv_dev(rb * (size_t)F);
-            REQUIRE(cudaMemcpy(draw, raw, rb * (size_t)F, cudaMemcpyHostToDevice) == cudaSuccess, "up");
-            CHECK_OK(cuk_repack(&dw, draw, 0, F, NULL));
+            struct cuk_w dw = dev_weight(type, raw, rb, E, F);
             static const int bs[] = { 1, 3, 8 };
             for (int bi = 0; bi < 3; bi++)
                 for (int add = 0; add < 2; add++) {
@@ -944,7 +945,7 @@ static void test_sparse_axpy(void)
                     CHECK(!memcmp(yd, yh, (size_t)(B * E) * 4), "axpy %s %lld x %lld, B=%d add %d: != the host's order",
                           tt->name, (long long)F, (long long)E, B, add);
                 }
-            cudaFree(dw.q), cudaFree(dw.d), cudaFree(draw);
+            cudaFree(dw.q), cudaFree(dw.d);
             free(raw), free(row);
         }
         printf("compact + axpy %lld x %lld: = the host bitwise checked (F16, Q8_0)\n", (long long)F, (long long)E);
