@@ -23,20 +23,8 @@ export LD_LIBRARY_PATH="$PWD/$KIT/lib:$PWD/$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_P
 SHM=/dev/shm/pinfer-f16act
 TINY=models/tiny-relu-llama-f16.gguf
 mkdir -p "$SHM"
-left() { echo $((LIMIT - ($(date +%s) - T0))); }
-log() { echo "[$(date +%T) +$(($(date +%s) - T0))s] $*" | tee -a "$OUT/r/run.log"; }
-step() { # seconds name cmd...: run under timeout min(seconds, time left - 5)
-    local s=$1 name=$2 l
-    shift 2
-    l=$(($(left) - 5))
-    [ "$l" -lt "$s" ] && s=$l
-    if [ "$s" -le 3 ]; then log "$name: no time left"; return 1; fi
-    timeout "$s" "$@" >"$OUT/r/$name.log" 2>&1
-    local rc=$?
-    log "$name rc=$rc ($(tail -1 "$OUT/r/$name.log"))"
-    grep -m6 "failed:\|FAIL" "$OUT/r/$name.log"
-    return $rc
-}
+RUNDIR=$OUT/r
+. "$(dirname "$0")/call_lib.sh"
 log "start: $(nproc) cores; $(nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader 2>&1)"
 ("$W/tools/pictl" synth --shape llama-7b --type f16 -t 12 -q -o "$SHM/d16.gguf" >"$OUT/r/synth.log" 2>&1
     touch "$SHM/.done") &

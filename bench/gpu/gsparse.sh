@@ -12,8 +12,8 @@ D=$1
 OUT=${OUT:-/tmp/gsparse-out}
 LIMIT=${LIMIT:-228}
 T0=$(date +%s)
-left() { echo $((LIMIT - ($(date +%s) - T0))); }
-log() { echo "[+$(($(date +%s) - T0))s] $*" | tee -a "$OUT/run.log"; }
+RUNDIR=$OUT RESERVE=100 # the benches start at 100 s left
+. "$(dirname "$0")/call_lib.sh"
 mkdir -p "$OUT"
 tar -xJf "$D/trees.txz" -C "$D"
 xz -dc "$D/old_bench_cuda.xz" >"$D/old_bench_cuda" && chmod +x "$D/old_bench_cuda"
@@ -29,17 +29,6 @@ log "start: $(nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,nohe
     "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf.tmp" >"$OUT/synth-$f.log" 2>&1 &&
         mv "$S/$f.gguf.tmp" "$S/$f.gguf"
 done; touch "$S/.done") &
-step() { # seconds name cmd...
-    local s=$1 name=$2 l
-    shift 2
-    l=$(($(left) - 100))
-    [ "$l" -lt "$s" ] && s=$l
-    if [ "$s" -le 3 ]; then log "$name: no time left"; return 1; fi
-    timeout "$s" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$?
-    log "$name rc=$rc: $(tail -1 "$OUT/$name.log")"
-    grep -m6 "FAIL\|failed" "$OUT/$name.log"
-}
 if [ "${TESTS:-1}" = 1 ]; then
     step 80 test_cuda_ops "$G/tests/test_cuda_ops" models/tiny-relu-llama-f16.gguf
     grep "sparse ffn\|pdl type" "$OUT/test_cuda_ops.log"
