@@ -21,9 +21,9 @@
  * keeps it f32, hence 1e-3; an f16 KV cache rounds K and V to 11 bits (1e-4). In the f16 mode
  * (cuk_mma.h: F16's default; PINFER_CUDA_MMA_ACT=split turns it off) the F16 products round their
  * activation to f16 once: each product's NMSE is then ≈ E[δ²] ≤ u² = 2^-22 (test_cuda_mma derives
- * and checks it); a dense FFN rounds twice on its way (x into gate/up, the activation into down), so ACT16_TOL = 2^-20 = 4 u²
- * for an FFN step (10× for logits, as for the other types), and the sparse path is judged as the
- * Q types' (a rounding flips predictor decisions near the threshold, moving whole neurons).
+ * and checks it); a dense FFN rounds twice on its way (x into gate/up, the activation into down),
+ * so ACT16_TOL = 2^-20 = 4 u² for an FFN step (10× for logits, as for the other types), and the
+ * sparse path is judged as the Q types' (a rounding flips predictor decisions near the threshold, moving whole neurons).
  *
  * usage: test_cuda_ops [TINY_MODEL.gguf]   exits 77 when no CUDA device is present (or the build has
  * no CUDA backend: PI_CUDA_NOT_BUILT) */

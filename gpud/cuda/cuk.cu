@@ -1284,8 +1284,9 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
 /* Split-K attention ("flash decoding"): one block per (token, head, chunk of 32 cells of the token's
  * own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines it; the
  * last block of a (token, head) to finish merges the chunks in chunk order (attn_merge_out: one
- * launch a layer, not a merge kernel after it, whose launch and drain sat on the decode chain). Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of
- * the dims, the cell's four lanes' chains are added in order (attn_score). One warp then takes the
+ * launch a layer, not a merge kernel after it, whose launch and drain sat on the decode chain).
+ * Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of the
+ * dims, the cell's four lanes' chains are added in order (attn_score). One warp then takes the
  * chunk's softmax (lane = cell). p·v: thread i runs dim i's fmaf chain over the cells in order (its
  * v values loaded up front, with the keys: one memory round trip instead of two). */
 template <class C, int DL, bool ROPE>

@@ -1,7 +1,8 @@
 /* cuk_attn_dev.cuh — what a token's attention output IS, bit for bit, written once for the two
  * kernels that compute it: cuk.cu's split-K attention (decode and small batches: k_attn_part per
- * chunk, the last chunk of a (token, head) to finish merging them: attn_merge_out) and cuk_pattn.cu's tiled prompt attention (k_pattn: one block per tile
- * of tokens and head, walking the chunks itself). Each kernel arranges the work its own way; the
+ * chunk, the last chunk of a (token, head) to finish merging them: attn_merge_out) and
+ * cuk_pattn.cu's tiled prompt attention (k_pattn: one block per tile of tokens and head, walking the
+ * chunks itself). Each kernel arranges the work its own way; the
  * floating-point operations on a token's values, and their order, are the ones below in both, so a
  * token's output does not depend on which kernel ran, on the batch, or on how the prompt was chunked.
  *
