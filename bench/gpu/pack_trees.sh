@@ -8,7 +8,7 @@ G=$1 R=$2 DEST=$3
 T=$(mktemp -d)
 STAGES="tools/pictl gpud/gpud cpud/cpud predictord/predictord loaderd/loaderd"
 for f in $STAGES tests/test_cuda_ops tests/test_backend_ops tests/test_backend_ops_random tests/test_cuda_mma \
-    tests/test_cuk_traits tests/test_hybrid bench/bench_cuda; do
+    tests/test_cuk_traits tests/test_hybrid bench/bench_cuda bench/bench_kern; do
     [ -f "$G/$f" ] || continue
     mkdir -p "$T/gpu/$(dirname "$f")"
     strip -o "$T/gpu/$f" "$G/$f"

@@ -1,0 +1,201 @@
+/* bench_kern — the decode step's one-token F16 products alone: time per launch and GB/s against the
+ * HBM read floor of the same run, for the shapes of the 7B files and for row counts around them
+ * (whether a product's time follows its bytes or the number of tile rounds on the SMs).
+ *
+ *   bench_kern [--reps N] [--only NAME]
+ *
+ * Each case launches its kernel N times back to back on one stream (PDL-chained as in a decode
+ * step), each launch on another copy of the weights from a pool larger than L2, and reports the
+ * median of 5 timed batches of N. One JSON line per case. */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuk.h"
+#include "cuk_mma.h"
+#include "cuk_mmv.h"
+#include "model.h"
+#include "quant.h"
+
+#define POOL_BYTES (1536ull << 20)
+
+static uint8_t *pool;
+static cudaStream_t st;
+static float *x, *y, *act, *nw, *xn;
+static int32_t *idx, *cnt;
+
+static int cmp_f(const void *a, const void *b)
+{
+    const float p = *(const float *)a, q = *(const float *)b;
+    return p < q ? -1 : p > q;
+}
+
+/* weight copy number i of n_bytes (whole copies fit in the pool, rotated) */
+static void *copy_at(size_t n_bytes, int i)
+{
+    const size_t copies = POOL_BYTES / n_bytes;
+    return pool + (size_t)(i % (int)copies) * n_bytes;
+}
+
+enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD };
+
+struct kcase {
+    const char *name;
+    enum kind kind;
+    int64_t n_in, n_out, active; /* active: rows listed for K_GLU_IDX */
+};
+
+static int launch(const struct kcase *c, int i)
+{
+    struct cuk_w w = { PI_TYPE_F16, c->n_in, c->n_out, NULL, NULL };
+    const size_t wb = (size_t)c->n_in * (size_t)c->n_out * 2;
+    switch (c->kind) {
+    case K_GLU_NORM:
+    case K_GLU_IDX: {
+        struct cuk_w u = w;
+        w.q = copy_at(2 * wb, i);
+        u.q = (uint8_t *)w.q + wb;
+        const bool gathered = c->kind == K_GLU_IDX;
+        return cuk_norm_glu(&w, &u, x, nw, 1e-6f, 1, xn, act, PI_ACT_REGLU, gathered ? idx : NULL,
+                            gathered ? cnt : NULL, c->n_out, gathered, NULL, st);
+    }
+    case K_SPLIT3_NORM:
+        w.q = copy_at(wb, i);
+        return cuk_norm_gemv_split3(&w, x, nw, 1e-6f, 1, xn, y, c->n_out / 3, y + c->n_out / 3, c->n_out / 3,
+                                    y + 2 * (c->n_out / 3), NULL, st);
+    case K_GEMV_ADD:
+        w.q = copy_at(wb, i);
+        return cuk_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, st);
+    case K_MMV_ADD: /* the streamed kernel (cuk_mmv.h) on a product the default gives cuk_mma's */
+        w.q = copy_at(wb, i);
+        return cuk_mmv_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, NULL, 0, 0, st);
+    case K_GEMV_MASK:
+        w.q = copy_at(wb, i);
+        return cuk_gemv(&w, x, 1, act, CUK_MASK, 0.0f, NULL, st);
+    }
+    return -1;
+}
+
+static int run_case(const struct kcase *c, int reps, double hbm_gbs)
+{
+    if (c->kind == K_GLU_IDX) { /* the listed rows: every 10th, as a ~10 % active mask */
+        int32_t *h = malloc((size_t)c->n_out * sizeof *h);
+        int32_t n = 0;
+        for (int64_t r = 0; r < c->n_out && n < c->active; r += c->n_out / c->active)
+            h[n++] = (int32_t)r;
+        cudaMemcpy(idx, h, (size_t)n * sizeof *h, cudaMemcpyHostToDevice);
+        cudaMemcpy(cnt, &n, sizeof n, cudaMemcpyHostToDevice);
+        free(h);
+    }
+    int rc = launch(c, 0);
+    if (rc || cudaStreamSynchronize(st) != cudaSuccess) {
+        fprintf(stderr, "bench_kern: %s: launch failed (%d)\n", c->name, rc);
+        return 1;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms[5];
+    for (int b = 0; b < 5; b++) {
+        cudaEventRecord(e0, st);
+        for (int i = 0; i < reps; i++)
+            launch(c, b * reps + i + 1);
+        cudaEventRecord(e1, st);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[b], e0, e1);
+    }
+    qsort(ms, 5, sizeof ms[0], cmp_f);
+    const double us = 1e3 * ms[2] / reps;
+    const int64_t rows = c->kind == K_GLU_IDX ? c->active : c->n_out;
+    const double bytes = (double)c->n_in * (double)rows * 2.0 * (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
+    printf("{\"case\":\"%s\",\"n_in\":%lld,\"rows\":%lld,\"tiles\":%lld,\"us\":%.2f,\"MB\":%.1f,\"GBs\":%.0f,"
+           "\"of_floor\":%.3f,\"floor_us\":%.2f}\n",
+           c->name, (long long)c->n_in, (long long)rows, (long long)((rows + 15) / 16), us, bytes / 1e6,
+           bytes / us / 1e3, bytes / us / 1e3 / hbm_gbs, bytes / hbm_gbs / 1e3);
+    fflush(stdout);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 0;
+}
+
+static double hbm_floor(void)
+{
+    unsigned long long *sink;
+    cudaMalloc((void **)&sink, sizeof *sink);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 1e30f;
+    for (int r = 0; r < 5; r++) {
+        cudaEventRecord(e0, st);
+        cuk_read_bench(pool, POOL_BYTES, sink, st);
+        cudaEventRecord(e1, st);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        best = ms < best ? ms : best;
+    }
+    cudaFree(sink);
+    return (double)POOL_BYTES / best / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 40;
+    const char *only = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only"))
+            only = argv[i + 1];
+        else {
+            fprintf(stderr, "bench_kern: unknown option '%s' (--reps N, --only NAME)\n", argv[i]);
+            return 2;
+        }
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        fprintf(stderr, "bench_kern: no CUDA device\n");
+        return 77;
+    }
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaMalloc((void **)&pool, POOL_BYTES) != cudaSuccess || cudaMalloc((void **)&x, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&y, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&act, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&cnt, 4) != cudaSuccess) {
+        fprintf(stderr, "bench_kern: device allocation failed\n");
+        return 1;
+    }
+    /* small f16 values everywhere (0x2c00-ish bit patterns: ~0.06), x and the norm weight 1.0 */
+    cudaMemset(pool, 0x2c, POOL_BYTES);
+    float *h = malloc(65536 * 4);
+    for (int i = 0; i < 65536; i++)
+        h[i] = 1.0f;
+    cudaMemcpy(x, h, 65536 * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(nw, h, 65536 * 4, cudaMemcpyHostToDevice);
+    free(h);
+    const double hbm = hbm_floor();
+    printf("{\"case\":\"hbm_read\",\"GBs\":%.0f}\n", hbm);
+    static const struct kcase cases[] = {
+        { "gateup_10560", K_GLU_NORM, 4096, 10560, 0 }, /* 660 tiles: 5 rounds of 132 */
+        { "gateup_11008", K_GLU_NORM, 4096, 11008, 0 }, /* the 7B's 688: 5.21 */
+        { "gateup_11616", K_GLU_NORM, 4096, 11616, 0 }, /* 726: 5.5 */
+        { "gateup_12672", K_GLU_NORM, 4096, 12672, 0 }, /* 792: 6 */
+        { "qkv_12288", K_SPLIT3_NORM, 4096, 12288, 0 }, /* 768: 5.82 */
+        { "qkv_12672", K_SPLIT3_NORM, 4096, 12672, 0 }, /* 792: 6 */
+        { "wo_4096", K_GEMV_ADD, 4096, 4096, 0 },       /* 256: 1.94 (cuk_mma's kernel) */
+        { "wo_4096_mmv", K_MMV_ADD, 4096, 4096, 0 },
+        { "down_11008", K_GEMV_ADD, 11008, 4096, 0 },
+        { "down_11008_mmv", K_MMV_ADD, 11008, 4096, 0 },
+        { "fc2_11008", K_GEMV_MASK, 1024, 11008, 0 },
+        { "gathered_1100", K_GLU_IDX, 4096, 11008, 1100 },
+        { "gathered_2200", K_GLU_IDX, 4096, 11008, 2200 },
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!only || strstr(cases[i].name, only))
+            bad |= run_case(&cases[i], reps, hbm);
+    return bad;
+}
