@@ -16,9 +16,6 @@
 #define ATTN_CHUNK 32      /* cuk.cu: cells per attention block */
 #define ATTN_GROUP 64      /* cuk.cu: tokens per attention launch pair */
 #define AXPY_CHUNK 16      /* cuk.h CUK_AXPY_CHUNK */
-/* cuk_mmv.h cuk_mmv_unit_bytes(): CUK_MMV_UNIT_TILES (256) arrival words, then per tile KS (8) partials of
- * 2 × 4 × 32 floats */
-#define MMV_UNIT_BYTES (256 * 4 + 256 * 8 * 2 * 4 * 32 * 4)
 #define QBLOCK 32          /* Q8_0 / Q4_0 block */
 #define DEFAULT_BATCH 64   /* cudev's n_batch when none is given */
 
@@ -252,7 +249,6 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al(B * xq_row);                             /* xq: every token of a batch (the tiled GEMV) */
     /* apart: the split-K attention's arrival counters, then its partials */
     s += al((ATTN_GROUP + nt * nch * ((uint64_t)hp->head_dim + 2)) * (uint64_t)hp->n_head * sizeof(float));
-    s += al(MMV_UNIT_BYTES);                         /* units: the gathered gate/up's (cuk_mmv.h) */
     s += al(((uint64_t)hp->rope_dim / 2 + 1) * sizeof(float)); /* rope_inv */
     s += al(B * F);                                  /* mask_c: masks of the compacted hot rows */
     if (blas) {

@@ -524,9 +524,6 @@ static void test_mmv(void)
         const size_t yb = (size_t)(BX * N) * sizeof(float);
         float *ya = mmv_dev(yb), *yb_ = mmv_dev(yb);
         int32_t *didx = mmv_dev((size_t)(8 * N) * sizeof(int32_t)), *dcnt = mmv_dev(sizeof cnt);
-        /* the units' scratch (one token's listed rows spread over every block: cuk_mmv.h), zero */
-        void *units = mmv_dev(cuk_mmv_unit_bytes());
-        REQUIRE(cudaMemset(units, 0, cuk_mmv_unit_bytes()) == cudaSuccess, "memset");
         REQUIRE(cudaMemcpy(dx, x, (size_t)(BX * K) * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "up");
         REQUIRE(cudaMemcpy(didx, idx, (size_t)(8 * N) * sizeof(int32_t), cudaMemcpyHostToDevice) == cudaSuccess, "up");
         REQUIRE(cudaMemcpy(dcnt, cnt, sizeof cnt, cudaMemcpyHostToDevice) == cudaSuccess, "up");
@@ -569,7 +566,7 @@ static void test_mmv(void)
                         REQUIRE(cudaMemset(ya, 0xff, gb) == cudaSuccess && cudaMemset(yb_, 0xff, gb) == cudaSuccess,
                                 "memset");
                         CHECK_OK(cuk_mma_glu(&w[0], &w[1], dx, B, ya, kind, gi, gc, N, g == 1, xh, NULL));
-                        CHECK_OK(cuk_mmv_glu(&w[0], &w[1], dx, B, yb_, kind, gi, gc, N, g == 1, units, NULL));
+                        CHECK_OK(cuk_mmv_glu(&w[0], &w[1], dx, B, yb_, kind, gi, gc, N, g == 1, NULL));
                         CHECK(!mmv_diff(ya, yb_, gb), "mmv %s %lldx%lld B=%d glu %d (%s): streamed != cuk_mma", tn,
                               (long long)N, (long long)K, B, kind, g == 0 ? "dense" : g == 1 ? "compact" : "scattered");
                     }
@@ -597,7 +594,7 @@ static void test_mmv(void)
                     CHECK_OK(cuk_rmsnorm(xn, xb, nw, 1, K, K, 1e-5f, NULL));
                     CHECK_OK(cuk_mma_glu(&w[0], &w[1], xn, 1, ya, PI_ACT_SWIGLU, gi, gc, N, g == 1, xh, NULL));
                     CHECK_OK(cuk_norm_glu(&w[0], &w[1], xb, nw, 1e-5f, 1, xn + K, yb_, PI_ACT_SWIGLU, gi, gc, N, g == 1,
-                                          xh, units, NULL));
+                                          xh, NULL));
                     CHECK(!mmv_diff(ya, yb_, (size_t)N * sizeof(float)), "mmv %s %lldx%lld: norm + glu (token %d, %s) "
                           "!= rmsnorm then cuk_mma", tn, (long long)N, (long long)K, b, g ? "gathered" : "dense");
                 }
@@ -607,7 +604,7 @@ static void test_mmv(void)
             cudaFree(w[0].q), cudaFree(w[1].q);
         }
         printf("mmv %lld x %lld: streamed = cuk_mma bitwise checked\n", (long long)N, (long long)K);
-        cudaFree(dx), cudaFree(xh), cudaFree(ya), cudaFree(yb_), cudaFree(didx), cudaFree(dcnt), cudaFree(units);
+        cudaFree(dx), cudaFree(xh), cudaFree(ya), cudaFree(yb_), cudaFree(didx), cudaFree(dcnt);
         free(x), free(hw), free(idx);
     }
 }
@@ -629,7 +626,6 @@ struct pdl_net {
     void *kc[PDL_L], *vc[PDL_L];
     float *inv;
     float *x, *xn, *q, *k, *v, *att, *apart, *act, *p1, *part, *logits; /* scratch */
-    void *units;                                                      /* the gathered gate/up's (cuk_mmv.h) */
     uint8_t *mask;
     int32_t *idx, *cnt, *pos, *seq, *ids;
     void *xq;
@@ -717,8 +713,6 @@ static void pdl_net_init(struct pdl_net *n, uint32_t type)
     REQUIRE(cudaMemset(n->seq, 0, 4) == cudaSuccess, "memset");
     /* the attention's arrival counters start at zero (cuk_attn_part_floats) */
     REQUIRE(cudaMemset(n->apart, 0, cuk_attn_part_floats(&n->geom, 1) * 4) == cudaSuccess, "memset");
-    n->units = mmv_dev(cuk_mmv_unit_bytes()); /* its arrival words start at zero */
-    REQUIRE(cudaMemset(n->units, 0, cuk_mmv_unit_bytes()) == cudaSuccess, "memset");
 }
 
 static void pdl_net_free(struct pdl_net *n)
@@ -731,7 +725,7 @@ static void pdl_net_free(struct pdl_net *n)
     }
     cudaFree(n->out.q), cudaFree(n->out.d), cudaFree(n->on), cudaFree(n->inv);
     void *sc[] = { n->x, n->xn, n->q, n->k, n->v, n->att, n->apart, n->act, n->p1, n->part, n->logits, n->mask,
-                   n->idx, n->cnt, n->pos, n->seq, n->ids, n->xq, n->units };
+                   n->idx, n->cnt, n->pos, n->seq, n->ids, n->xq };
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
         cudaFree(sc[i]);
 }
@@ -749,14 +743,14 @@ static int pdl_step(struct pdl_net *n, void *st)
         rc = rc ? rc : cuk_gemv(&n->wo[l], n->att, 1, n->x, CUK_ADD, 0.0f, n->xq, st);
         if (l % 2 == 0) {
             rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
-                                        NULL, NULL, PDL_F, false, n->xq, NULL, st);
+                                        NULL, NULL, PDL_F, false, n->xq, st);
             rc = rc ? rc : cuk_gemv(&n->down[l], n->act, 1, n->x, CUK_ADD, 0.0f, n->xq, st);
         } else {
             rc = rc ? rc : cuk_gemv(&n->fc1[l], n->x, 1, n->p1, CUK_RELU, 0.0f, n->xq, st);
             rc = rc ? rc : cuk_gemv(&n->fc2[l], n->p1, 1, n->mask, CUK_MASK, 0.0f, n->xq, st);
             rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
             rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
-                                        n->idx, n->cnt, PDL_F, true, n->xq, n->units, st);
+                                        n->idx, n->cnt, PDL_F, true, n->xq, st);
             rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
         }
     }

@@ -2,13 +2,12 @@
  * HBM read floor of the same run, for the shapes of the 7B files and for row counts around them
  * (whether a product's time follows its bytes or the number of tile rounds on the SMs).
  *
- *   bench_kern [--reps N] [--only NAME] [--no-units]
+ *   bench_kern [--reps N] [--only NAME]
  *
  * Each case launches its kernel N times back to back on one stream (PDL-chained as in a decode
  * step), each launch on another copy of the weights from a pool larger than L2, and reports the
  * median of 5 timed batches of N. One JSON line per case. */
 #include <cuda_runtime_api.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +24,6 @@
 static uint8_t *pool;
 static cudaStream_t st;
 static float *x, *y, *act, *nw, *xn;
-static unsigned long long *sink;
-static void *units; /* the gathered gate/up's (cuk_mmv.h); NULL with --no-units */
 static int32_t *idx, *cnt;
 
 static int cmp_f(const void *a, const void *b)
@@ -42,7 +39,7 @@ static void *copy_at(size_t n_bytes, int i)
     return pool + (size_t)(i % (int)copies) * n_bytes;
 }
 
-enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_READ_ROWS, K_READ_TILED };
+enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD };
 
 struct kcase {
     const char *name;
@@ -62,7 +59,7 @@ static int launch(const struct kcase *c, int i)
         u.q = (uint8_t *)w.q + wb;
         const bool gathered = c->kind == K_GLU_IDX;
         return cuk_norm_glu(&w, &u, x, nw, 1e-6f, 1, xn, act, PI_ACT_REGLU, gathered ? idx : NULL,
-                            gathered ? cnt : NULL, c->n_out, gathered, NULL, units, st);
+                            gathered ? cnt : NULL, c->n_out, gathered, NULL, st);
     }
     case K_SPLIT3_NORM:
         w.q = copy_at(wb, i);
@@ -71,13 +68,9 @@ static int launch(const struct kcase *c, int i)
     case K_GEMV_ADD:
         w.q = copy_at(wb, i);
         return cuk_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, st);
-    case K_MMV_ADD: /* the streamed kernel (cuk_mmv.h) on a product the default gives cuk_mma's */
+    case K_MMV_ADD: /* the streamed kernel (cuk_mmv.h) called directly (cuk_gemv takes it too at PINFER_CUDA_MMV=2) */
         w.q = copy_at(wb, i);
         return cuk_mmv_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, NULL, 0, 0, st);
-    case K_READ_ROWS: /* the loads alone (cuk.h cuk_read_tiles_bench), active = chunks in flight */
-    case K_READ_TILED:
-        return cuk_read_tiles_bench(copy_at(wb, i), c->n_in, c->n_out, c->kind == K_READ_TILED, (int)c->active,
-                                    sink, st);
     case K_GEMV_MASK:
         w.q = copy_at(wb, i);
         return cuk_gemv(&w, x, 1, act, CUK_MASK, 0.0f, NULL, st);
@@ -115,7 +108,7 @@ static int run_case(const struct kcase *c, int reps, double hbm_gbs)
     }
     qsort(ms, 5, sizeof ms[0], cmp_f);
     const double us = 1e3 * ms[2] / reps;
-    const int64_t rows = c->kind == K_GLU_IDX ? c->active : c->n_out; /* K_READ_*: active is U */
+    const int64_t rows = c->kind == K_GLU_IDX ? c->active : c->n_out;
     const double bytes = (double)c->n_in * (double)rows * 2.0 * (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
     printf("{\"case\":\"%s\",\"n_in\":%lld,\"rows\":%lld,\"tiles\":%lld,\"us\":%.2f,\"MB\":%.1f,\"GBs\":%.0f,"
            "\"of_floor\":%.3f,\"floor_us\":%.2f}\n",
@@ -129,6 +122,8 @@ static int run_case(const struct kcase *c, int reps, double hbm_gbs)
 
 static double hbm_floor(void)
 {
+    unsigned long long *sink;
+    cudaMalloc((void **)&sink, sizeof *sink);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -142,6 +137,7 @@ static double hbm_floor(void)
         cudaEventElapsedTime(&ms, e0, e1);
         best = ms < best ? ms : best;
     }
+    cudaFree(sink);
     return (double)POOL_BYTES / best / 1e6;
 }
 
@@ -149,20 +145,13 @@ int main(int argc, char **argv)
 {
     int reps = 40;
     const char *only = NULL;
-    bool no_units = false;
-    for (int i = 1; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--no-units")) {
-            no_units = true;
-            i--;
-        } else if (i + 1 >= argc) {
-            fprintf(stderr, "bench_kern: '%s' wants a value\n", argv[i]);
-            return 2;
-        } else if (!strcmp(argv[i], "--reps"))
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--reps"))
             reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--only"))
             only = argv[i + 1];
         else {
-            fprintf(stderr, "bench_kern: unknown option '%s' (--reps N, --only NAME, --no-units)\n", argv[i]);
+            fprintf(stderr, "bench_kern: unknown option '%s' (--reps N, --only NAME)\n", argv[i]);
             return 2;
         }
     }
@@ -175,8 +164,7 @@ int main(int argc, char **argv)
         cudaMalloc((void **)&pool, POOL_BYTES) != cudaSuccess || cudaMalloc((void **)&x, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&y, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&act, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess ||
-        cudaMalloc((void **)&cnt, 4) != cudaSuccess || cudaMalloc((void **)&sink, 8) != cudaSuccess || cudaMalloc(&units, cuk_mmv_unit_bytes()) != cudaSuccess ||
-        cudaMemset(units, 0, cuk_mmv_unit_bytes()) != cudaSuccess) {
+        cudaMalloc((void **)&cnt, 4) != cudaSuccess) {
         fprintf(stderr, "bench_kern: device allocation failed\n");
         return 1;
     }
@@ -188,10 +176,6 @@ int main(int argc, char **argv)
     cudaMemcpy(x, h, 65536 * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(nw, h, 65536 * 4, cudaMemcpyHostToDevice);
     free(h);
-    if (no_units) {
-        cudaFree(units);
-        units = NULL;
-    }
     const double hbm = hbm_floor();
     printf("{\"case\":\"hbm_read\",\"GBs\":%.0f}\n", hbm);
     static const struct kcase cases[] = {
@@ -206,12 +190,6 @@ int main(int argc, char **argv)
         { "down_11008", K_GEMV_ADD, 11008, 4096, 0 },
         { "down_11008_mmv", K_MMV_ADD, 11008, 4096, 0 },
         { "fc2_11008", K_GEMV_MASK, 1024, 11008, 0 },
-        { "read_rows_down_u2", K_READ_ROWS, 11008, 4096, 2 }, /* down's loads as k_mma_mv makes them */
-        { "read_rows_down_u4", K_READ_ROWS, 11008, 4096, 4 },
-        { "read_tiled_down_u2", K_READ_TILED, 11008, 4096, 2 }, /* the same bytes, as if tiled */
-        { "read_tiled_down_u4", K_READ_TILED, 11008, 4096, 4 },
-        { "read_rows_gateup_u2", K_READ_ROWS, 4096, 22016, 2 },
-        { "read_tiled_gateup_u2", K_READ_TILED, 4096, 22016, 2 },
         { "gathered_1100", K_GLU_IDX, 4096, 11008, 1100 },
         { "gathered_2200", K_GLU_IDX, 4096, 11008, 2200 },
     };

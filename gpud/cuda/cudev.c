@@ -150,7 +150,6 @@ struct cudev {
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
     void *xq;                /* (n_batch) rows of quantized activations for the Q-type GEMV */
     float *apart;            /* attention chunk partials */
-    void *units;             /* the gathered gate/up's units (cuk_mmv.h); zeroed once at open */
     float *rope_inv;         /* (rope_dim / 2) RoPE inverse frequencies */
     void *wdeq;              /* largest Q weight as f16 (blas_prefill, Q models) */
     void *blas_ws;
@@ -507,7 +506,6 @@ static void place_scratch(struct cudev *d)
     d->tvals = take(s, u, B * CUK_TOPK_MAX * 4);
     d->xq = take(s, u, B * cuk_xq_row_bytes(max_n_in(d)));
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
-    d->units = take(s, u, cuk_mmv_unit_bytes());
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
     d->mask_c = take(s, u, B * F);
     if (blas) {
@@ -980,7 +978,7 @@ static int ffn_compact(struct cudev *d, const struct cu_layer *c, int layer, int
     /* the norm in the product's kernel where it can (cuk_mmv.h; the Q types: cuk_normq_glu), as the
      * uncompacted layers: one launch fewer on the hybrid chain, the same bits */
     TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx, cnt,
-                        H, true, d->xq, d->units, d->st)));
+                        H, true, d->xq, d->st)));
     return CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, H, d->part, y, add, d->st));
 }
 
@@ -1020,7 +1018,7 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
         TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx,
-                            cnt, F, true, d->xq, d->units, d->st)));
+                            cnt, F, true, d->xq, d->st)));
         mark(d, CUDEV_PROF_GLU);
         TRY(CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st)));
         mark(d, CUDEV_PROF_AXPY);
@@ -1030,7 +1028,7 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
         TRY(CU(cudaMemsetAsync(d->act, 0, (size_t)n * F * sizeof(float), d->st)));
     /* RMSNorm + gate/up, the norm in the product's kernel where it can (cuk_mmv.h) */
     TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act,
-                        masked ? d->idx : NULL, masked ? d->cnt : NULL, F, false, d->xq, d->units, d->st)));
+                        masked ? d->idx : NULL, masked ? d->cnt : NULL, F, false, d->xq, d->st)));
     return CK(cuk_gemv(&c->down, d->act, n, y, add ? CUK_ADD : CUK_SET, 0.0f, d->xq, d->st));
 }
 

@@ -763,7 +763,7 @@ extern "C" int cuk_glu(const struct cuk_w *gate, const struct cuk_w *up, const f
         return -(int)cudaErrorInvalidValue;
     if (cuk_mma_on(gate->type)) {
         if (((idx && B <= 8) || (B == 1 && cuk_mmv_level() >= 2)) && cuk_mmv_fits(gate, 2))
-            return cuk_mmv_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, NULL, st);
+            return cuk_mmv_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, st);
         return cuk_mma_glu(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     }
     CUK_DISPATCH(gate->type, return glu_t<T>(gate, up, x, B, act, act_kind, idx, cnt, idx_stride, compact, xq, S(st)));
@@ -1583,51 +1583,5 @@ extern "C" int cuk_read_bench(const void *buf, size_t n, unsigned long long *sin
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     k_read<<<(unsigned)(sms * 8), 512, 0, S(st)>>>((const uint4 *)buf, n / 16, sink);
-    return launched();
-}
-
-/* ---- the decode products' access pattern alone (bench_kern): which part of a product's gap to the
- * read floor is its loads' layout ----
- * A block a 16-row tile of an f16 (n_rows, K) matrix, warp w streaming K range w (cuk_mma.h) U chunks
- * of 64 elements at a time, each lane loading the four 16-byte words cuk_mma.cu's decode kernel
- * loads (rows g and g + 8, elements 8t.. and 32 + 8t.. of the chunk) — or, TILED, the same bytes had
- * the tile's chunk been stored as one contiguous 2 KB run (lane l: bytes 16 l + 512 j). No math. */
-template <bool TILED, int U>
-__global__ void __launch_bounds__(256, 2) k_read_tiles(const uint8_t *p, int64_t K, unsigned long long *sink)
-{
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int nk = (int)(K / 64), cpr = (nk + 7) / 8, c0 = warp * cpr < nk ? warp * cpr : nk;
-    const int c1 = c0 + cpr < nk ? c0 + cpr : nk;
-    const uint8_t *tile = p + (int64_t)blockIdx.x * 16 * K * 2;
-    uint32_t acc = 0;
-    for (int c = c0; c < c1; c += U) {
-        uint4 v[U][4];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const uint8_t *a = TILED ? tile + (int64_t)(c + u) * 2048 + 16 * lane + 512 * j
-                                         : tile + (int64_t)(g + 8 * (j >> 1)) * K * 2 + 2 * ((int64_t)(c + u) * 64 + 32 * (j & 1) + 8 * t);
-                v[u][j] = c + u < c1 ? __ldg((const uint4 *)a) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                acc ^= v[u][j].x ^ v[u][j].y ^ v[u][j].z ^ v[u][j].w;
-    }
-    if (acc == 0x9e3779b9u)
-        *sink = acc;
-}
-
-extern "C" int cuk_read_tiles_bench(const void *buf, int64_t K, int64_t n_rows, bool tiled, int u,
-                                    unsigned long long *sink, void *st)
-{
-    const dim3 grid((unsigned)(n_rows / 16));
-    const uint8_t *p = (const uint8_t *)buf;
-    if (tiled)
-        u == 4 ? k_read_tiles<true, 4><<<grid, 256, 0, S(st)>>>(p, K, sink) : k_read_tiles<true, 2><<<grid, 256, 0, S(st)>>>(p, K, sink);
-    else
-        u == 4 ? k_read_tiles<false, 4><<<grid, 256, 0, S(st)>>>(p, K, sink) : k_read_tiles<false, 2><<<grid, 256, 0, S(st)>>>(p, K, sink);
     return launched();
 }

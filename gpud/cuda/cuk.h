@@ -150,9 +150,5 @@ int cuk_dequant_f16(const struct cuk_w *w, void *out, void *st);
 
 /* HBM floor: read n bytes (multiple of 16) once, with 16-byte loads; *sink keeps it live. */
 int cuk_read_bench(const void *buf, size_t n, unsigned long long *sink, void *st);
-/* bench_kern: the decode products' loads alone over an f16 (n_rows, K) matrix, row-major or as if
- * tiled (cuk.cu k_read_tiles), u chunks in flight a warp (2 or 4) */
-int cuk_read_tiles_bench(const void *buf, int64_t K, int64_t n_rows, bool tiled, int u, unsigned long long *sink,
-                         void *st);
 
 #endif

@@ -50,18 +50,7 @@ extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
 struct mvo : mout {
     const float *nw; /* NORM: the RMSNorm weight, and its eps */
     float eps;
-    unsigned *uarr;  /* IDX, one token: the units' scratch (cuk_mmv.h): arrivals per tile, then partials */
-    float *upart;
 };
-
-/* floats of one unit's partial: NM × 4 accumulators of 32 lanes */
-#define UNIT_FLOATS(NM) ((NM) * 4 * 32)
-#define UNIT_ARR_BYTES ((CUK_MMV_UNIT_TILES * sizeof(unsigned) + 255) / 256 * 256) /* the partials 256-byte aligned */
-
-extern "C" size_t cuk_mmv_unit_bytes(void)
-{
-    return UNIT_ARR_BYTES + (size_t)CUK_MMV_UNIT_TILES * KS * UNIT_FLOATS(2) * sizeof(float);
-}
 
 /* ---- the streamed kernel ---- */
 
@@ -105,34 +94,19 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
     if constexpr (IDX)
         pdl_wait(); /* the listed rows are the previous kernel's output */
     const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
-    /* units (cuk_mmv.h): fewer listed tiles than blocks — the tiles' (tile, K range) units dealt out
-     * evenly over every block, one a warp, instead of a tile a block on ntiles of the SMs */
-    const bool units = IDX && o.uarr && ntiles < (int64_t)gridDim.x && ntiles <= CUK_MMV_UNIT_TILES;
-    int64_t u0 = 0, u1 = 0;
-    if (units) {
-        const int64_t nu = ntiles * KS;
-        u0 = (int64_t)blockIdx.x * nu / gridDim.x, u1 = ((int64_t)blockIdx.x + 1) * nu / gridDim.x;
-        if (u0 >= u1)
-            return; /* the whole block */
-    } else if ((int64_t)blockIdx.x >= ntiles) {
+    if ((int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
-    }
-    /* this warp's K range, and (units) its one tile: ntiles < gridDim.x gives a block ≤ KS units */
-    const int64_t my_u = u0 + warp;
-    const int range = units ? (int)(my_u % KS) : warp;
-    const int64_t utile = units ? my_u / KS : 0;
-    const int nt_blk = units ? (my_u < u1 ? 1 : 0) : (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int nt_blk = (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
     const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
-    const int c0 = range * cpr < nk ? range * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
+    const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
     const bool xg = g < ntok; /* this thread's token column is the token (not padding) */
     const int total = nt_blk * nw;
 
     /* the producer: item p = chunk pc of the block's tile number pit */
     int p = 0, pit = 0, pc = c0;
     const uint8_t *rp[NM][2];
-    auto tile_of = [&](int it) { return units ? utile : (int64_t)blockIdx.x + (int64_t)it * gridDim.x; };
     auto rows = [&](int it) {
-        const int64_t j0 = tile_of(it) * 16;
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
         const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
         const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
 #pragma unroll
@@ -164,7 +138,7 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
         p++;
     };
 
-    if (nw > 0 && nt_blk > 0)
+    if (nw > 0)
         rows(0);
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
@@ -229,55 +203,25 @@ __global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, 
             for (int m = 0; m < NM; m++)
                 mma_chunk<BF, LO>(acc[m], a[m][0], a[m][1], bh, bl);
         }
+#pragma unroll
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                red[buf][warp][m * 4 + k][lane] = acc[m][k];
+        __syncthreads(); /* red[buf] is rewritten two tiles on, after the next barrier */
+        if (warp != it % KS)
+            continue;
         float s[NM][4];
-        if (units) {
-            /* the unit's partial to the scratch; the tile's last unit to arrive (its warp, in any
-             * block) adds the KS partials in range order, as red[] below, and resets the count */
-            float *pb = o.upart + (size_t)utile * KS * UNIT_FLOATS(NM);
 #pragma unroll
-            for (int m = 0; m < NM; m++)
+        for (int m = 0; m < NM; m++)
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    pb[(size_t)range * UNIT_FLOATS(NM) + (m * 4 + k) * 32 + lane] = acc[m][k];
-            __threadfence();
-            __syncwarp();
-            unsigned prev = 0;
-            if (lane == 0)
-                prev = atomicAdd(o.uarr + utile, 1u);
-            if (__shfl_sync(0xffffffffu, prev, 0) != KS - 1)
-                continue;
-            __threadfence();
-            if (lane == 0)
-                o.uarr[utile] = 0;
+            for (int k = 0; k < 4; k++) {
+                s[m][k] = red[buf][0][m * 4 + k][lane];
 #pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    s[m][k] = __ldcg(pb + (m * 4 + k) * 32 + lane);
-#pragma unroll
-                    for (int w = 1; w < KS; w++)
-                        s[m][k] = __fadd_rn(s[m][k], __ldcg(pb + (size_t)w * UNIT_FLOATS(NM) + (m * 4 + k) * 32 + lane));
-                }
-        } else {
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int k = 0; k < 4; k++)
-                    red[buf][warp][m * 4 + k][lane] = acc[m][k];
-            __syncthreads(); /* red[buf] is rewritten two tiles on, after the next barrier */
-            if (warp != it % KS)
-                continue;
-#pragma unroll
-            for (int m = 0; m < NM; m++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    s[m][k] = red[buf][0][m * 4 + k][lane];
-#pragma unroll
-                    for (int w = 1; w < KS; w++)
-                        s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
-                }
-        }
-        const int64_t j0 = tile_of(it) * 16;
+                for (int w = 1; w < KS; w++)
+                    s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
+            }
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
@@ -376,16 +320,9 @@ static int glu_b(uint32_t type, const uint8_t *g, const uint8_t *u, int64_t K, i
                                  : glu_t<false, true, NORM>(g, u, K, N, x, B, o, idx, s);
 }
 
-/* the units' scratch into o: for listed rows of one token only (cuk_mmv.h) */
-static void set_units(mvo &o, void *units, const int32_t *idx, int B)
-{
-    if (units && idx && B == 1)
-        o.uarr = (unsigned *)units, o.upart = (float *)((uint8_t *)units + UNIT_ARR_BYTES);
-}
-
 extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act,
                            int act_kind, const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact,
-                           void *units, void *st)
+                           void *st)
 {
     if (!cuk_mma_type(gate->type) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out ||
         gate->n_in % 8 || (!idx && B != 1) || B > 8)
@@ -394,7 +331,6 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
         return 0;
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
-    set_units(o, units, idx, B);
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
     const int64_t K = gate->n_in, N = gate->n_out;
     const cudaStream_t s = (cudaStream_t)st;
@@ -437,7 +373,7 @@ extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const
 
 extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
                             float eps, int B, float *xn, float *act, int act_kind, const int32_t *idx,
-                            const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *units, void *st)
+                            const int32_t *cnt, int64_t idx_stride, bool compact, void *xq, void *st)
 {
     if (!norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || gate->n_out != up->n_out) {
         int rc = cuk_normq_glu(gate, up, x, norm_w, eps, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
@@ -449,7 +385,6 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     o.nw = norm_w, o.eps = eps;
-    set_units(o, units, idx, B);
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
 }

@@ -36,19 +36,9 @@ bool cuk_mmv_fits(const struct cuk_w *w, int nm);
 /* cuk_mma_gemv's contract for B = 1 (y1, y2, n0, n1: the split3 outputs, else NULL / 0) */
 int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *y, int mode, float thr, float *y1, float *y2,
                  int64_t n0, int64_t n1, void *st);
-/* Units: with listed rows (idx) of one token, the sparse FFN lists ~10 % of its rows — ~70 16-row
- * tiles, fewer than the SMs — and a block a tile would stream them on half of the SMs (bench_kern,
- * 2026-12-02: 1 100 rows of 4096 × 11008 in 12.1 µs, 0.32 of the HBM floor). Given a units scratch
- * of cuk_mmv_unit_bytes() (its first CUK_MMV_UNIT_TILES words zero before the first use; each launch
- * leaves them zero), such a launch deals the (tile, K range) units out over every block, one a warp;
- * each warp writes its range's accumulators to the scratch and the tile's last unit to arrive adds the
- * KS ranges in range order, as a block adds its warps' — the same bits. NULL: a block a tile. */
-#define CUK_MMV_UNIT_TILES 256 /* at most this many listed tiles take units */
-size_t cuk_mmv_unit_bytes(void);
-
-/* cuk_mma_glu's contract, B = 1 dense or B ≤ 8 with idx (a block per token); units as above (NULL: none) */
+/* cuk_mma_glu's contract, B = 1 dense or B ≤ 8 with idx (a block per token) */
 int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, int B, float *act, int act_kind,
-                const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *units, void *st);
+                const int32_t *idx, const int32_t *cnt, int64_t idx_stride, bool compact, void *st);
 
 /* RMSNorm then the product, one token: the norm computed in the product's blocks (each block
  * normalizes the row into shared memory while its first chunks load), the bits of cuk_rmsnorm into
@@ -59,6 +49,6 @@ int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const float *nor
                          float *y0, int64_t n0, float *y1, int64_t n1, float *y2, void *xq, void *st);
 int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w, float eps,
                  int B, float *xn, float *act, int act_kind, const int32_t *idx, const int32_t *cnt,
-                 int64_t idx_stride, bool compact, void *xq, void *units, void *st);
+                 int64_t idx_stride, bool compact, void *xq, void *st);
 
 #endif
