@@ -5,8 +5,8 @@
 # build tree DIR/TREE/gpu, default DIR/gpu — e.g. "old" for DIR/old.txz, pack_trees.sh's trees.txz of
 # an older build, unpacked into DIR/old); FILE is one of d16 s16 d4 s4 (BENCH.md's files, synthesized
 # here when a variant needs them and not already there). PP=1: each run also measures pp512 (--pp 512).
-# HYBRID="FILE:BUDGET ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
-# BUDGET`, 128 tokens) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
+# HYBRID="FILE:BUDGET[:TREE] ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
+# BUDGET`, 128 tokens; TREE as for VARIANTS) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
 # then the plain launches).
 # DIR/trees.txz: pack_trees.sh's (gpu/bench/bench_cuda, gpu/tools/pictl), DIR/lib.
 set -u
@@ -44,13 +44,15 @@ print()')
         echo "r$r $f $mode $envs $t"
     done
     for h in $HYBRID; do
-        IFS=: read -r f budget <<<"$h"
+        IFS=: read -r f budget tree <<<"$h"
+        pc=$G/tools/pictl
+        [ -n "$tree" ] && pc=$D/$tree/gpu/tools/pictl
         for envs in ${HYBRID_ENVS:-X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1}; do
-            env ${envs//,/ } timeout 60 "$G/tools/pictl" run -m "$S/$f.gguf" -p "Once upon a time" -n 128 --temp 0 \
+            env ${envs//,/ } timeout 60 "$pc" run -m "$S/$f.gguf" -p "Once upon a time" -n 128 --temp 0 \
                 --ignore-eos -c 512 -t 16 --backend cuda --vram-budget "$budget" --json-stats "$S/h.json" \
                 >"$S/h.txt" 2>"$S/h.err"
             t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$S/h.json" 2>/dev/null)
-            echo "r$r hybrid $f $budget $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8)"
+            echo "r$r hybrid $f $budget ${tree:-new} $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8) $(grep -o 'per layer:[^|]*' "$S/h.err")"
             rm -f "$S/h.json"
         done
     done
