@@ -1,7 +1,7 @@
 /* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
  *
  *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [-g GAP_US] [-s SPIN_US]
- *             [--no-mmap]
+ *             [-r] [--no-mmap]
  *
  * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
  * in decode) over random masks keeping FRACTION of the neurons (default 0.1), new masks every
@@ -13,7 +13,11 @@
  * cost without DRAM).
  * -g: the caller waits GAP_US between layers (spinning on the clock, as cpud's main thread polls its
  * rings), outside the timed region: the pipeline's pattern, a layer's GPU part between two steps, in
- * which idle workers may fall asleep; -s: the pool's idle spin (pool_set_spin_us, cpud's beside a GPU). */
+ * which idle workers may fall asleep; -s: the pool's idle spin (pool_set_spin_us, cpud's beside a GPU).
+ * -r: the same masks every iteration (with -L 1 the live rows then stay in the caches: the fixed
+ * overhead of a layer without its DRAM reads).
+ * "y_hash" is an FNV-1a hash of the bits of every y of every timed iteration: runs whose hashes match
+ * computed the same bytes (old vs new code, one thread count vs another). */
 #include "ffn_split.h"
 #include "model.h"
 #include "pi_err.h"
@@ -33,6 +37,17 @@ static double now_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -48,6 +63,7 @@ int main(int argc, char **argv)
     int n_layers = 0; /* 0: all */
     int gap_us = 0, spin_us = 0;
     double frac = 0.1;
+    bool repeat = false; /* -r: one set of masks for every iteration */
     const char *path = NULL;
     enum model_weights weights = MODEL_WEIGHTS_MAP;
     for (int i = 1; i < argc; i++) {
@@ -65,13 +81,15 @@ int main(int argc, char **argv)
             gap_us = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             spin_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r"))
+            repeat = true;
         else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run --no-mmap */
             weights = MODEL_WEIGHTS_READ;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
             fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] "
-                            "[-g GAP_US] [-s SPIN_US] [--no-mmap]\n");
+                            "[-g GAP_US] [-s SPIN_US] [-r] [--no-mmap]\n");
             return 2;
         }
     }
@@ -120,7 +138,7 @@ int main(int argc, char **argv)
     (void)sink;
     struct ffn_scratch s = { 0 };
     double best = 1e300, sum = 0;
-    uint64_t bytes_total = 0;
+    uint64_t bytes_total = 0, y_hash = FNV_OFFSET;
     for (int it = -1; it < iters; it++) { /* it = -1: warm-up */
         uint64_t bytes_it = 0;
         double dt = 0;
@@ -130,7 +148,7 @@ int main(int argc, char **argv)
                     ;
             const double t0 = now_us();
             const struct pi_layer_weights w = model_layer_weights(m, l);
-            const uint8_t *mk = mask + per_it * (size_t)(it + 1) + (size_t)l * B * F;
+            const uint8_t *mk = mask + per_it * (size_t)(repeat ? 0 : it + 1) + (size_t)l * B * F;
             uint64_t b;
             if ((rc = ffn_runs_build(runs, sel, 0, mk, B, F)) ||
                 (rc = ffn_partial(pool, &s, m, &w, xn, B, runs, mk, y, &b))) {
@@ -139,6 +157,8 @@ int main(int argc, char **argv)
             }
             bytes_it += b;
             dt += now_us() - t0;
+            if (it >= 0)
+                y_hash = fnv1a(y_hash, y, (size_t)B * E * sizeof *y);
         }
         if (it < 0)
             continue;
@@ -148,9 +168,9 @@ int main(int argc, char **argv)
     }
     printf("{\"model\":\"%s\",\"threads\":%d,\"tokens\":%d,\"fraction\":%.3f,\"layers\":%d,\"down_t\":%s,"
            "\"gap_us\":%d,\"spin_us\":%d,\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,"
-           "\"gb_s_best\":%.2f}\n",
+           "\"gb_s_best\":%.2f,\"repeat\":%s,\"y_hash\":\"%016llx\"}\n",
            path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", gap_us, spin_us, best / L, sum / iters / L,
-           bytes_total / 1e6 / L, bytes_total / best / 1e3);
+           bytes_total / 1e6 / L, bytes_total / best / 1e3, repeat ? "true" : "false", (unsigned long long)y_hash);
     ffn_scratch_fini(&s);
     ffn_runs_fini(runs);
     pool_free(pool);
