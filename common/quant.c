@@ -275,14 +275,23 @@ void quant_gemv_gather_act(uint32_t type, int64_t n, const void *x_vd, const voi
     }
 }
 
-void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
+/* The level's traits of a type with an AXPY kernel, or NULL with y[0..n) poisoned */
+static const struct pi_type_traits *axpy_traits(uint32_t type, enum pi_cpu_level l, float *y, int64_t n)
 {
-    const enum pi_cpu_level l = level_now();
     const struct pi_type_traits *t = traits_at(type, l);
     if (t == NULL || t->axpy == NULL) {
         poison(y, n);
-        return;
+        return NULL;
     }
+    return t;
+}
+
+void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
+{
+    const enum pi_cpu_level l = level_now();
+    const struct pi_type_traits *t = axpy_traits(type, l, y, n);
+    if (t == NULL)
+        return;
 #if defined(PI_HAVE_AVX2_UNIT)
     if (l == PI_CPU_AVX2 && quant_avx2_axpy_rows(type, n, y, a, rows, nr, init))
         return;
@@ -291,6 +300,32 @@ void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const v
         memset(y, 0, (size_t)n * sizeof *y);
     for (int k = 0; k < nr; k++)
         t->axpy(n, y, a[k], rows[k]);
+}
+
+/* quant_axpy_rows_add's fallback sums this many columns at a time on the stack: a multiple of every
+ * block size (QK_K), so each tile starts at a whole block of every row */
+#define AXPY_ADD_TILE 256
+
+void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr)
+{
+    const enum pi_cpu_level l = level_now();
+    const struct pi_type_traits *t = axpy_traits(type, l, y, n);
+    if (t == NULL)
+        return;
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (l == PI_CPU_AVX2 && quant_avx2_axpy_rows_add(type, n, y, a, rows, nr))
+        return;
+#endif
+    float tile[AXPY_ADD_TILE];
+    for (int64_t c0 = 0; c0 < n; c0 += AXPY_ADD_TILE) {
+        const int64_t m = n - c0 < AXPY_ADD_TILE ? n - c0 : AXPY_ADD_TILE;
+        const size_t off = quant_row_size(type, c0);
+        memset(tile, 0, (size_t)m * sizeof *tile);
+        for (int k = 0; k < nr; k++)
+            t->axpy(m, tile, a[k], (const char *)rows[k] + off);
+        for (int64_t i = 0; i < m; i++)
+            y[c0 + i] += tile[i];
+    }
 }
 
 /* the fallback tile: rows that stay in L1/L2 while every token of the batch passes */

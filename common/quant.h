@@ -131,6 +131,10 @@ void quant_gemv_gather_act(uint32_t type, int64_t n, const void *x_vd, const voi
  * the type's axpy in that order (at the same level), after a memset of y to 0 if init. The sparse
  * FFN's down_t rows of one neuron group; the kernels keep a chunk of y in registers over a few rows. */
 void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init);
+/* y += t, t = Σ_k a[k] * rows[k] summed from zero in order k: bitwise quant_axpy_rows into a zeroed
+ * buffer t (init) followed by y[i] += t[i] (at the same level). One neuron group's rows over a slice
+ * of columns (the sparse FFN by columns), t never written out where the kernels keep it in registers. */
+void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
 
 /* Y_b[r] = dot(W row r, X_b) for rows [r0, r1) and the B activations X_b = X_vd + b * x_stride
  * (bytes, each in W's vec_dot_type), Y_b = Y + b * y_stride (floats): the batched matmul's tile,
@@ -158,6 +162,8 @@ void quant_avx2_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, v
 /* and its multi-row AXPY (quant_axpy_rows' contract): false, computing nothing, for the types it lacks */
 bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
                           bool init);
+/* and its AXPY-then-add (quant_axpy_rows_add's contract): false, computing nothing, for the types it lacks */
+bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
 /* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same two
  * entry points; only after cpuid has reported AVX-512 F/BW/VL/DQ/VNNI (quant_init does). */
 void quant_avx512_install(struct pi_type_traits *traits, size_t count);

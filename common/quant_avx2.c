@@ -312,6 +312,27 @@ static inline void prefetch_line_of(const void *const *rows, int k0, int k1, siz
         _mm_prefetch((const char *)rows[k] + at, GATHER_HINT);
 }
 
+/* acc[c] (the block's elements 8c..8c+7) += (a * d) * (nibble - 8) for Q4_0 block x: one FMA per
+ * element, as q4_0_axpy_avx2 */
+static inline void q4_0_block_fma(__m256 acc[4], const struct block_q4_0 *x, float a, __m256i nib, __m256i off)
+{
+    const __m256 sc = _mm256_set1_ps(a * f16_to_f32(x->d));
+    for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high) */
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * h)));
+        acc[h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, nib), off)), acc[h]);
+        acc[2 + h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
+    }
+}
+
+/* acc[c] += (a * d) * q[8c..8c+7] for Q8_0 block x, as q8_0_axpy_avx2 */
+static inline void q8_0_block_fma(__m256 acc[4], const struct block_q8_0 *x, float a)
+{
+    const __m256 sc = _mm256_set1_ps(a * f16_to_f32(x->d));
+    for (int c = 0; c < 4; c++)
+        acc[c] = _mm256_fmadd_ps(
+            sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)))), acc[c]);
+}
+
 static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr, bool init)
 {
     const __m256i nib = _mm256_set1_epi32(NIBBLE), off = _mm256_set1_epi32(Q4_0_OFFSET);
@@ -330,17 +351,8 @@ static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
             __m256 acc[4];
             for (int c = 0; c < 4; c++)
                 acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yb + c * F32_PER_VEC);
-            for (int k = k0; k < k1; k++) {
-                const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i;
-                const __m256 sc = _mm256_set1_ps(a[k] * f16_to_f32(x->d));
-                for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high) */
-                    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * h)));
-                    acc[h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, nib), off)),
-                                             acc[h]);
-                    acc[2 + h] = _mm256_fmadd_ps(
-                        sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
-                }
-            }
+            for (int k = k0; k < k1; k++)
+                q4_0_block_fma(acc, (const struct block_q4_0 *)rows[k] + i, a[k], nib, off);
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
         }
@@ -364,14 +376,8 @@ static void q8_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
             __m256 acc[4];
             for (int c = 0; c < 4; c++)
                 acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yb + c * F32_PER_VEC);
-            for (int k = k0; k < k1; k++) {
-                const struct block_q8_0 *x = (const struct block_q8_0 *)rows[k] + i;
-                const __m256 sc = _mm256_set1_ps(a[k] * f16_to_f32(x->d));
-                for (int c = 0; c < 4; c++)
-                    acc[c] = _mm256_fmadd_ps(
-                        sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)))),
-                        acc[c]);
-            }
+            for (int k = k0; k < k1; k++)
+                q8_0_block_fma(acc, (const struct block_q8_0 *)rows[k] + i, a[k]);
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
         }
@@ -416,6 +422,48 @@ static void q8_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
 AXPY_ROWS_F(f32)
 AXPY_ROWS_F(f16)
 AXPY_ROWS_F(bf16)
+
+/* ---- y += (Σ_k a[k] x_k), the sum from zero over all the rows, then added to y -------------------
+ * Per block of y: an accumulator from zero in registers takes every row's FMAs in row order (as
+ * q4_0_axpy_rows_avx2 into a zeroed y: the same products, the same order), then y's block is loaded
+ * once and the accumulator added. For a neuron group's few rows over one slice of columns (the sparse
+ * FFN by columns, whose caller prefetches the rows): no accumulator buffer is written and read back. */
+/* y[0..32) += acc, the four vectors of one block */
+static inline void block_add(float *y, const __m256 acc[4])
+{
+    for (int c = 0; c < 4; c++)
+        _mm256_storeu_ps(y + c * F32_PER_VEC, _mm256_add_ps(_mm256_loadu_ps(y + c * F32_PER_VEC), acc[c]));
+}
+
+static void q4_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr)
+{
+    const __m256i nib = _mm256_set1_epi32(NIBBLE), off = _mm256_set1_epi32(Q4_0_OFFSET);
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+        for (int k = 0; k < nr; k++)
+            q4_0_block_fma(acc, (const struct block_q4_0 *)rows[k] + i, a[k], nib, off);
+        block_add(y + i * QK4_0, acc);
+    }
+}
+
+static void q8_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr)
+{
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+        for (int k = 0; k < nr; k++)
+            q8_0_block_fma(acc, (const struct block_q8_0 *)rows[k] + i, a[k]);
+        block_add(y + i * QK8_0, acc);
+    }
+}
+
+bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr)
+{
+    switch (type) {
+    case PI_TYPE_Q4_0: q4_0_axpy_rows_add_avx2(n, y, a, rows, nr); return true;
+    case PI_TYPE_Q8_0: q8_0_axpy_rows_add_avx2(n, y, a, rows, nr); return true;
+    default: return false;
+    }
+}
 
 bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
                           bool init)

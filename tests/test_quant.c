@@ -568,7 +568,8 @@ static void test_gemv_rows(void)
 
 /* quant_gemv_gather and quant_axpy_rows at the level in use, every type with kernels: bitwise that
  * level's vec_dot per row, and nr axpy calls in order (after a memset when init), on rows at
- * scattered addresses and for every chunk shape (nr across the kernels' chunks of a few rows) */
+ * scattered addresses and for every chunk shape (nr across the kernels' chunks of a few rows);
+ * quant_axpy_rows_add over a column range: bitwise axpy_rows into a zeroed buffer, then added */
 static void check_gather_axpy_rows(const char *level)
 {
     enum { NR = 11, N_MAX = 4096 };
@@ -637,6 +638,21 @@ static void check_gather_axpy_rows(const char *level)
                     CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0, "%s %s n=%ld nr=%d init=%d: axpy_rows differs",
                           level, ref->name, (long)n, nr, init);
                 }
+                /* rows_add: the rows summed from zero, then added into y; over a column range of whole
+                 * blocks too (the sparse FFN by columns), each element the whole row's bits */
+                const int64_t bs = ref->blck_size, c0 = n / 2 / bs * bs, c1 = c0 + (n / 4 + bs - 1) / bs * bs;
+                float t1[N_MAX];
+                for (int64_t i = 0; i < n; i++)
+                    y1[i] = y2[i] = rng_unit();
+                quant_axpy_rows(type, n, t1, a, (const void *const *)rows, nr, true);
+                for (int64_t i = c0; i < c1; i++)
+                    y1[i] += t1[i];
+                const void *seg[NR];
+                for (int r = 0; r < nr; r++)
+                    seg[r] = (const char *)rows[r] + quant_row_size(type, c0);
+                quant_axpy_rows_add(type, c1 - c0, y2 + c0, a, seg, nr);
+                CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0, "%s %s n=%ld nr=%d: axpy_rows_add over [%ld, %ld) differs",
+                      level, ref->name, (long)n, nr, (long)c0, (long)c1);
             }
             for (int r = 0; r < NR; r++)
                 free(rows[r]);
