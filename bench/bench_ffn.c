@@ -1,7 +1,7 @@
 /* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
  *
  *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [-g GAP_US] [-s SPIN_US]
- *             [-r] [--no-mmap]
+ *             [-r] [-m auto|groups|cols] [--no-mmap]
  *
  * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
  * in decode) over random masks keeping FRACTION of the neurons (default 0.1), new masks every
@@ -15,7 +15,8 @@
  * rings), outside the timed region: the pipeline's pattern, a layer's GPU part between two steps, in
  * which idle workers may fall asleep; -s: the pool's idle spin (pool_set_spin_us, cpud's beside a GPU).
  * -r: the same masks every iteration (with -L 1 the live rows then stay in the caches: the fixed
- * overhead of a layer without its DRAM reads).
+ * overhead of a layer without its DRAM reads). -m: how the down_t AXPYs split over threads
+ * (ffn_scratch.split; auto: ffn_partial's choice).
  * "y_hash" is an FNV-1a hash of the bits of every y of every timed iteration: runs whose hashes match
  * computed the same bytes (old vs new code, one thread count vs another). */
 #include "ffn_split.h"
@@ -64,6 +65,7 @@ int main(int argc, char **argv)
     int gap_us = 0, spin_us = 0;
     double frac = 0.1;
     bool repeat = false; /* -r: one set of masks for every iteration */
+    enum ffn_split_mode split = FFN_SPLIT_AUTO;
     const char *path = NULL;
     enum model_weights weights = MODEL_WEIGHTS_MAP;
     for (int i = 1; i < argc; i++) {
@@ -81,7 +83,14 @@ int main(int argc, char **argv)
             gap_us = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             spin_us = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-r"))
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            const char *v = argv[++i];
+            split = !strcmp(v, "groups") ? FFN_SPLIT_GROUPS : !strcmp(v, "cols") ? FFN_SPLIT_COLS : FFN_SPLIT_AUTO;
+            if (split == FFN_SPLIT_AUTO && strcmp(v, "auto")) {
+                fprintf(stderr, "bench_ffn: -m auto|groups|cols, not '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-r"))
             repeat = true;
         else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run --no-mmap */
             weights = MODEL_WEIGHTS_READ;
@@ -89,7 +98,7 @@ int main(int argc, char **argv)
             path = argv[i];
         else {
             fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] "
-                            "[-g GAP_US] [-s SPIN_US] [-r] [--no-mmap]\n");
+                            "[-g GAP_US] [-s SPIN_US] [-r] [-m auto|groups|cols] [--no-mmap]\n");
             return 2;
         }
     }
@@ -136,7 +145,7 @@ int main(int argc, char **argv)
                 sink ^= ((const uint8_t *)t[k]->data)[o];
     }
     (void)sink;
-    struct ffn_scratch s = { 0 };
+    struct ffn_scratch s = { .split = split };
     double best = 1e300, sum = 0;
     uint64_t bytes_total = 0, y_hash = FNV_OFFSET;
     for (int it = -1; it < iters; it++) { /* it = -1: warm-up */
@@ -166,11 +175,15 @@ int main(int argc, char **argv)
         sum += dt;
         bytes_total = bytes_it;
     }
+    struct pool_stats ps; /* the pool's own view: runs it did alone (oversubscribed), straggles, sleeps */
+    pool_get_stats(pool, &ps);
     printf("{\"model\":\"%s\",\"threads\":%d,\"tokens\":%d,\"fraction\":%.3f,\"layers\":%d,\"down_t\":%s,"
            "\"gap_us\":%d,\"spin_us\":%d,\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,"
-           "\"gb_s_best\":%.2f,\"repeat\":%s,\"y_hash\":\"%016llx\"}\n",
+           "\"gb_s_best\":%.2f,\"repeat\":%s,\"split\":\"%s\",\"solo_runs\":%llu,\"straggles\":%llu,\"sleeps\":%llu,\"y_hash\":\"%016llx\"}\n",
            path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", gap_us, spin_us, best / L, sum / iters / L,
-           bytes_total / 1e6 / L, bytes_total / best / 1e3, repeat ? "true" : "false", (unsigned long long)y_hash);
+           bytes_total / 1e6 / L, bytes_total / best / 1e3, repeat ? "true" : "false",
+           split == FFN_SPLIT_GROUPS ? "groups" : split == FFN_SPLIT_COLS ? "cols" : "auto", ps.solo_runs, ps.straggles,
+           ps.sleeps, (unsigned long long)y_hash);
     ffn_scratch_fini(&s);
     ffn_runs_fini(runs);
     pool_free(pool);

@@ -110,6 +110,7 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     free(s->gacc);
     free(s->gused);
     free(s->grows);
+    free(s->glive);
     free((void *)s->gdone);
     memset(s, 0, sizeof *s);
 }
@@ -140,11 +141,13 @@ struct ffn_job {
     int64_t n_groups;
     float *gacc;                /* (n_groups, t1 - t0, n_embd): contiguous for the pass's tokens */
     uint8_t *gused;             /* (n_groups, AXPY_TOKENS): the group has a live neuron for the token */
-    int64_t *grows;             /* (n_groups) down_t rows read by the group */
+    int64_t *grows;             /* (n_groups) down_t rows read by the group: its neurons live for some token */
+    int32_t *glive;             /* (n_groups, AXPY_GROUP) those neurons, ascending */
+    bool by_cols;               /* the AXPYs in the column slices (below), not in the group slices */
     _Atomic uint32_t *gdone;    /* (n_groups) == stamp: the group's accumulators and gused are written */
     uint32_t stamp;
-    int32_t n_red;              /* reduction slices, after the n_groups group slices */
-    int64_t red_chunk;          /* y columns per reduction slice: whole cache lines */
+    int32_t n_red;              /* reduction (or column) slices, after the n_groups group slices */
+    int64_t red_chunk;          /* y columns per reduction slice: whole cache lines (and down_t blocks) */
 };
 
 /* Runs shorter than this are dotted row by row (vec_dot): the multi-row GEMV prepares the whole
@@ -225,36 +228,44 @@ static void act_worker(void *arg, int ith, int nth)
 
 /* The down_t reduction's order is tied to neuron indices, never to the thread count: neurons form
  * fixed groups of AXPY_GROUP; a group's live neurons are added in ascending order into the group's
- * accumulator (a neuron's gate, up and down_t rows read back to back), and y sums the accumulators
- * of the groups that have a live neuron for that token, in group order. A token's terms and their
- * order depend only on its own activations. Tokens go AXPY_TOKENS at a time (bounded scratch). */
+ * accumulator (starting from zero), and y sums the accumulators of the groups that have a live
+ * neuron for that token, in group order. A token's terms and their order depend only on its own
+ * activations. Tokens go AXPY_TOKENS at a time (bounded scratch).
+ *
+ * Two ways to split that work over threads, the same operations on every element in the same order
+ * (the same bits; the AXPY kernels update each element on its own, so a column range of whole blocks
+ * of a row gets exactly the updates the whole row gets):
+ *  - by groups: a group slice adds its live down_t rows into the group's n_embd-long accumulator,
+ *    and the reduction slices, one per column range, sum the accumulators into y;
+ *  - by columns (few live neurons a group, e.g. a hybrid run's cold share, ~4 a group): a group
+ *    slice only computes its activations; column slice c then takes, group after group, the
+ *    group's live rows restricted to its columns, sums them into a column-range accumulator of its
+ *    own (in registers and L1) and adds that into y. With ~4 live neurons a group nearly every group
+ *    would otherwise write a 16 KB accumulator that another core reads back (~690 KB a layer for
+ *    ~1 MB of weights); by columns no accumulator leaves its core. */
 #define AXPY_GROUP 256
 #define AXPY_TOKENS 16
+/* By columns (FFN_SPLIT_AUTO) while the batch's predicted neurons (the union of the masks' runs)
+ * average at most this many a group: there the group accumulators cost more than the rows they sum
+ * (dev, 2 cores, 7B Q4_0 at 1.5 % of the neurons: by columns faster at 1 and 2 threads, in the
+ * caches and from DRAM). Above it (the all-CPU path's ~10 %: 26 a group) the whole rows a group
+ * slice reads stay the way to read them until the GPU host says otherwise (bench/cpu_host/cold_ab.sh
+ * measures both). Either way gives the same bits, so the choice needs no invariance argument. */
+#define COLS_MAX_PER_GROUP 16
 
-/* The live neurons of group [lo, hi): their indices and gate/up rows, for the gathered GEMVs */
+/* The live neurons of group [lo, hi): their indices and gate/up rows, for the gathered GEMV */
 struct group_rows {
     int32_t n;
     int64_t idx[AXPY_GROUP];
-    const void *gate[AXPY_GROUP], *up[AXPY_GROUP];
-    float g[AXPY_GROUP], u[AXPY_GROUP];
+    const void *gu[2 * AXPY_GROUP]; /* the n gate rows, then the n up rows: one gather for both */
+    float v[2 * AXPY_GROUP];        /* their dots, in that order */
     const void *down[AXPY_GROUP]; /* one token's live down_t rows, and their activations */
     float a[AXPY_GROUP];
-    uint8_t live[AXPY_GROUP]; /* the neuron is added for some token (its down_t row is read) */
 };
 
-/* Group g: the activations of its neurons (one gathered GEMV per token and kind: the activation is
- * prepared once for the group's rows, and no prefetch strays past a row), then their AXPYs in
- * ascending neuron order into the group's accumulators; then the group is marked done. */
-static void group_one(const struct ffn_job *j, int64_t g)
+/* The neurons of runs inside group [lo, hi), into gr (indices and gate, then up rows) */
+static void group_collect(const struct ffn_job *j, int64_t lo, int64_t hi, struct group_rows *gr)
 {
-    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
-    const int32_t nt = j->t1 - j->t0;
-    const uint32_t gate_type = lw_tensor(j->w, PI_ROW_GATE)->type;
-    struct group_rows gr;
-    const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
-    float *acc = j->gacc + (size_t)g * (size_t)nt * (size_t)E;
-    uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
-    memset(used, 0, AXPY_TOKENS);
     /* first run that may reach the group (runs are sorted and disjoint): a binary search, as there
      * are ~n_ff / 10 runs */
     int32_t k = 0, hi_k = j->runs->n;
@@ -265,56 +276,93 @@ static void group_one(const struct ffn_job *j, int64_t g)
         else
             hi_k = mid;
     }
-    gr.n = 0;
+    gr->n = 0;
     for (int32_t q = k; q < j->runs->n && j->runs->run[q][0] < hi; q++) {
         const int64_t s = j->runs->run[q][0] > lo ? j->runs->run[q][0] : lo;
         const int64_t e = j->runs->run[q][0] + j->runs->run[q][1] < hi ? j->runs->run[q][0] + j->runs->run[q][1] : hi;
         for (int64_t i = s; i < e; i++) {
-            gr.idx[gr.n] = i;
-            gr.gate[gr.n] = lw_row(j->w, PI_ROW_GATE, i);
-            gr.up[gr.n] = lw_row(j->w, PI_ROW_UP, i);
-            gr.live[gr.n] = 0;
-            gr.n++;
+            gr->idx[gr->n] = i;
+            gr->gu[gr->n] = lw_row(j->w, PI_ROW_GATE, i);
+            gr->n++;
         }
     }
+    for (int32_t r = 0; r < gr->n; r++)
+        gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
+}
+
+/* Token t's live neurons of a group among the n neurons idx (ascending): their activations into a,
+ * their down_t rows (from byte `off` on: a column range) into rows; returns how many */
+static int32_t live_rows(const struct ffn_job *j, int32_t t, const int32_t *idx, int32_t n, size_t off, float *a,
+                         const void **rows)
+{
+    const float *act = j->act + (size_t)t * j->m->hp.n_ff;
+    int32_t nl = 0;
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t i = idx[r];
+        if (act[i] == 0.0f)
+            continue;
+        a[nl] = act[i];
+        rows[nl] = (const char *)lw_row(j->w, PI_ROW_DOWN_T, i) + off;
+        nl++;
+    }
+    return nl;
+}
+
+/* Group g: the activations of its neurons (one gathered GEMV of its gate and up rows per token: the
+ * activation is prepared once for the group's rows, and no prefetch strays past a row), its neurons live for some
+ * token (glive), and unless the AXPYs go by columns their AXPYs in ascending neuron order into the
+ * group's accumulators; then the group is marked done. */
+static void group_one(const struct ffn_job *j, int64_t g)
+{
+    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    const int32_t nt = j->t1 - j->t0;
+    const uint32_t gate_type = lw_tensor(j->w, PI_ROW_GATE)->type;
+    struct group_rows gr;
+    const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
+    float *acc = j->gacc + (size_t)g * (size_t)nt * (size_t)E;
+    uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
+    int32_t *live = j->glive + (size_t)g * AXPY_GROUP;
+    memset(used, 0, AXPY_TOKENS);
+    /* the group's share of act is zeroed here rather than all of it by the caller: off its path */
+    for (int32_t t = j->t0; t < j->t1; t++)
+        memset(j->act + (size_t)t * F + lo, 0, (size_t)(hi - lo) * sizeof(float));
+    group_collect(j, lo, hi, &gr);
     int64_t rows = 0;
     if (gr.n) {
         for (int32_t t = j->t0; t < j->t1; t++) {
             const char *x = j->xq + (size_t)t * j->xq_stride;
             const char *xa = j->xact ? j->xact + (size_t)t * j->xact_stride : NULL;
-            quant_gemv_gather_act(gate_type, E, x, xa, gr.gate, gr.n, gr.g);
-            quant_gemv_gather_act(gate_type, E, x, xa, gr.up, gr.n, gr.u);
+            /* gate and up rows in one gather: one prefetch pipeline, started once (gate and up share a
+             * type: ffn_partial checks it) */
+            quant_gemv_gather_act(gate_type, E, x, xa, gr.gu, 2 * (int64_t)gr.n, gr.v);
             const uint8_t *mk = j->mask ? j->mask + (size_t)t * F : NULL;
             float *a = j->act + (size_t)t * F;
             for (int32_t r = 0; r < gr.n; r++) {
                 const int64_t i = gr.idx[r];
-                a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, gr.g[r], gr.u[r]);
+                a[i] = mk && !mk[i] ? 0.0f : model_glu(j->m->hp.act, gr.v[r], gr.v[gr.n + r]);
             }
+        }
+        /* the neurons whose down_t row some token reads, in ascending order */
+        for (int32_t r = 0; r < gr.n; r++) {
+            bool on = false;
+            for (int32_t t = j->t0; t < j->t1 && !on; t++)
+                on = j->act[(size_t)t * F + gr.idx[r]] != 0.0f;
+            if (on)
+                live[rows++] = (int32_t)gr.idx[r];
         }
         /* each token's live neurons in ascending order, added into its accumulator (which starts at
          * zero with the first of them) a few rows per pass */
-        for (int32_t t = 0; t < nt; t++) {
-            const float *a = j->act + (size_t)(j->t0 + t) * F;
-            int32_t nl = 0;
-            for (int32_t r = 0; r < gr.n; r++) {
-                const int64_t i = gr.idx[r];
-                if (a[i] == 0.0f)
-                    continue;
-                gr.a[nl] = a[i];
-                gr.down[nl] = lw_row(j->w, PI_ROW_DOWN_T, i);
-                gr.live[r] = 1;
-                nl++;
-            }
+        for (int32_t t = 0; t < nt && !j->by_cols; t++) {
+            const int32_t nl = live_rows(j, j->t0 + t, live, (int32_t)rows, 0, gr.a, gr.down);
             used[t] = nl > 0;
             if (nl)
                 quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.a, gr.down, nl, true);
         }
-        for (int32_t r = 0; r < gr.n; r++)
-            rows += gr.live[r];
     }
     j->grows[g] = rows;
-    /* release: the accumulators, gused and grows are written before a reduction slice (or the
-     * caller, after the job) takes them; pairs with the acquire in group_wait */
+    /* release: the activations, glive, the accumulators, gused and grows are written before a
+     * reduction or column slice (or the caller, after the job) takes them; pairs with the acquire
+     * in group_wait */
     atomic_store_explicit(&j->gdone[g], j->stamp, memory_order_release);
 }
 
@@ -333,6 +381,14 @@ static void group_wait(const struct ffn_job *j, int64_t g)
     }
 }
 
+/* The columns [*e0, *e1) of reduction or column slice r */
+static void slice_cols(const struct ffn_job *j, int32_t r, int64_t *e0, int64_t *e1)
+{
+    const int64_t E = j->m->hp.n_embd;
+    *e0 = (int64_t)r * j->red_chunk;
+    *e1 = *e0 + j->red_chunk < E ? *e0 + j->red_chunk : E;
+}
+
 /* y[t, e0:e1] = Σ in group order of the accumulators of the groups used by token t, each group
  * taken as soon as it is done: a reduction slice's columns are whole cache lines (no false sharing
  * of y between slices), and it runs along the groups while the last of them are computed. */
@@ -340,8 +396,8 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
 {
     const int64_t E = j->m->hp.n_embd;
     const int32_t nt = j->t1 - j->t0;
-    const int64_t e0 = (int64_t)r * j->red_chunk;
-    const int64_t e1 = e0 + j->red_chunk < E ? e0 + j->red_chunk : E;
+    int64_t e0, e1;
+    slice_cols(j, r, &e0, &e1);
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
     for (int64_t g = 0; g < j->n_groups; g++) {
@@ -357,13 +413,106 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
     }
 }
 
-/* One job a pass: slices [0, n_groups) compute the groups, the n_red after them reduce. */
+/* A column slice reads a few lines of each live down_t row, at addresses no hardware prefetcher
+ * guesses, so it prefetches its segments of them itself: the live rows (glive) of the groups already
+ * done up to COL_PF_NEAR ahead of the one it adds, into L1; and while it waits for a group still being
+ * computed, the rows of the neurons of runs (predicted active: the live ones and any ReLU zeros) of
+ * the groups up to COL_PF_FAR ahead, into L2, so that the waits of the groups' in-order hand-over
+ * cover the DRAM latency of the rows after them. */
+#define COL_PF_NEAR 2
+#define COL_PF_FAR 8
+
+static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
+{
+    const uintptr_t p = (uintptr_t)lw_row(j->w, PI_ROW_DOWN_T, i) + off;
+    for (uintptr_t q = p & ~(uintptr_t)(CACHE_LINE - 1); q < p + len; q += CACHE_LINE)
+        if (locality == 3)
+            __builtin_prefetch((const void *)q, 0, 3);
+        else
+            __builtin_prefetch((const void *)q, 0, 2);
+}
+
+static bool group_is_done(const struct ffn_job *j, int64_t g)
+{
+    /* acquire: glive is read after it (pairs with group_one's release) */
+    return atomic_load_explicit(&j->gdone[g], memory_order_acquire) == j->stamp;
+}
+
+/* A cursor over the neurons of runs, ascending: run k, neuron i */
+struct col_cursor {
+    int32_t k;
+    int64_t i;
+};
+
+/* Prefetch into L2 the segments of the down_t rows of the neurons of runs in [from, until), the
+ * cursor moved past them (it never goes back: a neuron is prefetched once) */
+static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until, size_t off,
+                               size_t len)
+{
+    const struct ffn_runs *r = j->runs;
+    if (c->i < from)
+        c->i = from;
+    while (c->k < r->n) {
+        const int64_t s = r->run[c->k][0], e = s + r->run[c->k][1];
+        if (c->i >= e) {
+            c->k++;
+            continue;
+        }
+        if (c->i < s)
+            c->i = s;
+        if (c->i >= until)
+            return;
+        prefetch_segment(j, c->i, off, len, 2);
+        c->i++;
+    }
+}
+
+/* y[t, e0:e1] by columns: for each group in order (as soon as it is done), token t's live rows of it
+ * restricted to the columns, summed in ascending neuron order from zero and added into y
+ * (quant_axpy_rows_add): the group accumulator's columns e0..e1, the same operations, never written
+ * out. */
+static void col_add(const struct ffn_job *j, int32_t r)
+{
+    const int64_t E = j->m->hp.n_embd;
+    const int32_t nt = j->t1 - j->t0;
+    int64_t e0, e1;
+    slice_cols(j, r, &e0, &e1);
+    const size_t off = quant_row_size(j->dt->type, e0); /* e0 is a whole number of blocks */
+    const size_t len = quant_row_size(j->dt->type, e1 - e0);
+    float a[AXPY_GROUP];
+    const void *rows[AXPY_GROUP];
+    struct col_cursor far = { 0, 0 };
+    int64_t near = 0; /* the next group whose live rows are to be prefetched */
+    for (int32_t t = 0; t < nt; t++)
+        memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
+    for (int64_t g = 0; g < j->n_groups; g++) {
+        for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++)
+            for (int64_t q = 0; q < j->grows[near]; q++)
+                prefetch_segment(j, j->glive[(size_t)near * AXPY_GROUP + (size_t)q], off, len, 3);
+        if (!group_is_done(j, g))
+            prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
+        group_wait(j, g);
+        const int32_t n = (int32_t)j->grows[g];
+        const int32_t *live = j->glive + (size_t)g * AXPY_GROUP;
+        for (int32_t t = 0; t < nt && n; t++) {
+            const int32_t nl = live_rows(j, j->t0 + t, live, n, off, a, rows);
+            if (!nl)
+                continue;
+            quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + t) * E + e0, a, rows, nl);
+        }
+    }
+}
+
+/* One job a pass: slices [0, n_groups) compute the groups, the n_red after them reduce (or add by
+ * columns). */
 static void group_job(void *arg, int ith, int nth)
 {
     const struct ffn_job *j = arg;
     (void)nth;
     if (ith < j->n_groups)
         group_one(j, ith);
+    else if (j->by_cols)
+        col_add(j, (int32_t)(ith - j->n_groups));
     else
         group_reduce(j, (int32_t)(ith - j->n_groups));
 }
@@ -393,6 +542,17 @@ static void down_worker(void *arg, int ith, int nth)
             j->y[(size_t)t * E + e] = acc;
         }
     }
+}
+
+static int64_t lcm64(int64_t a, int64_t b)
+{
+    int64_t x = a, y = b;
+    while (y) {
+        const int64_t r = x % y;
+        x = y;
+        y = r;
+    }
+    return a / x * b;
 }
 
 /* Widen runs to whole blocks of blk neurons, merging runs that then touch: a block is read once,
@@ -437,7 +597,6 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         s->act_cap = need;
     }
     struct ffn_job j = { .t0 = 0, .t1 = B, .m = m, .l = l, .w = w, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
-    memset(j.act, 0, (size_t)B * F * sizeof *j.act);
 
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
     const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type);
@@ -485,6 +644,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             float *p = realloc(s->gacc, gneed * sizeof *p);
             uint8_t *u = realloc(s->gused, (size_t)j.n_groups * AXPY_TOKENS);
             int64_t *gr = realloc(s->grows, (size_t)j.n_groups * sizeof *gr);
+            int32_t *gl = realloc(s->glive, (size_t)j.n_groups * AXPY_GROUP * sizeof *gl);
             _Atomic uint32_t *gd = calloc((size_t)j.n_groups, sizeof *gd);
             if (p)
                 s->gacc = p;
@@ -492,12 +652,14 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
                 s->gused = u;
             if (gr)
                 s->grows = gr;
+            if (gl)
+                s->glive = gl;
             if (gd) {
                 free((void *)s->gdone);
                 s->gdone = gd;
                 s->gstamp = 0;
             }
-            if (!p || !u || !gr || !gd)
+            if (!p || !u || !gr || !gl || !gd)
                 return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
             s->gacc_cap = gneed;
         }
@@ -505,10 +667,15 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         j.gused = s->gused;
         j.grows = s->grows;
         j.gdone = s->gdone;
-        /* reduction slices: one per thread, of whole cache lines of y */
+        j.glive = s->glive;
+        /* reduction (or column) slices: one per thread, of whole cache lines of y; by columns also
+         * of whole blocks of down_t */
+        j.by_cols = s->split == FFN_SPLIT_COLS ||
+                    (s->split == FFN_SPLIT_AUTO && runs->n_neurons <= COLS_MAX_PER_GROUP * j.n_groups);
         const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
+        const int64_t unit = j.by_cols ? lcm64(line, tt->blck_size) : line;
         j.n_red = pool_size(pool);
-        j.red_chunk = ((E + j.n_red - 1) / j.n_red + line - 1) / line * line;
+        j.red_chunk = ((E + j.n_red - 1) / j.n_red + unit - 1) / unit * unit;
         j.n_red = (int32_t)((E + j.red_chunk - 1) / j.red_chunk);
         uint64_t rows = 0;
         for (int32_t t0 = 0; t0 < B; t0 += AXPY_TOKENS) {
@@ -533,6 +700,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
     }
     /* ffn_down: the activations first, then each thread dots its rows of down with them */
     const struct pi_type_traits *dt = quant_traits(l->ffn_down.type);
+    memset(j.act, 0, (size_t)B * F * sizeof *j.act);
     pool_run_n(pool, act_worker, &j, pool_slices_for(pool, runs->n_neurons, 64));
     if (dt->vec_dot_type == PI_TYPE_F32) {
         j.aq = (const char *)j.act;

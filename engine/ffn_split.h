@@ -23,6 +23,9 @@
  * same order for any thread count and any batch. Groups and the reduction are one pool job: the
  * reduction's slices come after the groups' and take each group's accumulator as soon as it is
  * written (the pool's ordered slices), so a layer costs one hand-out to the workers, not two.
+ * With few live neurons a group the same sums go by columns instead (ffn_split.c): group slices only
+ * compute activations, and each column slice adds every group's live rows over its columns; the
+ * same operations per element, the same bits, and no group accumulator crosses cores.
  *
  * Under a mask (sparse), token b's activation of neuron i is 0 unless mask[b, i]: a batch may
  * compute the rows of the union of its tokens' masks, but a token's result depends only on its own
@@ -63,8 +66,12 @@ struct ffn_scratch {
     size_t gacc_cap;
     uint8_t *gused;
     int64_t *grows;
+    int32_t *glive;          /* (n_groups, 256): each group's neurons some token reads the down_t row of */
     _Atomic uint32_t *gdone; /* (n_groups): the pass stamp once the group's accumulator is written */
     uint32_t gstamp;         /* the current pass's stamp (never 0) */
+    /* How the down_t AXPYs split over threads (ffn_split.c): FFN_SPLIT_AUTO picks; benchmarks force
+     * one. Either gives the same bits. */
+    enum ffn_split_mode { FFN_SPLIT_AUTO = 0, FFN_SPLIT_GROUPS, FFN_SPLIT_COLS } split;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
 

@@ -371,7 +371,8 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
 /* ---- ffn_partial through down_t: the same bits at any thread count and batch ----
  * Several neuron groups (the last one partial) and a batch of two token passes; under per-token
  * masks: y is bitwise the same for pools of 1..7 threads, and a token alone (its own mask row) gets
- * its row of the batch's y bit for bit (the fused group + reduction job, ffn_split.c). */
+ * its row of the batch's y bit for bit (the fused group + reduction job, ffn_split.c); and the same
+ * with the AXPYs split by columns instead of by groups (ffn_scratch.split), against the same y. */
 #define INV_B 19 /* two passes of AXPY_TOKENS (16) */
 static void test_partial_invariance(const char *dir, uint32_t type)
 {
@@ -403,29 +404,37 @@ static void test_partial_invariance(const char *dir, uint32_t type)
     CHECK_OK(ffn_runs_build(&r, sel, 1, mask, INV_B, F));
     struct pi_pool *p1 = NULL;
     CHECK_OK(pool_new(&p1, 1));
+    s.split = FFN_SPLIT_GROUPS;
     CHECK_OK(ffn_partial(p1, &s, m, &lw, xn, INV_B, &r, mask, y0, NULL));
-    int differ = 0;
-    for (int nt = 2; nt <= 7; nt++) {
-        struct pi_pool *p = NULL;
-        CHECK_OK(pool_new(&p, nt));
-        for (int rep = 0; rep < 20; rep++) {
-            CHECK_OK(ffn_partial(p, &s, m, &lw, xn, INV_B, &r, mask, y1, NULL));
-            differ += memcmp(y0, y1, (size_t)(INV_B * E) * sizeof *y0) != 0;
+    static const enum ffn_split_mode modes[] = { FFN_SPLIT_GROUPS, FFN_SPLIT_COLS };
+    static const char *const mode_name[] = { "by groups", "by columns" };
+    for (int mi = 0; mi < 2; mi++) {
+        s.split = modes[mi];
+        int differ = 0;
+        for (int nt = 1; nt <= 7; nt++) {
+            struct pi_pool *p = NULL;
+            CHECK_OK(pool_new(&p, nt));
+            for (int rep = 0; rep < 20; rep++) {
+                CHECK_OK(ffn_partial(p, &s, m, &lw, xn, INV_B, &r, mask, y1, NULL));
+                differ += memcmp(y0, y1, (size_t)(INV_B * E) * sizeof *y0) != 0;
+            }
+            for (int t = 0; t < INV_B; t += 6) {
+                CHECK_OK(ffn_runs_build(&rt, sel, 1, mask + (size_t)t * F, 1, F));
+                CHECK_OK(ffn_partial(p, &s, m, &lw, xn + (size_t)t * E, 1, &rt, mask + (size_t)t * F, yt, NULL));
+                CHECK(!memcmp(yt, y0 + (size_t)t * E, (size_t)E * sizeof *yt), "%s %s, %d threads: token %d alone "
+                      "differs from its row in the batch", quant_traits(type)->name, mode_name[mi], nt, t);
+            }
+            pool_free(p);
         }
-        for (int t = 0; t < INV_B; t += 6) {
-            CHECK_OK(ffn_runs_build(&rt, sel, 1, mask + (size_t)t * F, 1, F));
-            CHECK_OK(ffn_partial(p, &s, m, &lw, xn + (size_t)t * E, 1, &rt, mask + (size_t)t * F, yt, NULL));
-            CHECK(!memcmp(yt, y0 + (size_t)t * E, (size_t)E * sizeof *yt), "%s, %d threads: token %d alone differs "
-                  "from its row in the batch", quant_traits(type)->name, nt, t);
-        }
-        pool_free(p);
+        CHECK(differ == 0, "%s %s: %d runs at 1-7 threads differ from 1 thread by groups", quant_traits(type)->name,
+              mode_name[mi], differ);
     }
-    CHECK(differ == 0, "%s: %d runs at 2-7 threads differ from 1 thread", quant_traits(type)->name, differ);
     double mx = 0;
     for (int64_t i = 0; i < INV_B * E; i++)
         mx = fmax(mx, fabs((double)y0[i]));
     CHECK(mx > 0, "%s: the masked cold share is not all zero", quant_traits(type)->name);
-    printf("ffn_partial down_t %s: bitwise the same at 1-7 threads and alone as in a batch of %d\n",
+    printf("ffn_partial down_t %s: bitwise the same at 1-7 threads, by groups and by columns, and alone as in a "
+           "batch of %d\n",
            quant_traits(type)->name, INV_B);
     pool_free(p1);
     ffn_runs_fini(&r), ffn_runs_fini(&rt);
