@@ -17,7 +17,9 @@
  * -r: the same masks every iteration (with -L 1 the live rows then stay in the caches: the fixed
  * overhead of a layer without its DRAM reads). -m: how the down_t AXPYs split over threads
  * (ffn_scratch.split; auto: ffn_partial's choice).
- * "y_hash" is an FNV-1a hash of the bits of every y of every timed iteration: runs whose hashes match
+ * "runs_us_mean": the runs' build (in the timed region; cpud builds them before ffn_partial);
+ * "noop_job_us_mean": a pool job of as many empty slices as a layer's down_t job, after the same gap
+ * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y of every timed iteration: runs whose hashes match
  * computed the same bytes (old vs new code, one thread count vs another). */
 #include "ffn_split.h"
 #include "model.h"
@@ -47,6 +49,14 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * FNV_PRIME;
     return h;
+}
+
+/* the down_t path's neuron group (ffn_split.c's AXPY_GROUP), for the empty job's slice count */
+#define NOOP_GROUP 256
+
+static void noop_slice(void *arg, int ith, int nth)
+{
+    (void)arg, (void)ith, (void)nth;
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -148,6 +158,7 @@ int main(int argc, char **argv)
     struct ffn_scratch s = { .split = split };
     double best = 1e300, sum = 0;
     uint64_t bytes_total = 0, y_hash = FNV_OFFSET;
+    double runs_sum = 0; /* the runs' build, inside the timed region (cpud builds them in its prep) */
     for (int it = -1; it < iters; it++) { /* it = -1: warm-up */
         uint64_t bytes_it = 0;
         double dt = 0;
@@ -159,15 +170,18 @@ int main(int argc, char **argv)
             const struct pi_layer_weights w = model_layer_weights(m, l);
             const uint8_t *mk = mask + per_it * (size_t)(repeat ? 0 : it + 1) + (size_t)l * B * F;
             uint64_t b;
-            if ((rc = ffn_runs_build(runs, sel, 0, mk, B, F)) ||
-                (rc = ffn_partial(pool, &s, m, &w, xn, B, runs, mk, y, &b))) {
+            rc = ffn_runs_build(runs, sel, 0, mk, B, F);
+            const double t1 = now_us();
+            if (rc || (rc = ffn_partial(pool, &s, m, &w, xn, B, runs, mk, y, &b))) {
                 fprintf(stderr, "bench_ffn: layer %d: %s\n", l, pi_errmsg());
                 return 1;
             }
             bytes_it += b;
             dt += now_us() - t0;
-            if (it >= 0)
+            if (it >= 0) {
                 y_hash = fnv1a(y_hash, y, (size_t)B * E * sizeof *y);
+                runs_sum += t1 - t0;
+            }
         }
         if (it < 0)
             continue;
@@ -177,11 +191,24 @@ int main(int argc, char **argv)
     }
     struct pool_stats ps; /* the pool's own view: runs it did alone (oversubscribed), straggles, sleeps */
     pool_get_stats(pool, &ps);
+    /* what a job of as many empty slices as a layer's down_t job costs (the groups and a slice a
+     * thread), after the same gap: the hand-out to the workers and back, without the FFN */
+    const int noop_slices = (int)((F + NOOP_GROUP - 1) / NOOP_GROUP) + threads;
+    double noop_sum = 0;
+    for (int k = 0; k < iters * L; k++) {
+        if (gap_us > 0)
+            for (const double g0 = now_us(); now_us() - g0 < gap_us;)
+                ;
+        const double t0 = now_us();
+        pool_run_n(pool, noop_slice, NULL, noop_slices);
+        noop_sum += now_us() - t0;
+    }
     printf("{\"model\":\"%s\",\"threads\":%d,\"tokens\":%d,\"fraction\":%.3f,\"layers\":%d,\"down_t\":%s,"
            "\"gap_us\":%d,\"spin_us\":%d,\"us_per_layer_best\":%.1f,\"us_per_layer_mean\":%.1f,\"mb_per_layer\":%.2f,"
-           "\"gb_s_best\":%.2f,\"repeat\":%s,\"split\":\"%s\",\"solo_runs\":%llu,\"straggles\":%llu,\"sleeps\":%llu,\"y_hash\":\"%016llx\"}\n",
+           "\"gb_s_best\":%.2f,\"runs_us_mean\":%.1f,\"noop_job_us_mean\":%.1f,\"repeat\":%s,\"split\":\"%s\",\"solo_runs\":%llu,\"straggles\":%llu,\"sleeps\":%llu,\"y_hash\":\"%016llx\"}\n",
            path, threads, B, frac, L, m->layers[0].ffn_down_t.data ? "true" : "false", gap_us, spin_us, best / L, sum / iters / L,
-           bytes_total / 1e6 / L, bytes_total / best / 1e3, repeat ? "true" : "false",
+           bytes_total / 1e6 / L, bytes_total / best / 1e3, runs_sum / iters / L, noop_sum / iters / L,
+           repeat ? "true" : "false",
            split == FFN_SPLIT_GROUPS ? "groups" : split == FFN_SPLIT_COLS ? "cols" : "auto", ps.solo_runs, ps.straggles,
            ps.sleeps, (unsigned long long)y_hash);
     ffn_scratch_fini(&s);

@@ -57,14 +57,17 @@ runs = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
 for x in runs:
     by.setdefault((x["tree"], x["case"]), []).append(x["r"])
-print("medians (us per layer; best = the fastest of the run's iterations, mean = all of them):")
+print("medians (us per layer, the runs' build included; best = the fastest of the run's iterations, mean = all):")
 for (tree, case), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     if len(rs) < 2:
         continue
     med = lambda k: st.median(r[k] for r in rs)
-    solo = sum(r.get("solo_runs", 0) for r in rs)
+    solo = sum(r["solo_runs"] for r in rs) if all("solo_runs" in r for r in rs) else "n/a"
+    extra = ""
+    if all("runs_us_mean" in r for r in rs): # trees with the breakdown: what of it is not ffn_partial's own
+        extra = f", of which runs build {med('runs_us_mean'):.1f}; an empty job alone {med('noop_job_us_mean'):.1f}"
     print(f"  {case:12s} {tree:4s} best {med('us_per_layer_best'):7.1f} mean {med('us_per_layer_mean'):7.1f}"
-          f"  ({len(rs)} runs, pool solo runs {solo})")
+          f"  ({len(rs)} runs, pool solo runs {solo}{extra})")
 def hashes(keys):
     return {k: sorted({r.get("y_hash", "none") for r in by.get(k, [])}) for k in keys}
 for fam in ("cold", "dense"):
