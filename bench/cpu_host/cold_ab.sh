@@ -8,13 +8,14 @@
 #      between steps), and -p 0.1 at -t 16 (the all-CPU path, issue 9's in-process figure); new also
 #      with the down_t split it did not pick (-m groups at 0.015, -m cols at 0.1)
 #   3. the bytes: y_hash (every y of every iteration) old = new, and new at 16 = 8 = 1 threads
-#   DIR/old, DIR/new: release trees with bench/bench_ffn and tools/pictl (or DIR/trees.txz holding
-#   them; DIR/lib: .so files). Results in $OUT/cold_ab.log (OUT defaults to /tmp/cold-ab), medians last.
+#   DIR/old, DIR/new: release trees with bench/bench_ffn and tools/pictl, DIR/lib: .so files
+#   (cold_pack.sh OLD_BUILD NEW_BUILD DIR makes them; or DIR/trees.txz holding them). Results in
+#   $OUT/cold_ab.log (OUT defaults to /tmp/cold-ab), medians and the byte checks last.
 #   env ROUNDS (3), KEEP_MODEL=1 leaves /dev/shm/s4.gguf in place.
 set -u
-D=$1
+D=$(cd "$1" && pwd) # absolute: the library path below must not depend on where this runs
 [ -f "$D/trees.txz" ] && tar -xJf "$D/trees.txz" -C "$D"
-export LD_LIBRARY_PATH="$PWD/$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 O=${OUT:-/tmp/cold-ab}
 mkdir -p "$O"
 L=$O/cold_ab.log
