@@ -4,6 +4,7 @@
 # with its large window stores the CUDA kernels that every CUDA binary links once: 63 MB → 7 MB),
 # with DEST/lib holding the .so files the GPU machine lacks. Run on the development machine.
 set -eu
+. "$(dirname "$0")/../pack_lib.sh"
 G=$1 R=$2 DEST=$3
 T=$(mktemp -d)
 STAGES="tools/pictl gpud/gpud cpud/cpud predictord/predictord loaderd/loaderd"
@@ -13,15 +14,8 @@ for f in $STAGES tests/test_cuda_ops tests/test_backend_ops tests/test_backend_o
     mkdir -p "$T/gpu/$(dirname "$f")"
     strip -o "$T/gpu/$f" "$G/$f"
 done
-for f in $STAGES bench/bench_gemv bench/bench_ffn; do
-    mkdir -p "$T/rel/$(dirname "$f")"
-    strip -o "$T/rel/$f" "$R/$f"
-done
-mkdir -p "$DEST/lib"
-for l in libnanomsg.so.5 libjansson.so.4 libpcre2-8.so.0; do
-    p=$(ldconfig -p | awk -v l="$l" '$1 == l { print $NF; exit }')
-    [ -n "$p" ] && cp -L "$p" "$DEST/lib/"
-done
+pack_strip "$R" "$T/rel" $STAGES bench/bench_gemv bench/bench_ffn
+pack_libs "$DEST/lib"
 tar -C "$T" -cf - gpu rel | xz -9 -T2 >"$DEST/trees.txz"
 rm -rf "$T"
 du -sh "$DEST"/*
