@@ -19,8 +19,9 @@
  * (ffn_scratch.split; auto: ffn_partial's choice).
  * "runs_us_mean": the runs' build (in the timed region; cpud builds them before ffn_partial);
  * "noop_job_us_mean": a pool job of as many empty slices as a layer's down_t job, after the same gap
- * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y of every timed iteration: runs whose hashes match
- * computed the same bytes (old vs new code, one thread count vs another). */
+ * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y
+ * of every timed iteration: runs whose hashes match computed the same bytes (old vs new code, one
+ * thread count vs another). */
 #include "ffn_split.h"
 #include "model.h"
 #include "pi_err.h"

@@ -320,7 +320,8 @@ static inline void q4_0_block_fma(__m256 acc[4], const struct block_q4_0 *x, flo
     for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high) */
         const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * h)));
         acc[h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, nib), off)), acc[h]);
-        acc[2 + h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
+        acc[2 + h] =
+            _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
     }
 }
 

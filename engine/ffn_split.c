@@ -144,7 +144,8 @@ struct ffn_job {
     int64_t *grows;             /* (n_groups) down_t rows read by the group: its neurons live for some token */
     int32_t *glive;             /* (n_groups, AXPY_GROUP) those neurons, ascending */
     bool by_cols;               /* the AXPYs in the column slices (below), not in the group slices */
-    _Atomic uint32_t *gdone;    /* (n_groups) == stamp: the group's accumulators and gused are written */
+    _Atomic uint32_t *gdone;    /* (n_groups) == stamp: the group's activations, glive, grows (and
+                                 * by groups its accumulators and gused) are written */
     uint32_t stamp;
     int32_t n_red;              /* reduction (or column) slices, after the n_groups group slices */
     int64_t red_chunk;          /* y columns per reduction slice: whole cache lines (and down_t blocks) */
@@ -239,8 +240,8 @@ static void act_worker(void *arg, int ith, int nth)
  *    and the reduction slices, one per column range, sum the accumulators into y;
  *  - by columns (few live neurons a group, e.g. a hybrid run's cold share, ~4 a group): a group
  *    slice only computes its activations; column slice c then takes, group after group, the
- *    group's live rows restricted to its columns, sums them into a column-range accumulator of its
- *    own (in registers and L1) and adds that into y. With ~4 live neurons a group nearly every group
+ *    group's live rows restricted to its columns, sums them from zero in registers and adds that
+ *    into y (quant_axpy_rows_add). With ~4 live neurons a group nearly every group
  *    would otherwise write a 16 KB accumulator that another core reads back (~690 KB a layer for
  *    ~1 MB of weights); by columns no accumulator leaves its core. */
 #define AXPY_GROUP 256
@@ -309,9 +310,9 @@ static int32_t live_rows(const struct ffn_job *j, int32_t t, const int32_t *idx,
 }
 
 /* Group g: the activations of its neurons (one gathered GEMV of its gate and up rows per token: the
- * activation is prepared once for the group's rows, and no prefetch strays past a row), its neurons live for some
- * token (glive), and unless the AXPYs go by columns their AXPYs in ascending neuron order into the
- * group's accumulators; then the group is marked done. */
+ * activation is prepared once for the group's rows, and no prefetch strays past a row), its neurons
+ * live for some token (glive), and unless the AXPYs go by columns their AXPYs in ascending neuron
+ * order into the group's accumulators; then the group is marked done. */
 static void group_one(const struct ffn_job *j, int64_t g)
 {
     const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
@@ -446,8 +447,8 @@ struct col_cursor {
 
 /* Prefetch into L2 the segments of the down_t rows of the neurons of runs in [from, until), the
  * cursor moved past them (it never goes back: a neuron is prefetched once) */
-static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until, size_t off,
-                               size_t len)
+static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
+                               size_t off, size_t len)
 {
     const struct ffn_runs *r = j->runs;
     if (c->i < from)

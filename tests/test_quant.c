@@ -651,8 +651,8 @@ static void check_gather_axpy_rows(const char *level)
                 for (int r = 0; r < nr; r++)
                     seg[r] = (const char *)rows[r] + quant_row_size(type, c0);
                 quant_axpy_rows_add(type, c1 - c0, y2 + c0, a, seg, nr);
-                CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0, "%s %s n=%ld nr=%d: axpy_rows_add over [%ld, %ld) differs",
-                      level, ref->name, (long)n, nr, (long)c0, (long)c1);
+                CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0,
+                      "%s %s n=%ld nr=%d: axpy_rows_add over [%ld, %ld) differs", level, ref->name, (long)n, nr, (long)c0, (long)c1);
             }
             for (int r = 0; r < NR; r++)
                 free(rows[r]);
