@@ -328,6 +328,16 @@ void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, con
     }
 }
 
+bool quant_axpy_rows_add_native(uint32_t type)
+{
+#if defined(PI_HAVE_AVX2_UNIT)
+    return level_now() == PI_CPU_AVX2 && (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0);
+#else
+    (void)type;
+    return false;
+#endif
+}
+
 /* the fallback tile: rows that stay in L1/L2 while every token of the batch passes */
 #define GEMM_ROW_TILE 16
 

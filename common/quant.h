@@ -135,6 +135,9 @@ void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const v
  * buffer t (init) followed by y[i] += t[i] (at the same level). One neuron group's rows over a slice
  * of columns (the sparse FFN by columns), t never written out where the kernels keep it in registers. */
 void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
+/* whether quant_axpy_rows_add keeps t in registers for type at the current level (AVX2: Q4_0, Q8_0);
+ * elsewhere it goes through a tile on the stack, slower than quant_axpy_rows into an accumulator */
+bool quant_axpy_rows_add_native(uint32_t type);
 
 /* Y_b[r] = dot(W row r, X_b) for rows [r0, r1) and the B activations X_b = X_vd + b * x_stride
  * (bytes, each in W's vec_dot_type), Y_b = Y + b * y_stride (floats): the batched matmul's tile,

@@ -253,6 +253,9 @@ static void act_worker(void *arg, int ith, int nth)
  * slice reads stay the way to read them until the GPU host says otherwise (bench/cpu_host/cold_ab.sh
  * measures both). Either way gives the same bits, so the choice needs no invariance argument. */
 #define COLS_MAX_PER_GROUP 16
+/* ... and only where quant_axpy_rows_add keeps the column sum in registers (AVX2: Q4_0, Q8_0): its
+ * tile fallback made the F16 hybrid's cold share slower than the groups (H200 host, 2026-12-02:
+ * s16 at --vram-budget 8.39, cpud 114–135 → 162–167 µs a layer, decode −20 %; s4 +8–14 %) */
 
 /* The live neurons of group [lo, hi): their indices and gate/up rows, for the gathered GEMV */
 struct group_rows {
@@ -672,7 +675,8 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         /* reduction (or column) slices: one per thread, of whole cache lines of y; by columns also
          * of whole blocks of down_t */
         j.by_cols = s->split == FFN_SPLIT_COLS ||
-                    (s->split == FFN_SPLIT_AUTO && runs->n_neurons <= COLS_MAX_PER_GROUP * j.n_groups);
+                    (s->split == FFN_SPLIT_AUTO && runs->n_neurons <= COLS_MAX_PER_GROUP * j.n_groups &&
+                     quant_axpy_rows_add_native(l->ffn_down_t.type));
         const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
         const int64_t unit = j.by_cols ? lcm64(line, tt->blck_size) : line;
         j.n_red = pool_size(pool);
