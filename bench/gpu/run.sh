@@ -2,7 +2,8 @@
 # bench/gpu/run.sh — the GPU machine's one call (DEVICE.md, BENCH.md): builds nothing (the build
 # directory travels with the tree), runs the CUDA tests, writes the four 7B-shape model files to
 # /dev/shm, measures the HBM read floor and each decode product alone (bench_kern), then decode /
-# prefill of every file in interleaved rounds. Results: $OUT/bench.jsonl (one JSON line per case), $OUT/tests.log, $OUT/run.log.
+# prefill of every file in interleaved rounds. Results: $OUT/bench.jsonl (one JSON line per case),
+# $OUT/tests.log, $OUT/run.log.
 #
 #   bench/gpu/run.sh [BUILD_DIR]     env: ROUNDS (3), N_GEN (256), PP (512), MODELS ("d16 s16 d4 s4"),
 #                                         SKIP_TESTS=1, BATCH ("1,4,8"), EAGER (64),
