@@ -163,7 +163,8 @@ int main(int argc, char **argv)
     if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
         cudaMalloc((void **)&pool, POOL_BYTES) != cudaSuccess || cudaMalloc((void **)&x, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&y, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&act, 65536 * 4) != cudaSuccess ||
-        cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&cnt, 4) != cudaSuccess) {
         fprintf(stderr, "bench_kern: device allocation failed\n");
         return 1;

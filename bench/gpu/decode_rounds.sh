@@ -52,7 +52,8 @@ print()')
                 --ignore-eos -c 512 -t 16 --backend cuda --vram-budget "$budget" --json-stats "$S/h.json" \
                 >"$S/h.txt" 2>"$S/h.err"
             t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$S/h.json" 2>/dev/null)
-            echo "r$r hybrid $f $budget ${tree:-new} $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8) $(grep -o 'per layer:[^|]*' "$S/h.err")"
+            split=$(grep -o 'per layer:[^|]*' "$S/h.err")
+            echo "r$r hybrid $f $budget ${tree:-new} $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8) $split"
             rm -f "$S/h.json"
         done
     done
