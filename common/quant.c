@@ -331,7 +331,7 @@ void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, con
 bool quant_axpy_rows_add_native(uint32_t type)
 {
 #if defined(PI_HAVE_AVX2_UNIT)
-    return level_now() == PI_CPU_AVX2 && (type == PI_TYPE_Q4_0 || type == PI_TYPE_Q8_0);
+    return level_now() == PI_CPU_AVX2 && quant_avx2_has_axpy_rows_add(type);
 #else
     (void)type;
     return false;

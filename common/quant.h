@@ -135,7 +135,7 @@ void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const v
  * buffer t (init) followed by y[i] += t[i] (at the same level). One neuron group's rows over a slice
  * of columns (the sparse FFN by columns), t never written out where the kernels keep it in registers. */
 void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
-/* whether quant_axpy_rows_add keeps t in registers for type at the current level (AVX2: Q4_0, Q8_0);
+/* whether quant_axpy_rows_add keeps t in registers for type at the current level (AVX2's kernels);
  * elsewhere it goes through a tile on the stack, slower than quant_axpy_rows into an accumulator */
 bool quant_axpy_rows_add_native(uint32_t type);
 
@@ -167,6 +167,8 @@ bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, co
                           bool init);
 /* and its AXPY-then-add (quant_axpy_rows_add's contract): false, computing nothing, for the types it lacks */
 bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
+/* whether it has that kernel for type */
+bool quant_avx2_has_axpy_rows_add(uint32_t type);
 /* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same two
  * entry points; only after cpuid has reported AVX-512 F/BW/VL/DQ/VNNI (quant_init does). */
 void quant_avx512_install(struct pi_type_traits *traits, size_t count);

@@ -457,13 +457,26 @@ static void q8_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const v
     }
 }
 
-bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr)
+typedef void (*axpy_rows_add_fn)(int64_t n, float *y, const float *a, const void *const *rows, int nr);
+
+/* the one list of the types with a register-resident rows-add */
+static axpy_rows_add_fn axpy_rows_add_kernel(uint32_t type)
 {
     switch (type) {
-    case PI_TYPE_Q4_0: q4_0_axpy_rows_add_avx2(n, y, a, rows, nr); return true;
-    case PI_TYPE_Q8_0: q8_0_axpy_rows_add_avx2(n, y, a, rows, nr); return true;
-    default: return false;
+    case PI_TYPE_Q4_0: return q4_0_axpy_rows_add_avx2;
+    case PI_TYPE_Q8_0: return q8_0_axpy_rows_add_avx2;
+    default: return NULL;
     }
+}
+
+bool quant_avx2_has_axpy_rows_add(uint32_t type) { return axpy_rows_add_kernel(type) != NULL; }
+
+bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr)
+{
+    const axpy_rows_add_fn k = axpy_rows_add_kernel(type);
+    if (k)
+        k(n, y, a, rows, nr);
+    return k != NULL;
 }
 
 bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,

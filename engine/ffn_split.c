@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_relax.h"
 #include "pi_err.h"
 #include "quant.h"
 #include "threadpool.h"
@@ -374,12 +375,16 @@ static void group_one(const struct ffn_job *j, int64_t g)
 
 /* Wait until group g of this pass is done. Group slices come before every reduction slice, so g is
  * held by a running thread (threadpool.h, "Ordered slices"); the yield lets it run on a busy machine. */
+static bool group_is_done(const struct ffn_job *j, int64_t g)
+{
+    /* acquire: what the group published is read after it (pairs with group_one's release) */
+    return atomic_load_explicit(&j->gdone[g], memory_order_acquire) == j->stamp;
+}
+
 static void group_wait(const struct ffn_job *j, int64_t g)
 {
-    for (unsigned i = 1; atomic_load_explicit(&j->gdone[g], memory_order_acquire) != j->stamp; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+    for (unsigned i = 1; !group_is_done(j, g); i++) {
+        cpu_relax();
         if (i % GROUP_WAIT_YIELD == 0)
             sched_yield();
     }
@@ -434,12 +439,6 @@ static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, siz
             __builtin_prefetch((const void *)q, 0, 3);
         else
             __builtin_prefetch((const void *)q, 0, 2);
-}
-
-static bool group_is_done(const struct ffn_job *j, int64_t g)
-{
-    /* acquire: glive is read after it (pairs with group_one's release) */
-    return atomic_load_explicit(&j->gdone[g], memory_order_acquire) == j->stamp;
 }
 
 /* A cursor over the neurons of runs, ascending: run k, neuron i */
