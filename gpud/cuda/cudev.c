@@ -155,6 +155,9 @@ struct cudev {
     void *blas_ws;
     size_t blas_ws_bytes;
     bool mask_valid;         /* idx/cnt hold the compacted mask */
+    bool mask_raw;           /* mask holds the predictor's mask, compacted into idx/cnt only when an
+                              * uncompacted layer's FFN needs the list (a hybrid step's hot FFN
+                              * compacts its own rows: the launch would sit before the hand-off) */
     bool blas_on;            /* benchmarks: batches > CUDEV_GEMV_MAX through cuBLAS (not invariant) */
     int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
@@ -907,15 +910,14 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
         mark(d, CUDEV_PROF_FC1);
         TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         mark(d, CUDEV_PROF_FC2);
-        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
-        mark(d, CUDEV_PROF_COMPACT);
     } else {
         TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
         TRY(CK(cuk_relu(d->p1, (int64_t)n * c->fc1.n_out, d->st)));
         TRY(blas_mm(d, &c->fc2, d->p1, n, d->g, false));
         TRY(CK(cuk_threshold(d->g, d->mask, (int64_t)n * F, thr, d->st)));
     }
-    d->mask_valid = !use_blas(d, n);
+    d->mask_valid = false;
+    d->mask_raw = !use_blas(d, n);
     return 0;
 }
 
@@ -926,6 +928,7 @@ int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
     TRY(CU(cudaMemcpyAsync(d->mask, mask, (size_t)n * F, cudaMemcpyHostToDevice, d->st)));
     TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
     d->mask_valid = true;
+    d->mask_raw = false;
     /* the host buffer may be reused as soon as we return */
     return CU(cudaStreamSynchronize(d->st));
 }
@@ -1005,6 +1008,12 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
         if (c->down_t.q)
             return blas_mm_t(d, &c->down_t, d->act, n, y, add);
         return blas_mm(d, &c->down, d->act, n, y, add);
+    }
+    if (masked && !d->mask_valid && d->mask_raw) { /* the predictor's mask, listed now (cudev_predict) */
+        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+        mark(d, CUDEV_PROF_COMPACT);
+        d->mask_valid = true;
+        d->mask_raw = false;
     }
     if (masked && !d->mask_valid)
         return pi_fail(PI_E_INVAL, "cuda: masked FFN without a mask for this batch");

@@ -388,15 +388,11 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
     }
 }
 
-/* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), CPU's Q8_0 rounding (d stored as f16). */
-__global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+/* A warp's 32 values (lane l: element 32 blk + l of a row of n_in) → int8 with (d, d·Σq) in row, the
+ * CPU's Q8_0 rounding (d stored as f16): both producers of the Q types' activation rows (k_quant_x,
+ * k_norm_quant_x) quantize through this one sequence of operations. */
+__device__ static inline void q8_warp_store(float v, uint8_t *row, int64_t n_in, int64_t blk, int lane)
 {
-    pdl_enter();
-    const int tok = blockIdx.y, lane = threadIdx.x & 31;
-    const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (blk >= n_in / 32)
-        return;
-    const float v = x[(int64_t)tok * n_in + blk * 32 + lane];
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -407,12 +403,22 @@ __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    uint8_t *row = out + (int64_t)tok * xs;
     row[blk * 32 + lane] = (uint8_t)(int8_t)qv;
     if (lane == 0) {
         const float dh = __half2float(__float2half_rn(dd));
         ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
     }
+}
+
+/* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), a warp a block (q8_warp_store). */
+__global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
+{
+    pdl_enter();
+    const int tok = blockIdx.y, lane = threadIdx.x & 31;
+    const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (blk >= n_in / 32)
+        return;
+    q8_warp_store(x[(int64_t)tok * n_in + blk * 32 + lane], out + (int64_t)tok * xs, n_in, blk, lane);
 }
 
 __device__ static float block_sum(float v, float *sh);
@@ -438,22 +444,7 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
     const int64_t blk = (int64_t)blockIdx.x * 8 + warp;
     if (blk < n_in / 32) {
         const int64_t i = blk * 32 + lane;
-        const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]); /* cuk_rmsnorm's xn[i] */
-        float amax = fabsf(v);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
-        const int qv = __float2int_rn(v * id);
-        int sum = qv;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        row[i] = (uint8_t)(int8_t)qv;
-        if (lane == 0) {
-            const float dh = __half2float(__float2half_rn(dd));
-            ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
-        }
+        q8_warp_store(__fmul_rn(__fmul_rn(xr[i], scale), w[i]) /* cuk_rmsnorm's xn[i] */, row, n_in, blk, lane);
     }
 }
 

@@ -1,6 +1,6 @@
 /* cuk_mmv.cu — F16 / BF16 decode products on mma.sync, streamed (design and bits: cuk_mmv.h).
  *
- * A block of CUK_MMA_KS warps per SM; warp w owns K range w (cuk_mma.h) of every tile the block
+ * A block of CUK_MMA_KS warps per SM (or two, mv_launch); warp w owns K range w (cuk_mma.h) of every tile the block
  * computes (tiles blockIdx.x, + gridDim.x, ...). Its work is the flat list of (tile, chunk) items;
  * item p is copied by cp.async into stage p % S of a per-thread ring in shared memory S − 1 items
  * before it is used: thread (g, t) copies exactly the 16-byte words that cuk_mma.cu's decode kernel
@@ -54,13 +54,35 @@ struct mvo : mout {
 
 /* ---- the streamed kernel ---- */
 
-/* stages of the ring: S × NM · 4 words a thread (128 / 160 KiB a block: one block an SM); the
+/* stages of the ring: S × NM · 4 words a thread (one block an SM: S 8 / 5, 128 / 160 KiB); the
  * block's one token row (normalized for NORM) sits in shared memory after the ring */
-template <int NM, bool NORM> struct Ring {
-    enum { S = NM == 2 ? 5 : 8, SLOTS = NM * 4 };
+constexpr int deep_s(int nm) { return nm == 2 ? 5 : 8; }
+template <int NM, int S = deep_s(NM)> struct Ring {
+    enum { SLOTS = NM * 4 };
     static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
 };
 #define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
+#define MMV_SM_BYTES (228 * 1024) /* shared memory of an SM (H100 / H200), 1 KiB of it reserved per block */
+
+/* Blocks of the streamed kernel an SM: one with the deep ring, or two, each with a shallower ring
+ * (where both fit): twice the warps to hide each chunk's wait, and an SM whose block is done can
+ * start the next product's block while the other still runs. The tiles are the same, each computed
+ * in the same order: the bits do not depend on it. Measured (bench_kern, H200, 2026-12-02): two win
+ * where a warp streams few chunks — wo 10.98 → 10.52 µs, the predictor's fc2 8.11 → 6.72 — and lose
+ * where it streams many (q/k/v 28.4 → 29.5, gate/up 54.1 → 54.4; down, 44 chunks, the same); a
+ * gathered product's tile count is on the device (one block). PINFER_CUDA_MMV_BPS=1 / 2 forces
+ * one / two where they fit; default (auto): two where a warp's chunks over the block's share of the
+ * tiles number at most MMV_BPS2_ITEMS. Read once. */
+#define MMV_BPS2_ITEMS 16
+static int mmv_bps(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMV_BPS");
+        v = e && (*e == '1' || *e == '2') && !e[1] ? *e - '0' : 0;
+    }
+    return v;
+}
 
 /* cuk.cu's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
 __device__ static float block_sum(float v, float *sh)
@@ -82,11 +104,12 @@ __device__ static float block_sum(float v, float *sh)
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
-__global__ void __launch_bounds__(NTH, 1) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
-                                                int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS>
+__global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
+                                                  int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
 {
-    constexpr int S = Ring<NM, NORM>::S, SLOTS = Ring<NM, NORM>::SLOTS;
+    constexpr int SLOTS = Ring<NM, S>::SLOTS;
+    static_assert(S >= 2, "the ring needs a stage beside the one in use");
     extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -249,28 +272,57 @@ static int sm_count(void)
     return n;
 }
 
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
-static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
-                     const mvo &o, cudaStream_t st)
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS>
+static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
+                       const mvo &o, cudaStream_t st)
 {
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             MMV_SMEM_MAX);
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, MMV_SMEM_MAX);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     (int)cudaSharedmemCarveoutMaxShared);
+            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>,
+                                     cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }();
     if (attr != cudaSuccess)
         return -(int)attr;
-    const size_t smem = Ring<NM, NORM>::bytes + (size_t)K * sizeof(float);
+    const size_t smem = Ring<NM, S>::bytes + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
-    const int64_t tiles = (n_out + 15) / 16;
-    const unsigned gx = (unsigned)(tiles < sm_count() ? tiles : sm_count());
-    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1, K, n_out, x,
-               B, o);
+    const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * sm_count();
+    const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
+    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
+               K, n_out, x, B, o);
     return launched();
+}
+
+/* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), and the SM's 1 KiB */
+template <int NM> static constexpr size_t mv_static(void) { return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + 1024; }
+
+/* two blocks an SM (mmv_bps) with the deepest ring that lets both fit, else the one deep block */
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
+static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
+                     const mvo &o, cudaStream_t st)
+{
+    const size_t row = (size_t)K * sizeof(float);
+    auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= MMV_SM_BYTES; };
+    bool two = mmv_bps() == 2;
+    if (!mmv_bps() && !IDX) {
+        const int64_t tiles = (n_out + 15) / 16, sms = sm_count(), nk = (K + CH - 1) / CH;
+        two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
+    }
+    if (two) {
+        if constexpr (NM == 1) {
+            if (two_fit(Ring<1, 4>::bytes))
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
+            if (two_fit(Ring<1, 3>::bytes))
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
+        } else {
+            if (two_fit(Ring<2, 2>::bytes))
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 2, 2>(w0, w1, K, n_out, x, B, o, st);
+        }
+    }
+    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1>(w0, w1, K, n_out, x, B, o, st);
 }
 
 template <bool BF, bool LO, bool NORM>
@@ -341,7 +393,7 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
 
 extern "C" bool cuk_mmv_fits(const struct cuk_w *w, int nm)
 {
-    return cuk_mmv_on() && (nm == 2 ? Ring<2, false>::bytes : Ring<1, false>::bytes) + (size_t)w->n_in * sizeof(float) <=
+    return cuk_mmv_on() && (nm == 2 ? Ring<2>::bytes : Ring<1>::bytes) + (size_t)w->n_in * sizeof(float) <=
                                MMV_SMEM_MAX;
 }
 
