@@ -457,6 +457,44 @@ static void q8_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const v
     }
 }
 
+/* the float types: y[i..i + nv * 8) += the rows' columns summed from zero, every row's FMAs in row order
+ * (as AXPY_ROWS_F into a zeroed y: va * x + acc, one rounding), nv vectors of accumulators in registers */
+#define AXPY_ROWS_ADD_F(T)                                                                         \
+    static inline __attribute__((always_inline)) void T##_rows_sum_add(                           \
+        float *y, const float *a, const void *const *rows, int nr, int64_t i, int nv)              \
+    {                                                                                              \
+        __m256 acc[UNROLL];                                                                        \
+        for (int c = 0; c < nv; c++)                                                               \
+            acc[c] = _mm256_setzero_ps();                                                          \
+        for (int k = 0; k < nr; k++) {                                                             \
+            const __m256 va = _mm256_set1_ps(a[k]);                                                \
+            for (int c = 0; c < nv; c++)                                                           \
+                acc[c] = _mm256_fmadd_ps(va, load8_##T(rows[k], i + c * F32_PER_VEC), acc[c]);    \
+        }                                                                                          \
+        for (int c = 0; c < nv; c++) {                                                             \
+            float *yc = y + i + c * F32_PER_VEC;                                                   \
+            _mm256_storeu_ps(yc, _mm256_add_ps(_mm256_loadu_ps(yc), acc[c]));                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* F32_PER_ITER columns at a time, then 8, then one (fmaf: the same single rounding as the FMA) */ \
+    static void T##_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr) \
+    {                                                                                              \
+        int64_t i = 0;                                                                             \
+        for (; i + F32_PER_ITER <= n; i += F32_PER_ITER)                                           \
+            T##_rows_sum_add(y, a, rows, nr, i, UNROLL);                                           \
+        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
+            T##_rows_sum_add(y, a, rows, nr, i, 1);                                                \
+        for (; i < n; i++) {                                                                       \
+            float v = 0.0f;                                                                        \
+            for (int k = 0; k < nr; k++)                                                           \
+                v = fmaf(a[k], elem_##T(rows[k], i), v);                                           \
+            y[i] += v;                                                                             \
+        }                                                                                          \
+    }
+
+AXPY_ROWS_ADD_F(f16)
+AXPY_ROWS_ADD_F(bf16)
+
 typedef void (*axpy_rows_add_fn)(int64_t n, float *y, const float *a, const void *const *rows, int nr);
 
 /* the one list of the types with a register-resident rows-add */
@@ -465,6 +503,8 @@ static axpy_rows_add_fn axpy_rows_add_kernel(uint32_t type)
     switch (type) {
     case PI_TYPE_Q4_0: return q4_0_axpy_rows_add_avx2;
     case PI_TYPE_Q8_0: return q8_0_axpy_rows_add_avx2;
+    case PI_TYPE_F16: return f16_axpy_rows_add_avx2;
+    case PI_TYPE_BF16: return bf16_axpy_rows_add_avx2;
     default: return NULL;
     }
 }

@@ -638,21 +638,29 @@ static void check_gather_axpy_rows(const char *level)
                     CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0, "%s %s n=%ld nr=%d init=%d: axpy_rows differs",
                           level, ref->name, (long)n, nr, init);
                 }
-                /* rows_add: the rows summed from zero, then added into y; over a column range of whole
-                 * blocks too (the sparse FFN by columns), each element the whole row's bits */
-                const int64_t bs = ref->blck_size, c0 = n / 2 / bs * bs, c1 = c0 + (n / 4 + bs - 1) / bs * bs;
+                /* rows_add: the rows summed from zero, then added into y; over column ranges of whole
+                 * blocks (the sparse FFN by columns), each element the whole row's bits. The widths
+                 * (rounded up to whole blocks) reach every part of the float types' kernels: chunks of
+                 * 32 columns, of 8, the scalar tail, alone and together; the range starts at an odd
+                 * column where a block is one element (loads off the vector alignment). */
+                const int64_t widths[] = { n / 4, 32 * 3 + 8 * 2 + 7, 8, 5 };
+                const int64_t bs = ref->blck_size, c0 = (n / 2 + 3) / bs * bs;
                 float t1[N_MAX];
-                for (int64_t i = 0; i < n; i++)
-                    y1[i] = y2[i] = rng_unit();
                 quant_axpy_rows(type, n, t1, a, (const void *const *)rows, nr, true);
-                for (int64_t i = c0; i < c1; i++)
-                    y1[i] += t1[i];
                 const void *seg[NR];
                 for (int r = 0; r < nr; r++)
                     seg[r] = (const char *)rows[r] + quant_row_size(type, c0);
-                quant_axpy_rows_add(type, c1 - c0, y2 + c0, a, seg, nr);
-                CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0,
-                      "%s %s n=%ld nr=%d: axpy_rows_add over [%ld, %ld) differs", level, ref->name, (long)n, nr, (long)c0, (long)c1);
+                for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+                    const int64_t c1 = c0 + (widths[w] + bs - 1) / bs * bs;
+                    for (int64_t i = 0; i < n; i++)
+                        y1[i] = y2[i] = rng_unit();
+                    for (int64_t i = c0; i < c1; i++)
+                        y1[i] += t1[i];
+                    quant_axpy_rows_add(type, c1 - c0, y2 + c0, a, seg, nr);
+                    CHECK(memcmp(y1, y2, (size_t)n * sizeof *y1) == 0,
+                          "%s %s n=%ld nr=%d: axpy_rows_add over [%ld, %ld) differs", level, ref->name, (long)n, nr,
+                          (long)c0, (long)c1);
+                }
             }
             for (int r = 0; r < NR; r++)
                 free(rows[r]);
@@ -676,6 +684,12 @@ static void test_levels(void)
         CHECK(rc == 0 && quant_level() == (enum pi_cpu_level)l, "set level %d", l);
         ql_check_level(quant_level_name((enum pi_cpu_level)l), quant_traits, quant_gemv_rows, quant_gemm_rows);
         check_gather_axpy_rows(quant_level_name((enum pi_cpu_level)l));
+        /* the sparse FFN adds by columns only where this says so: these types' rows-add above ran the
+         * register-resident kernels */
+        if (l == PI_CPU_AVX2)
+            CHECK(quant_axpy_rows_add_native(PI_TYPE_Q4_0) && quant_axpy_rows_add_native(PI_TYPE_Q8_0) &&
+                      quant_axpy_rows_add_native(PI_TYPE_F16) && quant_axpy_rows_add_native(PI_TYPE_BF16),
+                  "avx2: the rows-add kernels of Q4_0, Q8_0, F16 and BF16 reported native");
         fprintf(stderr, "level %s: checked\n", quant_level_name((enum pi_cpu_level)l));
     }
     CHECK(quant_level_from_name("avx512") == PI_CPU_AVX512 && quant_level_from_name("sse") == -1, "level names");

@@ -637,6 +637,7 @@ int main(void)
         test_partial(dir, types[i], pool);
     pool_free(pool);
     test_partial_invariance(dir, PI_TYPE_F16);
+    test_partial_invariance(dir, PI_TYPE_BF16);
     test_partial_invariance(dir, PI_TYPE_Q4_0);
     test_forward(dir);
     rmdir(dir);
