@@ -186,6 +186,11 @@ struct cudev {
 
 #define REL_Y_OFF 256
 
+/* The kernels are built for compute capability 9.0 (gpud/cuda/meson.build: sm_90 code and compute_90
+ * PTX, which newer GPUs compile at load); an older GPU would fail at the first launch ("no kernel
+ * image"), so it is refused here with the reason, and `--backend auto` runs on the CPU instead. */
+#define CUDEV_MIN_CC_MAJOR 9
+
 bool cudev_available(char *why, size_t cap)
 {
     int n = 0;
@@ -193,6 +198,19 @@ bool cudev_available(char *why, size_t cap)
     if (e != cudaSuccess || n == 0) {
         if (why)
             snprintf(why, cap, "no CUDA device: %s", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return false;
+    }
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess) {
+        if (why)
+            snprintf(why, cap, "CUDA device 0: cannot read its properties: %s", cudaGetErrorString(e));
+        return false;
+    }
+    if (prop.major < CUDEV_MIN_CC_MAJOR) {
+        if (why)
+            snprintf(why, cap, "CUDA device 0 (%s) has compute capability %d.%d; this build's kernels need %d.0 or "
+                     "newer (Hopper)", prop.name, prop.major, prop.minor, CUDEV_MIN_CC_MAJOR);
         return false;
     }
     return true;

@@ -69,7 +69,8 @@ struct cudev_mem {
     double upload_s;     /* weight upload time */
 };
 
-/* True when a CUDA device can be used; otherwise false with the reason in why. */
+/* True when a CUDA device can be used (device 0, compute capability 9.0 or newer: what the kernels
+ * are built for); otherwise false with the reason in why. */
 bool cudev_available(char *why, size_t cap);
 
 int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_params *p);
