@@ -257,8 +257,8 @@ static void act_worker(void *arg, int ith, int nth)
 /* ... and only where quant_axpy_rows_add keeps the column sum in registers (AVX2: Q4_0, Q8_0, F16,
  * BF16): its tile fallback made the F16 hybrid's cold share slower than the groups (H200 host,
  * 2026-12-02, before F16 had its own kernel: s16 at --vram-budget 8.39, cpud 114–135 → 162–167 µs a
- * layer, decode −20 %; s4 +8–14 %). F16 and BF16 have a native kernel since; on the GPU host F16 by
- * columns is not measured yet. */
+ * layer, decode −20 %; s4 +8–14 %). F16 and BF16 have a native kernel since: F16 by columns there
+ * against the groups, hybrid s16 at 8.39, medians 159.9 vs 156.1 tok/s (docs/BENCHMARKS.md). */
 
 /* The live neurons of group [lo, hi): their indices and gate/up rows, for the gathered GEMV */
 struct group_rows {

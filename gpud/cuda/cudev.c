@@ -187,8 +187,9 @@ struct cudev {
 #define REL_Y_OFF 256
 
 /* The kernels are built for compute capability 9.0 (gpud/cuda/meson.build: sm_90 code and compute_90
- * PTX, which newer GPUs compile at load); an older GPU would fail at the first launch ("no kernel
- * image"), so it is refused here with the reason, and `--backend auto` runs on the CPU instead. */
+ * PTX, which newer GPUs compile at load) and the streamed decode kernel asks for ~223 KiB of shared
+ * memory a block; a GPU without either would fail at the first launch, so it is refused here with
+ * the reason, and `--backend auto` runs on the CPU instead. */
 #define CUDEV_MIN_CC_MAJOR 9
 
 bool cudev_available(char *why, size_t cap)
@@ -211,6 +212,12 @@ bool cudev_available(char *why, size_t cap)
         if (why)
             snprintf(why, cap, "CUDA device 0 (%s) has compute capability %d.%d; this build's kernels need %d.0 or "
                      "newer (Hopper)", prop.name, prop.major, prop.minor, CUDEV_MIN_CC_MAJOR);
+        return false;
+    }
+    if (prop.sharedMemPerBlockOptin < cuk_mmv_block_smem()) { /* e.g. a GeForce Blackwell, ~100 KiB */
+        if (why)
+            snprintf(why, cap, "CUDA device 0 (%s) lets a block use %zu KiB of shared memory; the decode kernels "
+                     "need %zu KiB", prop.name, prop.sharedMemPerBlockOptin / 1024, cuk_mmv_block_smem() / 1024);
         return false;
     }
     return true;

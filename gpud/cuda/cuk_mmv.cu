@@ -1,7 +1,7 @@
 /* cuk_mmv.cu — F16 / BF16 decode products on mma.sync, streamed (design and bits: cuk_mmv.h).
  *
- * A block of CUK_MMA_KS warps per SM (or two, mv_launch); warp w owns K range w (cuk_mma.h) of every tile the block
- * computes (tiles blockIdx.x, + gridDim.x, ...). Its work is the flat list of (tile, chunk) items;
+ * A block of CUK_MMA_KS warps per SM (or two: mv_launch); warp w owns K range w (cuk_mma.h) of every
+ * tile the block computes (tiles blockIdx.x, + gridDim.x, ...). Its work is the flat list of (tile, chunk) items;
  * item p is copied by cp.async into stage p % S of a per-thread ring in shared memory S − 1 items
  * before it is used: thread (g, t) copies exactly the 16-byte words that cuk_mma.cu's decode kernel
  * loads into its registers (rows g and g + 8 of the tile, elements [8t, 8t + 8) and [32 + 8t, 40 + 8t)
@@ -62,17 +62,17 @@ template <int NM, int S = deep_s(NM)> struct Ring {
     static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
 };
 #define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
-#define MMV_SM_BYTES (228 * 1024) /* shared memory of an SM (H100 / H200), 1 KiB of it reserved per block */
 
 /* Blocks of the streamed kernel an SM: one with the deep ring, or two, each with a shallower ring
  * (where both fit): twice the warps to hide each chunk's wait, and an SM whose block is done can
  * start the next product's block while the other still runs. The tiles are the same, each computed
  * in the same order: the bits do not depend on it. Measured (bench_kern, H200, 2026-12-02): two win
  * where a warp streams few chunks — wo 10.98 → 10.52 µs, the predictor's fc2 8.11 → 6.72 — and lose
- * where it streams many (q/k/v 28.4 → 29.5, gate/up 54.1 → 54.4; down, 44 chunks, the same); a
- * gathered product's tile count is on the device (one block). PINFER_CUDA_MMV_BPS=1 / 2 forces
- * one / two where they fit; default (auto): two where a warp's chunks over the block's share of the
- * tiles number at most MMV_BPS2_ITEMS. Read once. */
+ * where it streams many (q/k/v 28.4 → 29.5, gate/up 54.1 → 54.4 at a 2-stage ring: gate + up keep one
+ * block; down, 44 chunks, the same); a gathered product's tile count is on the device (one block).
+ * PINFER_CUDA_MMV_BPS=1 / 2 forces one / two (one-matrix products, where both fit); default (auto):
+ * two where a warp's chunks over the block's share of the tiles number at most MMV_BPS2_ITEMS. Read
+ * once. */
 #define MMV_BPS2_ITEMS 16
 static int mmv_bps(void)
 {
@@ -260,15 +260,30 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     }
 }
 
+static int dev_attr(cudaDeviceAttr a)
+{
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, a, dev);
+    return v;
+}
+
 static int sm_count(void)
 {
     static int n = 0;
     if (!n) {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        const int v = dev_attr(cudaDevAttrMultiProcessorCount);
         n = v > 0 ? v : 1;
     }
+    return n;
+}
+
+/* shared memory of an SM (228 KiB on H100 / H200), 1 KiB of it reserved per block */
+static size_t sm_smem(void)
+{
+    static size_t n = 0;
+    if (!n)
+        n = (size_t)dev_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
     return n;
 }
 
@@ -299,28 +314,24 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
 /* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), and the SM's 1 KiB */
 template <int NM> static constexpr size_t mv_static(void) { return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + 1024; }
 
-/* two blocks an SM (mmv_bps) with the deepest ring that lets both fit, else the one deep block */
+/* one matrix: two blocks an SM (mmv_bps) with the deepest ring that lets both fit; else (and for
+ * gate + up) the one deep block */
 template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
-    const size_t row = (size_t)K * sizeof(float);
-    auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= MMV_SM_BYTES; };
-    bool two = mmv_bps() == 2;
-    if (!mmv_bps() && !IDX) {
-        const int64_t tiles = (n_out + 15) / 16, sms = sm_count(), nk = (K + CH - 1) / CH;
-        two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
-    }
-    if (two) {
-        if constexpr (NM == 1) {
-            if (two_fit(Ring<1, 4>::bytes))
-                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
-            if (two_fit(Ring<1, 3>::bytes))
-                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
-        } else {
-            if (two_fit(Ring<2, 2>::bytes))
-                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 2, 2>(w0, w1, K, n_out, x, B, o, st);
+    if constexpr (NM == 1) {
+        const size_t row = (size_t)K * sizeof(float);
+        auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
+        bool two = mmv_bps() == 2;
+        if (!mmv_bps() && !IDX) {
+            const int64_t tiles = (n_out + 15) / 16, sms = sm_count(), nk = (K + CH - 1) / CH;
+            two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
         }
+        if (two && two_fit(Ring<1, 4>::bytes))
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
+        if (two && two_fit(Ring<1, 3>::bytes))
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
     }
     return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1>(w0, w1, K, n_out, x, B, o, st);
 }
@@ -390,6 +401,8 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
 }
 
 /* ---- the RMSNorm fused into the product (one token) ---- */
+
+extern "C" size_t cuk_mmv_block_smem(void) { return MMV_SMEM_MAX + mv_static<2>() - 1024; }
 
 extern "C" bool cuk_mmv_fits(const struct cuk_w *w, int nm)
 {

@@ -31,6 +31,9 @@
  * d16 and s16 (bench/gpu/NOTES.md, 2026-12-02). */
 int cuk_mmv_level(void);
 bool cuk_mmv_on(void);
+/* the most shared memory a block of the streamed kernel asks for (dynamic and static): a device whose
+ * opt-in limit per block is lower cannot run the decode chain (cudev_available refuses it) */
+size_t cuk_mmv_block_smem(void);
 /* the streamed kernel takes w (n_in: its one token row must fit in shared memory after the ring) */
 bool cuk_mmv_fits(const struct cuk_w *w, int nm);
 /* cuk_mma_gemv's contract for B = 1 (y1, y2, n0, n1: the split3 outputs, else NULL / 0) */
