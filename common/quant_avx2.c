@@ -27,7 +27,11 @@
 #define CACHE_LINE 64
 /* Software prefetch this far ahead of the weights being read. On a Xeon VM the hardware prefetchers
  * alone keep too few DRAM reads in flight for one core behind a compute loop (GEMV +50-70% with it,
- * 768 B too short, 3-6 KiB alike); on the Zen 4 development box it is neutral. */
+ * 768 B too short, 3-6 KiB alike); on the Zen 4 development box it is neutral. Every helper that
+ * issues a prefetch is always_inline: as a plain static inline, GCC 12 (-O1 and up) deleted its
+ * calls as side-effect free before inlining them, and for a while no GEMV here prefetched at all
+ * (q4_0 GEMV 79 -> 101 GB/s, F16 97 -> 143 on the GPU host once restored; tests/test_prefetch_kept.py
+ * reads the object code so that it cannot happen silently again). */
 #ifndef PREFETCH_BYTES
 #define PREFETCH_BYTES 3072
 #endif
@@ -94,44 +98,52 @@ enum prefetch_reach { PF_ROW, PF_PAST };
 #define VEC_DOT_REACH PF_ROW
 #endif
 
-/* prefetch the line PREFETCH_BYTES past byte `at` of a row of `row` bytes, if within the reach */
-static inline void prefetch_ahead(const char *x, size_t at, size_t row, enum prefetch_reach reach)
-{
-    if (reach == PF_PAST || at + PREFETCH_BYTES < row)
-        _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
-}
-
 #ifndef GATHER_HINT /* the level scattered rows are fetched to (an A/B build may set _MM_HINT_T1) */
 #define GATHER_HINT _MM_HINT_T0
 #endif
 
+/* Prefetch while byte `at` of a row of `row` bytes is computed: with pf (a gathered row to come),
+ * its byte `at`, so that the next row's lines are requested one by one along this one; else the
+ * line PREFETCH_BYTES past `at`, if within the reach */
+static inline __attribute__((always_inline)) void prefetch_ahead(const char *x, size_t at, size_t row, enum prefetch_reach reach, const char *pf)
+{
+    if (pf)
+        _mm_prefetch(pf + at, GATHER_HINT);
+    else if (reach == PF_PAST || at + PREFETCH_BYTES < row)
+        _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
+}
+
 /* the first PREFETCH_BYTES of a row (the in-row prefetch, or the hardware, takes over along it) */
-static inline void prefetch_row_head(const void *row, size_t row_bytes)
+static inline __attribute__((always_inline)) void prefetch_row_head(const void *row, size_t row_bytes)
 {
     for (size_t o = 0; o < row_bytes && o < PREFETCH_BYTES; o += CACHE_LINE)
         _mm_prefetch((const char *)row + o, GATHER_HINT);
 }
 
-/* Gathered rows are scattered, so no hardware prefetcher sees the next one coming: before row r is
- * computed, the row GATHER_AHEAD after it is requested (and at the first row, the ones up to there),
- * which keeps a few rows' reads in flight behind a core's compute. */
+/* Gathered rows are scattered, so no hardware prefetcher sees the next one coming: row r + GATHER_AHEAD
+ * is requested line by line along row r (the returned pointer, for prefetch_ahead), and at the first
+ * row the heads of the ones before it. Spread over the compute rather than a burst of a row's lines
+ * at its start (which waits on the core's fill buffers): one core's gathered q4_0 GEMV on the dev box
+ * ran at 3.5-4.0 GB/s with no prefetch, 6.1-6.4 with the burst, 6.8-8.7 spread (docs/BENCHMARKS.md,
+ * "The AVX2 kernels' software prefetch, restored"). */
 #ifndef GATHER_AHEAD
 #define GATHER_AHEAD 2
 #endif
-static inline void gather_prefetch(const void *const *rows, int64_t r, int64_t r0, int64_t r1, size_t row_bytes)
+static inline __attribute__((always_inline)) const char *gather_prefetch(const void *const *rows, int64_t r, int64_t r0, int64_t r1,
+                                          size_t row_bytes)
 {
     if (r == r0)
         for (int64_t k = r0; k < r0 + GATHER_AHEAD && k < r1; k++)
             prefetch_row_head(rows[k], row_bytes);
-    if (r + GATHER_AHEAD < r1)
-        prefetch_row_head(rows[r + GATHER_AHEAD], row_bytes);
+    return r + GATHER_AHEAD < r1 ? (const char *)rows[r + GATHER_AHEAD] : NULL;
 }
 
 /* s = Σ x[i]*y[i], x of type T, y f32; UNROLL accumulators, then 8-wide, then a scalar tail; the
  * single dot and the dense GEMV's rows (which prefetch into the next row) */
 #define VEC_DOT_F(T)                                                                               \
     static inline __attribute__((always_inline)) void T##_dot_body(int64_t n, float *s, const void *x, \
-                                                                    const void *vy, enum prefetch_reach reach) \
+                                                                    const void *vy, enum prefetch_reach reach, \
+                                                                    const char *pf)                \
     {                                                                                              \
         const float *y = vy;                                                                       \
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                             \
@@ -139,7 +151,7 @@ static inline void gather_prefetch(const void *const *rows, int64_t r, int64_t r
         int64_t i = 0;                                                                             \
         for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                         \
             for (int k = 0; k < F32_PER_ITER * ELEM_##T; k += CACHE_LINE)                          \
-                prefetch_ahead(x, (size_t)(i * ELEM_##T + k), (size_t)(n * ELEM_##T), reach);      \
+                prefetch_ahead(x, (size_t)(i * ELEM_##T + k), (size_t)(n * ELEM_##T), reach, pf);  \
             acc0 = _mm256_fmadd_ps(load8_##T(x, i), _mm256_loadu_ps(y + i), acc0);                 \
             acc1 = _mm256_fmadd_ps(load8_##T(x, i + 8), _mm256_loadu_ps(y + i + 8), acc1);         \
             acc2 = _mm256_fmadd_ps(load8_##T(x, i + 16), _mm256_loadu_ps(y + i + 16), acc2);       \
@@ -154,7 +166,7 @@ static inline void gather_prefetch(const void *const *rows, int64_t r, int64_t r
     }                                                                                              \
     static void T##_vec_dot_avx2(int64_t n, float *s, const void *x, const void *vy)              \
     {                                                                                              \
-        T##_dot_body(n, s, x, vy, VEC_DOT_REACH);                                                         \
+        T##_dot_body(n, s, x, vy, VEC_DOT_REACH, NULL);                                            \
     }
 
 VEC_DOT_F(f32)
@@ -306,7 +318,7 @@ static void q4_0_axpy_avx2(int64_t n, float *y, float a, const void *vx)
  * fetched while it is computed, a line at a time as the chunk advances through its block. */
 #define AXPY_CHUNK 4
 
-static inline void prefetch_line_of(const void *const *rows, int k0, int k1, size_t at)
+static inline __attribute__((always_inline)) void prefetch_line_of(const void *const *rows, int k0, int k1, size_t at)
 {
     for (int k = k0; k < k1; k++)
         _mm_prefetch((const char *)rows[k] + at, GATHER_HINT);
@@ -646,7 +658,7 @@ static inline void q4_0_ab(const struct gemv_act *a, const struct block_q8_0 *y,
 static inline __attribute__((always_inline)) void q4_0_rows(const struct block_q4_0 *x, int nt,
                                                            const struct block_q8_0 *const *y,
                                                            const struct gemv_act *const *a, int64_t nb, float *out,
-                                                           enum prefetch_reach reach)
+                                                           enum prefetch_reach reach, const char *pf)
 {
     __m256 acc[GEMM_TOKENS], corr[GEMM_TOKENS];
     for (int t = 0; t < nt; t++)
@@ -655,7 +667,7 @@ static inline __attribute__((always_inline)) void q4_0_rows(const struct block_q
     int64_t b = 0;
     for (; b + Q4_GROUP <= nb; b += Q4_GROUP) {
         for (int k = 0; k < Q4_GROUP * (int)sizeof *x; k += CACHE_LINE)
-            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach);
+            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach, pf);
         const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16(
             (short)x[b].d, (short)x[b + 2].d, (short)x[b + 4].d, (short)x[b + 6].d,
             (short)x[b + 1].d, (short)x[b + 3].d, (short)x[b + 5].d, (short)x[b + 7].d));
@@ -730,7 +742,7 @@ static inline __m256 reduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3)
 static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q8_0 *x, int nt,
                                                            const struct block_q8_0 *const *y,
                                                            const struct gemv_act *const *a, int64_t nb, float *out,
-                                                           enum prefetch_reach reach)
+                                                           enum prefetch_reach reach, const char *pf)
 {
     __m256 acc[GEMM_TOKENS];
     for (int t = 0; t < nt; t++)
@@ -738,7 +750,7 @@ static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q
     int64_t b = 0;
     for (; b + Q8_GROUP <= nb; b += Q8_GROUP) {
         for (int k = 0; k < Q8_GROUP * (int)sizeof *x; k += CACHE_LINE)
-            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach);
+            prefetch_ahead((const char *)x, b * sizeof *x + (size_t)k, (size_t)nb * sizeof *x, reach, pf);
         const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x[b].d, (short)x[b + 1].d, (short)x[b + 2].d,
                                                       (short)x[b + 3].d, 0, 0, 0, 0));
         for (int t = 0; t < nt; t++) {
@@ -765,13 +777,13 @@ static inline __attribute__((always_inline)) void q8_0_rows(const struct block_q
 static void q8_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s, VEC_DOT_REACH);
+    q8_0_rows(vx, 1, y, NULL, n / QK8_0, s, VEC_DOT_REACH, NULL);
 }
 
 static void q4_0_vec_dot_avx2(int64_t n, float *s, const void *vx, const void *vy)
 {
     const struct block_q8_0 *y[1] = { vy };
-    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s, VEC_DOT_REACH);
+    q4_0_rows(vx, 1, y, NULL, n / QK4_0, s, VEC_DOT_REACH, NULL);
 }
 
 static void gemv_act_prepare(uint32_t type, struct gemv_act *a, const struct block_q8_0 *y, int64_t nb)
@@ -795,12 +807,11 @@ static inline __attribute__((always_inline)) void rows_prepared(uint32_t type, c
     for (int64_t r = r0; r < r1; r++) {
         float out[GEMM_TOKENS];
         const void *x = rowp ? rowp[r] : (const void *)(w + (size_t)r * row_bytes);
-        if (rowp)
-            gather_prefetch(rowp, r, r0, r1, row_bytes);
+        const char *pf = rowp ? gather_prefetch(rowp, r, r0, r1, row_bytes) : NULL;
         if (type == PI_TYPE_Q4_0)
-            q4_0_rows(x, nt, y, a, nb, out, reach);
+            q4_0_rows(x, nt, y, a, nb, out, reach, pf);
         else
-            q8_0_rows(x, nt, y, a, nb, out, reach);
+            q8_0_rows(x, nt, y, a, nb, out, reach, pf);
         for (int t = 0; t < nt; t++)
             Y[(size_t)t * y_stride + (size_t)r] = out[t];
     }
@@ -813,12 +824,11 @@ static bool float_rows(uint32_t type, const char *W, size_t row_bytes, const voi
     const enum prefetch_reach reach = rowp ? PF_ROW : PF_PAST;
     for (int64_t r = r0; r < r1; r++) {
         const void *w = rowp ? rowp[r] : (const void *)(W + (size_t)r * row_bytes);
-        if (rowp)
-            gather_prefetch(rowp, r, r0, r1, row_bytes);
+        const char *pf = rowp ? gather_prefetch(rowp, r, r0, r1, row_bytes) : NULL;
         switch (type) {
-        case PI_TYPE_F32: f32_dot_body(n, &y[r], w, x, reach); break;
-        case PI_TYPE_F16: f16_dot_body(n, &y[r], w, x, reach); break;
-        case PI_TYPE_BF16: bf16_dot_body(n, &y[r], w, x, reach); break;
+        case PI_TYPE_F32: f32_dot_body(n, &y[r], w, x, reach, pf); break;
+        case PI_TYPE_F16: f16_dot_body(n, &y[r], w, x, reach, pf); break;
+        case PI_TYPE_BF16: bf16_dot_body(n, &y[r], w, x, reach, pf); break;
         default: return false;
         }
     }
