@@ -41,8 +41,11 @@
  *      (seq_cst)  ->  A1 worker: load gen (acquire), then the claim CAS on `work` (acquire) reads
  *      the job's generation and slice; only after a successful claim are fn/arg read (the job cannot
  *      be replaced before that slice is finished).
- *   R2 worker: its fn's writes, then pending-- (release)  ->  A2 pool_run: load pending == 0
- *      (acquire), then the caller reads the results and may overwrite fn/arg.
+ *   R2 worker: its fn's writes, then pending -= the slices it ran (release; once per job, after its
+ *      last claim failed)  ->  A2 pool_run: load pending == 0 (acquire), then the caller reads the
+ *      results and may overwrite fn/arg. One RMW a thread a job, not one a slice: on the GPU host's
+ *      16 cores each RMW of that shared line costs ~0.1 µs, and a sparse FFN layer's job has ~58
+ *      slices.
  *   Sleeping uses a Dekker pattern: the sleeper publishes "I am sleeping" and re-checks the word; the
  *   waker changes the word and then checks "is anyone sleeping". Both sides need seq_cst for that
  *   store->load order (S1/S2 below); FUTEX_WAIT itself rechecks the word in the kernel, so a wake
@@ -278,7 +281,16 @@ static int claim_home(struct pi_pool *p, uint32_t g, int n, int h, bool back)
 
 static void run_slice(struct pi_pool *p, int ith);
 
-/* Thread k's part of home job g: its own range from the front, then the others' from the back. */
+/* Count k finished slices of the current job done (R2 + S2: the seq_cst RMW also orders the sleep
+ * check); the thread that finishes the job wakes the caller if it sleeps. */
+static void slices_done(struct pi_pool *p, uint32_t k)
+{
+    if (k && atomic_fetch_sub_explicit(&p->pending, k, memory_order_seq_cst) == k)
+        wake_if_sleeping(&p->pending, &p->caller_sleeping, 1);
+}
+
+/* Thread k's part of home job g: its own range from the front, then the others' from the back; the
+ * number of slices it ran (not yet counted done). */
 static int run_home(struct pi_pool *p, uint32_t g, int n, int k)
 {
     int mine = 0;
@@ -290,12 +302,10 @@ static int run_home(struct pi_pool *p, uint32_t g, int n, int k)
     return mine;
 }
 
-/* Run one claimed slice and count it done (R2 + S2: the seq_cst RMW also orders the sleep check). */
+/* Run one claimed slice; the claimer counts it done with its others (slices_done) */
 static void run_slice(struct pi_pool *p, int ith)
 {
     p->fn(p->arg, ith, p->n_slices);
-    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_seq_cst) == 1)
-        wake_if_sleeping(&p->pending, &p->caller_sleeping, 1);
 }
 
 static void *worker_main(void *arg)
@@ -317,11 +327,13 @@ static void *worker_main(void *arg)
             break;
         const uint64_t job = atomic_load_explicit(&pool->work, memory_order_acquire); /* A1 */
         if (WORK_GEN(job) == seen && WORK_HOME(job)) {
-            run_home(pool, seen, (int)WORK_SLICES(job), w->ith);
+            slices_done(pool, (uint32_t)run_home(pool, seen, (int)WORK_SLICES(job), w->ith));
             continue;
         }
-        for (int ith; (ith = claim(pool, seen)) >= 0;)
+        uint32_t ran = 0;
+        for (int ith; (ith = claim(pool, seen)) >= 0; ran++)
             run_slice(pool, ith);
+        slices_done(pool, ran);
     }
     return NULL;
 }
@@ -548,6 +560,7 @@ static void run_job(struct pi_pool *p, pi_pool_fn fn, void *arg, int n, bool hom
     else
         for (int ith; (ith = claim(p, g)) >= 0; mine++)
             run_slice(p, ith);
+    slices_done(p, (uint32_t)mine);
 
     uint32_t left = atomic_load_explicit(&p->pending, memory_order_acquire); /* A2 */
     bool straggled = false;
