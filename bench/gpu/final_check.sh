@@ -20,7 +20,8 @@
 #   bench/gpu/final_check.sh DIR CAL   DIR/gpu: a -Dcuda=enabled build tree (tools/pictl, the stages,
 #   tests/*), DIR/rel: a release -Dcuda=disabled tree (tools/pictl, stages, bench/bench_gemv), DIR/lib:
 #   .so files; both trees may come packed as DIR/trees.txz (pack_trees.sh). CAL: the calibrated tiny model.
-#   env OUT, DEADLINE (seconds, default 330), SKIP_DISK=1 (no step 5), SKIP_TABLE=1 (no step 4).
+#   env OUT, DEADLINE (seconds, default 330), SKIP_DISK=1 (no step 5), SKIP_TABLE=1 (no step 4),
+#   TABLE_F16=1 (step 4 also for the F16 pair d16 / s16).
 #   Results: $OUT/final.log and $OUT/final.tgz.
 set -u
 D=$1
@@ -96,6 +97,18 @@ import json,sys
 for l in sys.stdin:
     d=json.loads(l); print({k:d[k] for k in ("step","mode","decode_tok_s","all_tok_s","floor_tok_s","of_floor","pipeline_over_inproc","read_gbps","sparse_over_dense") if k in d})' |
         tee -a "$W/final.log"
+    # the F16 pair (d16 / s16) of the same table, when asked and the time allows (~230 s: two 13.5 GB files
+    # synthesized, 15 runs of 16 tokens)
+    if [ -n "${TABLE_F16:-}" ] && [ "$(left)" -gt 300 ]; then
+        timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" --type f16 -t 16 -n 16 --reps 3 \
+            --pipeline --dir /dev/shm --keep >"$W/table16.jsonl" 2>"$W/table16.err"
+        log "bench_sparse f16 rc=$?"
+        grep -E '"decode"|pipeline_ratio|bandwidth|speedup' "$W/table16.jsonl" | python3 -c '
+import json,sys
+for l in sys.stdin:
+    d=json.loads(l); print({k:d[k] for k in ("step","mode","decode_tok_s","all_tok_s","floor_tok_s","of_floor","pipeline_over_inproc","read_gbps","sparse_over_dense") if k in d})' |
+            tee -a "$W/final.log"
+    fi
 else
     log "bench_sparse skipped: $(left) s left"
 fi
