@@ -121,6 +121,12 @@ if [ -f "$D/llama.txz" ] && [ -n "$D4" ] && [ "$(left)" -gt 70 ]; then
     LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 45 "$W/llama/bin/llama-bench" -m "$D4" -p 0 -n 32 -t 16 -r 3 \
         >"$W/llama-bench.txt" 2>&1
     log "llama-bench d4 rc=$? $(grep -E 'tg32' "$W/llama-bench.txt" | tr -s ' ' | tail -1)"
+    D16=$(ls /dev/shm/pinfer-bench-sparse-*/synth-llama-7b-f16.gguf 2>/dev/null | head -1)
+    if [ -n "${TABLE_F16:-}" ] && [ -n "$D16" ] && [ "$(left)" -gt 70 ]; then # the F16 pair's dense line
+        LD_LIBRARY_PATH="$W/llama/bin:$LD_LIBRARY_PATH" timeout 60 "$W/llama/bin/llama-bench" -m "$D16" -p 0 -n 12 -t 16 \
+            -r 2 >"$W/llama-bench16.txt" 2>&1
+        log "llama-bench d16 rc=$? $(grep -E 'tg12' "$W/llama-bench16.txt" | tr -s ' ' | tail -1)"
+    fi
 fi
 
 # 5. the disk tier on this host's disk: bench/disk/gpu_host.sh (25 % and 50 % of the FFN in RAM, the
