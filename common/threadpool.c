@@ -43,9 +43,9 @@
  *      be replaced before that slice is finished).
  *   R2 worker: its fn's writes, then pending -= the slices it ran (release; once per job, after its
  *      last claim failed)  ->  A2 pool_run: load pending == 0 (acquire), then the caller reads the
- *      results and may overwrite fn/arg. One RMW a thread a job, not one a slice: on the GPU host's
- *      16 cores each RMW of that shared line costs ~0.1 µs, and a sparse FFN layer's job has ~58
- *      slices.
+ *      results and may overwrite fn/arg. One RMW a thread a job, not one a slice: every RMW moves
+ *      that shared line between cores, and a sparse FFN layer's job has ~58 slices (an empty job of
+ *      58 slices on the GPU host's 16 cores: 9.3-12.3 -> 6.5-10.5 µs).
  *   Sleeping uses a Dekker pattern: the sleeper publishes "I am sleeping" and re-checks the word; the
  *   waker changes the word and then checks "is anyone sleeping". Both sides need seq_cst for that
  *   store->load order (S1/S2 below); FUTEX_WAIT itself rechecks the word in the kernel, so a wake
