@@ -105,7 +105,8 @@ enum prefetch_reach { PF_ROW, PF_PAST };
 /* Prefetch while byte `at` of a row of `row` bytes is computed: with pf (a gathered row to come),
  * its byte `at`, so that the next row's lines are requested one by one along this one; else the
  * line PREFETCH_BYTES past `at`, if within the reach */
-static inline __attribute__((always_inline)) void prefetch_ahead(const char *x, size_t at, size_t row, enum prefetch_reach reach, const char *pf)
+static inline __attribute__((always_inline)) void prefetch_ahead(const char *x, size_t at, size_t row,
+                                                                  enum prefetch_reach reach, const char *pf)
 {
     if (pf)
         _mm_prefetch(pf + at, GATHER_HINT);
@@ -129,8 +130,8 @@ static inline __attribute__((always_inline)) void prefetch_row_head(const void *
 #ifndef GATHER_AHEAD
 #define GATHER_AHEAD 2
 #endif
-static inline __attribute__((always_inline)) const char *gather_prefetch(const void *const *rows, int64_t r, int64_t r0, int64_t r1,
-                                          size_t row_bytes)
+static inline __attribute__((always_inline)) const char *gather_prefetch(const void *const *rows, int64_t r,
+                                                                         int64_t r0, int64_t r1, size_t row_bytes)
 {
     if (r == r0)
         for (int64_t k = r0; k < r0 + GATHER_AHEAD && k < r1; k++)

@@ -4,9 +4,9 @@
 GCC 12 at -O1 and above deleted every prefetch that sat in a small `static inline` helper of
 quant_avx2.c (prefetch_ahead, prefetch_row_head, gather_prefetch): the helpers are side-effect free
 in its model, so their calls were dropped before they were inlined, and the dense GEMV, the
-gathered sparse rows and the single dots ran on the hardware prefetchers alone — at 0.65-0.8 of
-the read floor on the GPU host's Xeon, where the prefetch is worth +27 % (q4_0 GEMV) to +48 % (F16)
-(docs/BENCHMARKS.md, "The AVX2 kernels' software prefetch, restored"). The helpers are now
+gathered sparse rows and the single dots ran on the hardware prefetchers alone; on the GPU host's
+Xeon the prefetch is worth +27 % (q4_0 GEMV) to +47 % (F16) (docs/BENCHMARKS.md, "The AVX2
+kernels' software prefetch, restored"). The helpers are now
 always_inline; this test reads the object code (objdump) and fails if the prefetches are gone
 again. Exit 77 (skip) without objdump or without the object."""
 import re

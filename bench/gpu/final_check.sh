@@ -86,29 +86,26 @@ OUT="$W/hyo" SKIP_7B=1 DEADLINE=80 timeout 95 bash bench/gpu/hybrid.sh "$H" "$CA
 log "hybrid tiny rc=$?"
 grep -hE "rc=|equal|DIFFERENT|kill|bitwise|FAIL" "$W/hyo/run.log" 2>/dev/null | tail -25 | tee -a "$W/final.log"
 
-# 4. issue 9's CPU table (release binaries; the files in /dev/shm)
+# 4. issue 9's CPU table (release binaries; the files in /dev/shm): bench_sparse.py for one weight type,
+#    its JSON in W/NAME.jsonl, the figures into the log
 R=$D/rel
-if [ -z "${SKIP_TABLE:-}" ] && [ "$(left)" -gt 100 ]; then
-    timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" --type q4_0 --pred-type q4_0 -t 16 -n 32 \
-        --reps 3 --pipeline --dir /dev/shm --keep >"$W/table.jsonl" 2>"$W/table.err"
-    log "bench_sparse rc=$?"
-    grep -E '"decode"|pipeline_ratio|bandwidth|speedup' "$W/table.jsonl" | python3 -c '
+table() { # NAME TOKENS bench_sparse.py's type arguments...
+    local name=$1 n=$2
+    shift 2
+    timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" "$@" -t 16 -n "$n" --reps 3 --pipeline \
+        --dir /dev/shm --keep >"$W/$name.jsonl" 2>"$W/$name.err"
+    log "bench_sparse $name rc=$?"
+    grep -E '"decode"|pipeline_ratio|bandwidth|speedup' "$W/$name.jsonl" | python3 -c '
 import json,sys
 for l in sys.stdin:
     d=json.loads(l); print({k:d[k] for k in ("step","mode","decode_tok_s","all_tok_s","floor_tok_s","of_floor","pipeline_over_inproc","read_gbps","sparse_over_dense") if k in d})' |
         tee -a "$W/final.log"
+}
+if [ -z "${SKIP_TABLE:-}" ] && [ "$(left)" -gt 100 ]; then
+    table table 32 --type q4_0 --pred-type q4_0
     # the F16 pair (d16 / s16) of the same table, when asked and the time allows (~230 s: two 13.5 GB files
     # synthesized, 15 runs of 16 tokens)
-    if [ -n "${TABLE_F16:-}" ] && [ "$(left)" -gt 300 ]; then
-        timeout $(($(left) - 60)) python3 bench/bench_sparse.py --build "$R" --type f16 -t 16 -n 16 --reps 3 \
-            --pipeline --dir /dev/shm --keep >"$W/table16.jsonl" 2>"$W/table16.err"
-        log "bench_sparse f16 rc=$?"
-        grep -E '"decode"|pipeline_ratio|bandwidth|speedup' "$W/table16.jsonl" | python3 -c '
-import json,sys
-for l in sys.stdin:
-    d=json.loads(l); print({k:d[k] for k in ("step","mode","decode_tok_s","all_tok_s","floor_tok_s","of_floor","pipeline_over_inproc","read_gbps","sparse_over_dense") if k in d})' |
-            tee -a "$W/final.log"
-    fi
+    [ -n "${TABLE_F16:-}" ] && [ "$(left)" -gt 300 ] && table table16 16 --type f16
 else
     log "bench_sparse skipped: $(left) s left"
 fi
