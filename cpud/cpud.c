@@ -205,14 +205,25 @@ int cpud_init(struct cpud *c, int argc, char **argv)
     return 0;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 void cpud_fini(struct cpud *c)
 {
-    if (c->ph_steps)
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f), ffn %.1f us, publish %.1f us; "
-                "gap to the next step %.1f us\n", (unsigned long long)c->ph_steps,
-                (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps, (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
+    if (c->ph_steps) {
+        const size_t n = c->ph_steps < CPUD_FFN_SAMPLES ? (size_t)c->ph_steps : CPUD_FFN_SAMPLES;
+        qsort(c->ph_ffn_sample, n, sizeof *c->ph_ffn_sample, cmp_u32);
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f), ffn %.1f us "
+                "(median %.1f, p90 %.1f of the last %zu), publish %.1f us; gap to the next step %.1f us\n",
+                (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, c->ph_ffn_sample[n / 2] / 1e3,
+                c->ph_ffn_sample[n * 9 / 10] / 1e3, n, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps);
+    }
     ncache_free(c->nc);
     if (c->have_dio)
         disk_io_fini(&c->dio);
@@ -309,6 +320,7 @@ struct prep_job {
     const struct act_item *it;
     const uint8_t *mask;
     uint64_t norm_ns; /* the norm's own time */
+    uint64_t runs_ns; /* the runs' */
     int rc;
 };
 
@@ -319,12 +331,13 @@ static void prep_slice(void *arg, int ith, int nth)
     struct cpud *c = j->c;
     const struct pi_model *m = c->m;
     const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    const uint64_t t = stage_now_ns();
     if (ith == 0) {
-        const uint64_t t = stage_now_ns();
         ops_rmsnorm_rows(c->xn, c->act.h, m->layers[j->it->layer].ffn_norm.data, j->it->n_tok, E, m->hp.norm_eps);
         j->norm_ns = stage_now_ns() - t;
     } else {
         j->rc = ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)j->it->layer * F, 0, j->mask, j->it->n_tok, F);
+        j->runs_ns = stage_now_ns() - t;
     }
 }
 
@@ -391,7 +404,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
         c->ph_steps++;
         c->ph_prep_ns += t1 - t0;
         c->ph_norm_ns += pj.norm_ns;
+        c->ph_runs_ns += pj.runs_ns;
         c->ph_ffn_ns += t2 - t1;
+        c->ph_ffn_sample[(c->ph_steps - 1) % CPUD_FFN_SAMPLES] = t2 - t1 < UINT32_MAX ? (uint32_t)(t2 - t1) : UINT32_MAX;
         c->ph_pub_ns += t3 - t2;
         c->ph_gap_ns += c->ph_last_end && t0 > c->ph_last_end ? t0 - c->ph_last_end : 0;
     }
