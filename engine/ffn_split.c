@@ -140,9 +140,7 @@ void ffn_scratch_fini(struct ffn_scratch *s)
     free(s->act);
     free(s->gacc);
     free(s->gused);
-    free(s->grows);
-    free(s->glive);
-    free((void *)s->gdone);
+    free(s->grec);
     memset(s, 0, sizeof *s);
 }
 
@@ -172,11 +170,8 @@ struct ffn_job {
     int64_t n_groups;
     float *gacc;                /* (n_groups, t1 - t0, n_embd): contiguous for the pass's tokens */
     uint8_t *gused;             /* (n_groups, AXPY_TOKENS): the group has a live neuron for the token */
-    int64_t *grows;             /* (n_groups) down_t rows read by the group: its neurons live for some token */
-    int32_t *glive;             /* (n_groups, AXPY_GROUP) those neurons, ascending */
+    struct ffn_group_rec *grec; /* (n_groups) the groups' live neurons and their activations */
     bool by_cols;               /* the AXPYs in the column slices (below), not in the group slices */
-    _Atomic uint32_t *gdone;    /* (n_groups) == stamp: the group's activations, glive, grows (and
-                                 * by groups its accumulators and gused) are written */
     uint32_t stamp;
     int32_t n_red;              /* reduction (or column) slices, after the n_groups group slices */
     int64_t red_chunk;          /* y columns per reduction slice: whole cache lines (and down_t blocks) */
@@ -277,6 +272,23 @@ static void act_worker(void *arg, int ith, int nth)
  *    ~1 MB of weights); by columns no accumulator leaves its core. */
 #define AXPY_GROUP 256
 #define AXPY_TOKENS 16
+
+/* What a group slice hands over, in one record per group: its stamp, its live neurons (some token
+ * reads their down_t rows) in ascending order, and their activations per token of the pass. Every
+ * column slice reads every group's hand-over, on another core than the one that wrote it: before,
+ * the stamp, the count, the list and each live neuron's activation (scattered over act) sat in
+ * different lines — ~3 + one per live neuron a group, each a transfer between cores, one after the
+ * other (a slice's loop waits for the stamp, then reads the count, the list, then act). Here a group
+ * with up to 14 live neurons is two lines for one token. The GPU host, hybrid s4's cold share (1.5 MB
+ * a layer, 15 threads, rdtsc timeline of the job): the column slices ran 25-29 µs past the last
+ * group, for ~220 live neurons. */
+#define GREC_ACT_LINE 64
+struct ffn_group_rec {
+    _Alignas(GREC_ACT_LINE) _Atomic uint32_t done; /* == the pass's stamp: the rest is written */
+    int32_t rows;                                   /* live neurons */
+    int32_t live[AXPY_GROUP];                       /* ascending */
+    _Alignas(GREC_ACT_LINE) float act[AXPY_TOKENS][AXPY_GROUP]; /* act[t][k]: token t0 + t, neuron live[k] */
+};
 /* By columns (FFN_SPLIT_AUTO) while the batch's predicted neurons (the union of the masks' runs)
  * average at most this many a group: there the group accumulators cost more than the rows they sum
  * (dev, 2 cores, 7B Q4_0 at 1.5 % of the neurons: by columns faster at 1 and 2 threads, in the
@@ -345,6 +357,23 @@ static int32_t live_rows(const struct ffn_job *j, int32_t t, const int32_t *idx,
     return nl;
 }
 
+/* live_rows from group record rec, token t0 + t of the pass: the column slices' reads stay in the
+ * record's lines (the same activations, so the same rows and values) */
+static int32_t rec_rows(const struct ffn_job *j, const struct ffn_group_rec *rec, int32_t t, size_t off, float *a,
+                        const void **rows)
+{
+    int32_t nl = 0;
+    for (int32_t k = 0; k < rec->rows; k++) {
+        const float v = rec->act[t][k];
+        if (v == 0.0f)
+            continue;
+        a[nl] = v;
+        rows[nl] = (const char *)lw_row(j->w, PI_ROW_DOWN_T, rec->live[k]) + off;
+        nl++;
+    }
+    return nl;
+}
+
 /* Group g: the activations of its neurons (one gathered GEMV of its gate and up rows per token: the
  * activation is prepared once for the group's rows, and no prefetch strays past a row), its neurons
  * live for some token (glive), and unless the AXPYs go by columns their AXPYs in ascending neuron
@@ -358,7 +387,8 @@ static void group_one(const struct ffn_job *j, int64_t g)
     const int64_t lo = g * AXPY_GROUP, hi = lo + AXPY_GROUP < F ? lo + AXPY_GROUP : F;
     float *acc = j->gacc + (size_t)g * (size_t)nt * (size_t)E;
     uint8_t *used = j->gused + (size_t)g * AXPY_TOKENS;
-    int32_t *live = j->glive + (size_t)g * AXPY_GROUP;
+    struct ffn_group_rec *rec = &j->grec[g];
+    int32_t *live = rec->live;
     memset(used, 0, AXPY_TOKENS);
     /* the group's share of act is zeroed here rather than all of it by the caller: off its path */
     for (int32_t t = j->t0; t < j->t1; t++)
@@ -387,6 +417,9 @@ static void group_one(const struct ffn_job *j, int64_t g)
             if (on)
                 live[rows++] = (int32_t)gr.idx[r];
         }
+        for (int32_t t = 0; t < nt && j->by_cols; t++) /* the column slices' copy of the activations */
+            for (int64_t k = 0; k < rows; k++)
+                rec->act[t][k] = j->act[(size_t)(j->t0 + t) * F + live[k]];
         /* each token's live neurons in ascending order, added into its accumulator (which starts at
          * zero with the first of them) a few rows per pass */
         for (int32_t t = 0; t < nt && !j->by_cols; t++) {
@@ -396,11 +429,11 @@ static void group_one(const struct ffn_job *j, int64_t g)
                 quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.a, gr.down, nl, true);
         }
     }
-    j->grows[g] = rows;
-    /* release: the activations, glive, the accumulators, gused and grows are written before a
+    rec->rows = (int32_t)rows;
+    /* release: the activations, the record, the accumulators and gused are written before a
      * reduction or column slice (or the caller, after the job) takes them; pairs with the acquire
      * in group_wait */
-    atomic_store_explicit(&j->gdone[g], j->stamp, memory_order_release);
+    atomic_store_explicit(&rec->done, j->stamp, memory_order_release);
 }
 
 #define GROUP_WAIT_YIELD 64 /* pauses between yields while a group is still being computed */
@@ -410,7 +443,7 @@ static void group_one(const struct ffn_job *j, int64_t g)
 static bool group_is_done(const struct ffn_job *j, int64_t g)
 {
     /* acquire: what the group published is read after it (pairs with group_one's release) */
-    return atomic_load_explicit(&j->gdone[g], memory_order_acquire) == j->stamp;
+    return atomic_load_explicit(&j->grec[g].done, memory_order_acquire) == j->stamp;
 }
 
 static void group_wait(const struct ffn_job *j, int64_t g)
@@ -460,7 +493,9 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
  * computed, the rows of the neurons of runs (predicted active: the live ones and any ReLU zeros) of
  * the groups up to COL_PF_FAR ahead, into L2, so that the waits of the groups' in-order hand-over
  * cover the DRAM latency of the rows after them. */
+#ifndef COL_PF_NEAR /* an A/B build may set it */
 #define COL_PF_NEAR 2
+#endif
 #define COL_PF_FAR 8
 
 static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
@@ -521,16 +556,19 @@ static void col_add(const struct ffn_job *j, int32_t r)
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
     for (int64_t g = 0; g < j->n_groups; g++) {
-        for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++)
-            for (int64_t q = 0; q < j->grows[near]; q++)
-                prefetch_segment(j, j->glive[(size_t)near * AXPY_GROUP + (size_t)q], off, len, 3);
+        for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
+            const struct ffn_group_rec *rn = &j->grec[near];
+            for (int32_t t = 0; t < nt && rn->rows; t++)
+                __builtin_prefetch(rn->act[t], 0, 3);
+            for (int32_t q = 0; q < rn->rows; q++)
+                prefetch_segment(j, rn->live[q], off, len, 3);
+        }
         if (!group_is_done(j, g))
             prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
         group_wait(j, g);
-        const int32_t n = (int32_t)j->grows[g];
-        const int32_t *live = j->glive + (size_t)g * AXPY_GROUP;
-        for (int32_t t = 0; t < nt && n; t++) {
-            const int32_t nl = live_rows(j, j->t0 + t, live, n, off, a, rows);
+        const struct ffn_group_rec *rec = &j->grec[g];
+        for (int32_t t = 0; t < nt && rec->rows; t++) {
+            const int32_t nl = rec_rows(j, rec, t, off, a, rows);
             if (!nl)
                 continue;
             quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + t) * E + e0, a, rows, nl);
@@ -678,31 +716,28 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         if (s->gacc_cap < gneed) {
             float *p = realloc(s->gacc, gneed * sizeof *p);
             uint8_t *u = realloc(s->gused, (size_t)j.n_groups * AXPY_TOKENS);
-            int64_t *gr = realloc(s->grows, (size_t)j.n_groups * sizeof *gr);
-            int32_t *gl = realloc(s->glive, (size_t)j.n_groups * AXPY_GROUP * sizeof *gl);
-            _Atomic uint32_t *gd = calloc((size_t)j.n_groups, sizeof *gd);
             if (p)
                 s->gacc = p;
             if (u)
                 s->gused = u;
-            if (gr)
-                s->grows = gr;
-            if (gl)
-                s->glive = gl;
-            if (gd) {
-                free((void *)s->gdone);
-                s->gdone = gd;
-                s->gstamp = 0;
-            }
-            if (!p || !u || !gr || !gl || !gd)
+            if (!p || !u)
                 return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
             s->gacc_cap = gneed;
         }
+        if (s->grec_cap < j.n_groups) {
+            struct ffn_group_rec *r = aligned_alloc(GREC_ACT_LINE, (size_t)j.n_groups * sizeof *r);
+            if (!r)
+                return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
+            for (int64_t g = 0; g < j.n_groups; g++)
+                atomic_init(&r[g].done, 0);
+            free(s->grec);
+            s->grec = r;
+            s->grec_cap = j.n_groups;
+            s->gstamp = 0;
+        }
         j.gacc = s->gacc;
         j.gused = s->gused;
-        j.grows = s->grows;
-        j.gdone = s->gdone;
-        j.glive = s->glive;
+        j.grec = s->grec;
         /* reduction (or column) slices: one per thread, of whole cache lines of y; by columns also
          * of whole blocks of down_t */
         j.by_cols = s->split == FFN_SPLIT_COLS ||
@@ -719,7 +754,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             j.t1 = t0 + AXPY_TOKENS < B ? t0 + AXPY_TOKENS : B;
             if (++s->gstamp == 0) { /* wrapped: no group may still hold the new stamp */
                 for (int64_t g = 0; g < j.n_groups; g++)
-                    atomic_store_explicit(&s->gdone[g], 0, memory_order_relaxed);
+                    atomic_store_explicit(&s->grec[g].done, 0, memory_order_relaxed);
                 s->gstamp = 1;
             }
             j.stamp = s->gstamp;
@@ -727,7 +762,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
              * reduction's slices, in one hand-out */
             pool_run_n(pool, group_job, &j, (int)(j.n_groups + j.n_red));
             for (int64_t g = 0; g < j.n_groups; g++)
-                rows += (uint64_t)j.grows[g];
+                rows += (uint64_t)j.grec[g].rows;
         }
         if (bytes)
             *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +

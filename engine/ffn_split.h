@@ -65,9 +65,8 @@ struct ffn_scratch {
     float *gacc;
     size_t gacc_cap;
     uint8_t *gused;
-    int64_t *grows;
-    int32_t *glive;          /* (n_groups, 256): each group's neurons some token reads the down_t row of */
-    _Atomic uint32_t *gdone; /* (n_groups): the pass stamp once the group's accumulator is written */
+    struct ffn_group_rec *grec; /* (n_groups): what each group hands to the column slices (ffn_split.c) */
+    int64_t grec_cap;
     uint32_t gstamp;         /* the current pass's stamp (never 0) */
     /* How the down_t AXPYs split over threads (ffn_split.c): FFN_SPLIT_AUTO picks; benchmarks force
      * one. Either gives the same bits. */
