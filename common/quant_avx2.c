@@ -98,8 +98,13 @@ enum prefetch_reach { PF_ROW, PF_PAST };
 #define VEC_DOT_REACH PF_ROW
 #endif
 
-#ifndef GATHER_HINT /* the level scattered rows are fetched to (an A/B build may set _MM_HINT_T1) */
-#define GATHER_HINT _MM_HINT_T0
+/* The level scattered rows are fetched to: L2 (prefetcht1). The GPU host's Xeon, hybrid s4 at
+ * --vram-budget 2.59 (cpud's cold share, 1.5 MB of gathered rows a layer on 15 threads): T1 ahead of
+ * T0 in 5 of 5 interleaved rounds, 276.6 -> 290.7 tok/s by medians, cpud's FFN median 50 -> 46 µs;
+ * the in-process s4 decode and bench_ffn at 10 % unchanged (docs/BENCHMARKS.md, 2026-12-02 17:18). An
+ * A/B build may set _MM_HINT_T0. */
+#ifndef GATHER_HINT
+#define GATHER_HINT _MM_HINT_T1
 #endif
 
 /* Prefetch while byte `at` of a row of `row` bytes is computed: with pf (a gathered row to come),
