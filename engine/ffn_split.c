@@ -746,10 +746,6 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
         const int64_t unit = j.by_cols ? lcm64(line, tt->blck_size) : line;
         j.n_red = pool_size(pool);
-#ifdef COL_SLICES /* an A/B build may cap the column slices (wider segments of each row) */
-        if (j.by_cols && j.n_red > COL_SLICES)
-            j.n_red = COL_SLICES;
-#endif
         j.red_chunk = ((E + j.n_red - 1) / j.n_red + unit - 1) / unit * unit;
         j.n_red = (int32_t)((E + j.red_chunk - 1) / j.red_chunk);
         uint64_t rows = 0;
