@@ -107,6 +107,13 @@ enum prefetch_reach { PF_ROW, PF_PAST };
 #define GATHER_HINT _MM_HINT_T1
 #endif
 
+/* The level streamed rows are fetched to, PREFETCH_BYTES ahead: L1. On the dev box's Zen 4 one core's
+ * GEMV with _MM_HINT_T1 here ran F16 33 -> 24 GB/s and q4_0 25 -> 22; the GPU host's Xeon, where the
+ * gathered rows gained from L2 (GATHER_HINT), is not measured yet: an A/B build may set _MM_HINT_T1. */
+#ifndef STREAM_HINT
+#define STREAM_HINT _MM_HINT_T0
+#endif
+
 /* Prefetch while byte `at` of a row of `row` bytes is computed: with pf (a gathered row to come),
  * its byte `at`, so that the next row's lines are requested one by one along this one; else the
  * line PREFETCH_BYTES past `at`, if within the reach */
@@ -116,7 +123,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const char *x, 
     if (pf)
         _mm_prefetch(pf + at, GATHER_HINT);
     else if (reach == PF_PAST || at + PREFETCH_BYTES < row)
-        _mm_prefetch(x + at + PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch(x + at + PREFETCH_BYTES, STREAM_HINT);
 }
 
 /* the first PREFETCH_BYTES of a row (the in-row prefetch, or the hardware, takes over along it) */
