@@ -252,6 +252,61 @@ static void test_ordered(int n_threads)
     pool_free(p);
 }
 
+/* The caller asleep while a worker finishes: a worker's slice outlasts the caller's spin (it sleeps
+ * SLOW_MS), so the caller waits on its futex word and must be woken by that worker's done word (the
+ * S3 / S4 pairing in threadpool.c) — promptly, and with the worker's write visible. The caller's own
+ * slices hold on until a worker has claimed one, so that a worker always runs the slow one. */
+#define SLOW_MS 30
+#define SLOW_RUNS 5
+struct slow_job {
+    pthread_t caller;
+    _Atomic int worker_started;
+    _Atomic int calls[MAX_THREADS];
+    long written[MAX_THREADS]; /* plain: published by the pool's completion */
+};
+
+static void slow_fn(void *arg, int ith, int nth)
+{
+    (void)nth;
+    struct slow_job *j = arg;
+    atomic_fetch_add(&j->calls[ith], 1);
+    if (!pthread_equal(pthread_self(), j->caller)) {
+        atomic_store(&j->worker_started, 1);
+        const struct timespec d = { 0, SLOW_MS * 1000000L };
+        nanosleep(&d, NULL);
+    } else {
+        for (int i = 0; i < 1000000 && !atomic_load(&j->worker_started); i++)
+            sched_yield();
+    }
+    j->written[ith] = 1000 + ith;
+}
+
+static double mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void test_caller_sleeps(void)
+{
+    struct pi_pool *p = NULL;
+    CHECK_OK(pool_new(&p, 2));
+    for (int r = 0; r < SLOW_RUNS; r++) {
+        static struct slow_job j;
+        memset(&j, 0, sizeof j);
+        j.caller = pthread_self();
+        const double t0 = mono_ms();
+        pool_run(p, slow_fn, &j);
+        const double ms = mono_ms() - t0;
+        CHECK(atomic_load(&j.calls[0]) == 1 && atomic_load(&j.calls[1]) == 1, "run %d: each slice once", r);
+        CHECK(j.written[0] == 1000 && j.written[1] == 1001, "run %d: the slices' writes are visible", r);
+        /* a lost wake-up would leave the caller asleep for good; a slow one shows here */
+        CHECK(ms < 20 * SLOW_MS, "run %d: the caller came back after %.1f ms (a worker slept %d ms)", r, ms, SLOW_MS);
+    }
+    pool_free(p);
+}
+
 /* pool_set_spin_us: workers spinning that long catch a job that comes within it without sleeping;
  * with the default spin and the same gap they go to sleep (counted in pool_stats.sleeps). */
 #define SPIN_GAP_US 2000
@@ -469,6 +524,7 @@ int main(int argc, char **argv)
     }
     test_spin();
     test_prefetch_hints();
+    test_caller_sleeps();
 
     struct pi_pool *p = (struct pi_pool *)&sum;
     CHECK(pool_new(&p, 0) == -PI_E_INVAL && p == NULL, "zero threads rejected");
