@@ -7,7 +7,7 @@
 # here when a variant needs them and not already there). PP=1: each run also measures pp512 (--pp 512).
 # HYBRID="FILE:BUDGET[:TREE] ..." adds, to each round, the pipeline (`pictl run --backend cuda --vram-budget
 # BUDGET`, 128 tokens; TREE as for VARIANTS) once per HYBRID_ENVS entry (default "X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1": the defaults,
-# then the plain launches).
+# then the plain launches); each hybrid line ends with cpud's FFN mean, median and p90 from its log.
 # DIR/trees.txz: pack_trees.sh's (gpu/bench/bench_cuda, gpu/tools/pictl), DIR/lib.
 set -u
 D=$1
@@ -48,12 +48,14 @@ print()')
         pc=$G/tools/pictl
         [ -n "$tree" ] && pc=$D/$tree/gpu/tools/pictl
         for envs in ${HYBRID_ENVS:-X=1 PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1}; do
-            env ${envs//,/ } timeout 60 "$pc" run -m "$S/$f.gguf" -p "Once upon a time" -n 128 --temp 0 \
-                --ignore-eos -c 512 -t 16 --backend cuda --vram-budget "$budget" --json-stats "$S/h.json" \
-                >"$S/h.txt" 2>"$S/h.err"
+            X=$S/xdg-$r; rm -rf "$X"; mkdir -p "$X" # the instance's logs kept there: cpud's exit line
+            env ${envs//,/ } PINFER_KEEP_LOGS=1 XDG_RUNTIME_DIR="$X" timeout 60 "$pc" run -m "$S/$f.gguf" \
+                -p "Once upon a time" -n 128 --temp 0 --ignore-eos -c 512 -t 16 --backend cuda \
+                --vram-budget "$budget" --json-stats "$S/h.json" >"$S/h.txt" 2>"$S/h.err"
             t=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$S/h.json" 2>/dev/null)
             split=$(grep -o 'per layer:[^|]*' "$S/h.err")
-            echo "r$r hybrid $f $budget ${tree:-new} $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8) $split"
+            ffn=$(cat "$X"/pinfer/*/logs/cpud.log 2>/dev/null | grep -o 'ffn [0-9.]* us (median [0-9.]*, p90 [0-9.]*' | tail -1)
+            echo "r$r hybrid $f $budget ${tree:-new} $envs $t text $(md5sum <"$S/h.txt" | cut -c1-8) $split| cpud $ffn"
             rm -f "$S/h.json"
         done
     done
