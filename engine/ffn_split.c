@@ -274,7 +274,8 @@ static void act_worker(void *arg, int ith, int nth)
 #define AXPY_TOKENS 16
 
 /* What a group slice hands over, in one record per group: its stamp, its live neurons (some token
- * reads their down_t rows) in ascending order, and their activations per token of the pass. Every
+ * reads their down_t rows) in ascending order, and their activations per token of the pass (the
+ * group's own AXPYs, by groups, read them from here too). Every
  * column slice reads every group's hand-over, on another core than the one that wrote it: before,
  * the stamp, the count, the list and each live neuron's activation (scattered over act) sat in
  * different lines — ~3 + one per live neuron a group, each a transfer between cores, one after the
@@ -339,26 +340,9 @@ static void group_collect(const struct ffn_job *j, int64_t lo, int64_t hi, struc
         gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
 }
 
-/* Token t's live neurons of a group among the n neurons idx (ascending): their activations into a,
- * their down_t rows (from byte `off` on: a column range) into rows; returns how many */
-static int32_t live_rows(const struct ffn_job *j, int32_t t, const int32_t *idx, int32_t n, size_t off, float *a,
-                         const void **rows)
-{
-    const float *act = j->act + (size_t)t * j->m->hp.n_ff;
-    int32_t nl = 0;
-    for (int32_t r = 0; r < n; r++) {
-        const int32_t i = idx[r];
-        if (act[i] == 0.0f)
-            continue;
-        a[nl] = act[i];
-        rows[nl] = (const char *)lw_row(j->w, PI_ROW_DOWN_T, i) + off;
-        nl++;
-    }
-    return nl;
-}
-
-/* live_rows from group record rec, token t0 + t of the pass: the column slices' reads stay in the
- * record's lines (the same activations, so the same rows and values) */
+/* Token t0 + t's live neurons of group record rec (ascending): their activations into a, their down_t
+ * rows (from byte `off` on: a column range) into rows; returns how many. Read from the record, so a
+ * column slice's reads stay in its lines. */
 static int32_t rec_rows(const struct ffn_job *j, const struct ffn_group_rec *rec, int32_t t, size_t off, float *a,
                         const void **rows)
 {
@@ -390,6 +374,7 @@ static void group_one(const struct ffn_job *j, int64_t g)
     struct ffn_group_rec *rec = &j->grec[g];
     int32_t *live = rec->live;
     memset(used, 0, AXPY_TOKENS);
+    rec->rows = 0;
     /* the group's share of act is zeroed here rather than all of it by the caller: off its path */
     for (int32_t t = j->t0; t < j->t1; t++)
         memset(j->act + (size_t)t * F + lo, 0, (size_t)(hi - lo) * sizeof(float));
@@ -417,19 +402,19 @@ static void group_one(const struct ffn_job *j, int64_t g)
             if (on)
                 live[rows++] = (int32_t)gr.idx[r];
         }
-        for (int32_t t = 0; t < nt && j->by_cols; t++) /* the column slices' copy of the activations */
+        rec->rows = (int32_t)rows;
+        for (int32_t t = 0; t < nt; t++) /* the live neurons' activations, beside their list */
             for (int64_t k = 0; k < rows; k++)
                 rec->act[t][k] = j->act[(size_t)(j->t0 + t) * F + live[k]];
         /* each token's live neurons in ascending order, added into its accumulator (which starts at
          * zero with the first of them) a few rows per pass */
         for (int32_t t = 0; t < nt && !j->by_cols; t++) {
-            const int32_t nl = live_rows(j, j->t0 + t, live, (int32_t)rows, 0, gr.a, gr.down);
+            const int32_t nl = rec_rows(j, rec, t, 0, gr.a, gr.down);
             used[t] = nl > 0;
             if (nl)
                 quant_axpy_rows(j->dt->type, E, acc + (size_t)t * E, gr.a, gr.down, nl, true);
         }
     }
-    rec->rows = (int32_t)rows;
     /* release: the activations, the record, the accumulators and gused are written before a
      * reduction or column slice (or the caller, after the job) takes them; pairs with the acquire
      * in group_wait */
