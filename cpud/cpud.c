@@ -10,6 +10,7 @@
  * the wait returns at once even if the wake came first). */
 #include "cpud.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -211,18 +212,55 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The involuntary context switches of this process's threads so far (/proc/self/task/N/status):
+ * a worker taken off its core mid-slice holds the whole step, so a heavy tail of steps with many of
+ * these points at the scheduler, not the memory system. -1 where /proc cannot be read. */
+static long long involuntary_switches(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    long long sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], line[128];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        long long v;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1)
+                sum += v;
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
+}
+
 void cpud_fini(struct cpud *c)
 {
     if (c->ph_steps) {
         const size_t n = c->ph_steps < CPUD_FFN_SAMPLES ? (size_t)c->ph_steps : CPUD_FFN_SAMPLES;
         qsort(c->ph_ffn_sample, n, sizeof *c->ph_ffn_sample, cmp_u32);
+        /* the tail: steps over 4x the median and the time they spent beyond it */
+        const uint32_t med = c->ph_ffn_sample[n / 2];
+        size_t slow = 0;
+        double over_ms = 0.0;
+        for (size_t i = 0; i < n; i++)
+            if (c->ph_ffn_sample[i] > 4u * med)
+                slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
         fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f), ffn %.1f us "
-                "(median %.1f, p90 %.1f of the last %zu), publish %.1f us; gap to the next step %.1f us\n",
+                "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
+                "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, c->ph_ffn_sample[n / 2] / 1e3,
-                c->ph_ffn_sample[n * 9 / 10] / 1e3, n, (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps);
+                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
+                c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
+                (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
+                involuntary_switches());
     }
     ncache_free(c->nc);
     if (c->have_dio)
