@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cuk.h"
+#include "cuk_hand.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "model.h"
@@ -39,41 +40,71 @@ static void *copy_at(size_t n_bytes, int i)
     return pool + (size_t)(i % (int)copies) * n_bytes;
 }
 
-enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD };
+enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT };
 
 struct kcase {
     const char *name;
     enum kind kind;
     int64_t n_in, n_out, active; /* active: rows listed for K_GLU_IDX */
+    uint32_t type;               /* 0: F16; else a Q type (its activation quantized in the product's launches) */
 };
+
+static void *xq; /* the Q types' quantized activation rows */
+/* the hand-off's host side (pinned, mapped): h and masks out, the cold share and its key in */
+static uint8_t *host_h, *host_mask;
+static float *host_y;
+static uint64_t *host_key, *host_rel;
+
+/* bytes of one weight: F16 rows, or a Q type's quants and scales (w.d after w.q) */
+static size_t w_bytes(uint32_t type, int64_t n_in, int64_t n_out)
+{
+    return type == PI_TYPE_F16 ? (size_t)n_in * (size_t)n_out * 2
+                               : cuk_w_qbytes(type, n_in, n_out) + cuk_w_dbytes(type, n_in, n_out);
+}
+
+static struct cuk_w w_at(uint32_t type, int64_t n_in, int64_t n_out, uint8_t *at)
+{
+    struct cuk_w w = { type, n_in, n_out, at, NULL };
+    if (type != PI_TYPE_F16)
+        w.d = at + cuk_w_qbytes(type, n_in, n_out);
+    return w;
+}
 
 static int launch(const struct kcase *c, int i)
 {
-    struct cuk_w w = { PI_TYPE_F16, c->n_in, c->n_out, NULL, NULL };
-    const size_t wb = (size_t)c->n_in * (size_t)c->n_out * 2;
+    const uint32_t type = c->type ? c->type : PI_TYPE_F16;
+    const size_t wb = w_bytes(type, c->n_in, c->n_out);
+    struct cuk_w w;
     switch (c->kind) {
     case K_GLU_NORM:
     case K_GLU_IDX: {
-        struct cuk_w u = w;
-        w.q = copy_at(2 * wb, i);
-        u.q = (uint8_t *)w.q + wb;
+        uint8_t *at = copy_at(2 * wb, i);
+        w = w_at(type, c->n_in, c->n_out, at);
+        struct cuk_w u = w_at(type, c->n_in, c->n_out, at + wb);
         const bool gathered = c->kind == K_GLU_IDX;
         return cuk_norm_glu(&w, &u, x, nw, 1e-6f, 1, xn, act, PI_ACT_REGLU, gathered ? idx : NULL,
-                            gathered ? cnt : NULL, c->n_out, gathered, NULL, st);
+                            gathered ? cnt : NULL, c->n_out, gathered, xq, st);
     }
     case K_SPLIT3_NORM:
-        w.q = copy_at(wb, i);
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
         return cuk_norm_gemv_split3(&w, x, nw, 1e-6f, 1, xn, y, c->n_out / 3, y + c->n_out / 3, c->n_out / 3,
-                                    y + 2 * (c->n_out / 3), NULL, st);
+                                    y + 2 * (c->n_out / 3), xq, st);
     case K_GEMV_ADD:
-        w.q = copy_at(wb, i);
-        return cuk_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, st);
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
+        return cuk_gemv(&w, x, 1, y, CUK_ADD, 0.0f, xq, st);
+    case K_GEMV_RELU:
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
+        return cuk_gemv(&w, x, 1, y, CUK_RELU, 0.0f, xq, st);
+    case K_HAND_ADD: /* the key is there already: the poll's first round sees it */
+        return cuk_hand_add(y, act, host_y, host_key, host_y, host_rel, 1, c->n_out, st);
+    case K_HAND_OUT:
+        return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, host_key + 1, 1 + i, st);
     case K_MMV_ADD: /* the streamed kernel (cuk_mmv.h) called directly (cuk_gemv takes it too at PINFER_CUDA_MMV=2) */
-        w.q = copy_at(wb, i);
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
         return cuk_mmv_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, NULL, 0, 0, st);
     case K_GEMV_MASK:
-        w.q = copy_at(wb, i);
-        return cuk_gemv(&w, x, 1, act, CUK_MASK, 0.0f, NULL, st);
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
+        return cuk_gemv(&w, x, 1, act, CUK_MASK, 0.0f, xq, st);
     }
     return -1;
 }
@@ -109,7 +140,8 @@ static int run_case(const struct kcase *c, int reps, double hbm_gbs)
     qsort(ms, 5, sizeof ms[0], cmp_f);
     const double us = 1e3 * ms[2] / reps;
     const int64_t rows = c->kind == K_GLU_IDX ? c->active : c->n_out;
-    const double bytes = (double)c->n_in * (double)rows * 2.0 * (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
+    const double bytes = (double)w_bytes(c->type ? c->type : PI_TYPE_F16, c->n_in, rows) *
+                         (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
     printf("{\"case\":\"%s\",\"n_in\":%lld,\"rows\":%lld,\"tiles\":%lld,\"us\":%.2f,\"MB\":%.1f,\"GBs\":%.0f,"
            "\"of_floor\":%.3f,\"floor_us\":%.2f}\n",
            c->name, (long long)c->n_in, (long long)rows, (long long)((rows + 15) / 16), us, bytes / 1e6,
@@ -164,11 +196,21 @@ int main(int argc, char **argv)
         cudaMalloc((void **)&pool, POOL_BYTES) != cudaSuccess || cudaMalloc((void **)&x, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&y, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&act, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess ||
-        cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess ||
+        cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess || cudaMalloc(&xq, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&cnt, 4) != cudaSuccess) {
         fprintf(stderr, "bench_kern: device allocation failed\n");
         return 1;
     }
+    if (cudaHostAlloc((void **)&host_h, 65536 * 4, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostAlloc((void **)&host_mask, 65536, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostAlloc((void **)&host_y, 65536 * 4, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostAlloc((void **)&host_key, 64, cudaHostAllocMapped) != cudaSuccess) {
+        fprintf(stderr, "bench_kern: pinned host allocation failed\n");
+        return 1;
+    }
+    memset(host_y, 0, 65536 * 4);
+    host_key[0] = 1, host_key[1] = 0, host_key[2] = 0;
+    host_rel = host_key + 2;
     /* small f16 values everywhere (0x2c00-ish bit patterns: ~0.06), x and the norm weight 1.0 */
     cudaMemset(pool, 0x2c, POOL_BYTES);
     float *h = malloc(65536 * 4);
@@ -180,19 +222,31 @@ int main(int argc, char **argv)
     const double hbm = hbm_floor();
     printf("{\"case\":\"hbm_read\",\"GBs\":%.0f}\n", hbm);
     static const struct kcase cases[] = {
-        { "gateup_10560", K_GLU_NORM, 4096, 10560, 0 }, /* 660 tiles: 5 rounds of 132 */
-        { "gateup_11008", K_GLU_NORM, 4096, 11008, 0 }, /* the 7B's 688: 5.21 */
-        { "gateup_11616", K_GLU_NORM, 4096, 11616, 0 }, /* 726: 5.5 */
-        { "gateup_12672", K_GLU_NORM, 4096, 12672, 0 }, /* 792: 6 */
-        { "qkv_12288", K_SPLIT3_NORM, 4096, 12288, 0 }, /* 768: 5.82 */
-        { "qkv_12672", K_SPLIT3_NORM, 4096, 12672, 0 }, /* 792: 6 */
-        { "wo_4096", K_GEMV_ADD, 4096, 4096, 0 },       /* 256: 1.94 (cuk_mma's kernel) */
-        { "wo_4096_mmv", K_MMV_ADD, 4096, 4096, 0 },
-        { "down_11008", K_GEMV_ADD, 11008, 4096, 0 },
-        { "down_11008_mmv", K_MMV_ADD, 11008, 4096, 0 },
-        { "fc2_11008", K_GEMV_MASK, 1024, 11008, 0 },
-        { "gathered_1100", K_GLU_IDX, 4096, 11008, 1100 },
-        { "gathered_2200", K_GLU_IDX, 4096, 11008, 2200 },
+        { "gateup_10560", K_GLU_NORM, 4096, 10560, 0, 0 }, /* 660 tiles: 5 rounds of 132 */
+        { "gateup_11008", K_GLU_NORM, 4096, 11008, 0, 0 }, /* the 7B's 688: 5.21 */
+        { "gateup_11616", K_GLU_NORM, 4096, 11616, 0, 0 }, /* 726: 5.5 */
+        { "gateup_12672", K_GLU_NORM, 4096, 12672, 0, 0 }, /* 792: 6 */
+        { "qkv_12288", K_SPLIT3_NORM, 4096, 12288, 0, 0 }, /* 768: 5.82 */
+        { "qkv_12672", K_SPLIT3_NORM, 4096, 12672, 0, 0 }, /* 792: 6 */
+        { "wo_4096", K_GEMV_ADD, 4096, 4096, 0, 0 },       /* 256: 1.94 (cuk_mma's kernel) */
+        { "wo_4096_mmv", K_MMV_ADD, 4096, 4096, 0, 0 },
+        { "down_11008", K_GEMV_ADD, 11008, 4096, 0, 0 },
+        { "down_11008_mmv", K_MMV_ADD, 11008, 4096, 0, 0 },
+        { "fc2_11008", K_GEMV_MASK, 1024, 11008, 0, 0 },
+        { "gathered_1100", K_GLU_IDX, 4096, 11008, 1100, 0 },
+        { "gathered_2200", K_GLU_IDX, 4096, 11008, 2200, 0 },
+        /* the Q4_0 decode chain (d4, s4, hybrid s4): each product with its activation's quantization */
+        { "q4_qkv_12288", K_SPLIT3_NORM, 4096, 12288, 0, PI_TYPE_Q4_0 },
+        { "q4_wo_4096", K_GEMV_ADD, 4096, 4096, 0, PI_TYPE_Q4_0 },
+        { "q4_gateup_11008", K_GLU_NORM, 4096, 11008, 0, PI_TYPE_Q4_0 },
+        { "q4_down_11008", K_GEMV_ADD, 11008, 4096, 0, PI_TYPE_Q4_0 },
+        { "q4_fc1_1024", K_GEMV_RELU, 4096, 1024, 0, PI_TYPE_Q4_0 },
+        { "q4_fc2_11008", K_GEMV_MASK, 1024, 11008, 0, PI_TYPE_Q4_0 },
+        { "q4_tiny_256", K_GEMV_ADD, 256, 256, 0, PI_TYPE_Q4_0 }, /* the fixed cost of a quantize + product */
+        { "f16_tiny_256", K_GEMV_ADD, 256, 256, 0, 0 },
+        /* the hybrid hand-off's two kernels in the chain (n_out: the row, n_in: the mask's bytes) */
+        { "hand_add_4096", K_HAND_ADD, 0, 4096, 0, 0 },
+        { "hand_out_4096", K_HAND_OUT, 11008, 4096, 0, 0 },
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
