@@ -1006,8 +1006,19 @@ static void test_normq(void)
                       "then the product", quant_traits(type)->name, nb, gi ? "gathered" : "dense");
             }
         }
+        /* the predictor's products, one launch for a token alone (k_gemv_q1 quantizes the row in its
+         * own blocks) = the same token first in a batch of B (k_quant_x, then k_gemv) */
+        for (int mode = CUK_RELU; mode <= CUK_MASK; mode++) {
+            const size_t ob = mode == CUK_MASK ? (size_t)N : sizeof(float) * N;
+            REQUIRE(cudaMemset(ya, 0xff, yn) == cudaSuccess && cudaMemset(yb, 0xff, yn) == cudaSuccess, "memset");
+            CHECK_OK(cuk_gemv(&g, x, 1, ya, mode, 0.05f, xq, NULL));
+            CHECK_OK(cuk_gemv(&g, x, B, yb, mode, 0.05f, xq, NULL));
+            CHECK(!mmv_diff(ya, yb, ob), "%s %s: a token alone != the same token in a batch of %d",
+                  quant_traits(type)->name, mode == CUK_MASK ? "mask" : "relu", B);
+        }
         cudaFree(g.q), cudaFree(g.d), cudaFree(u.q), cudaFree(u.d);
-        printf("normq %s: one launch = rmsnorm then the product, bitwise checked\n", quant_traits(type)->name);
+        printf("normq %s: one launch = rmsnorm then the product, the predictor's products alone = batched, "
+               "bitwise checked\n", quant_traits(type)->name);
     }
     cudaFree(x), cudaFree(xn), cudaFree(nw), cudaFree(idx), cudaFree(cnt), cudaFree(xq), cudaFree(ya), cudaFree(yb);
     free(hx);

@@ -63,6 +63,16 @@ for t in test_cuda_mma test_cuda_ops test_backend_ops; do
     log "$t split mode rc=$? ($(tail -1 "$W/$t-split.log"))"
     grep -m5 "failed:" "$W/$t-split.log" | tee -a "$W/final.log"
 done
+# the Q types' one-launch products at every level (PINFER_CUDA_Q1: 0 the two launches, 2 also the
+# gathered GLU; 1 is the default run above): each bitwise against the other path inside the tests
+for lv in 0 2; do
+    for t in test_cuda_ops test_backend_ops; do
+        [ -x "$G/tests/$t" ] || continue
+        PINFER_CUDA_Q1=$lv timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-q1$lv.log" 2>&1
+        log "$t PINFER_CUDA_Q1=$lv rc=$? ($(tail -1 "$W/$t-q1$lv.log"))"
+        grep -m5 "failed:" "$W/$t-q1$lv.log" | tee -a "$W/final.log"
+    done
+done
 timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
 log "test_hybrid rc=$? ($(tail -1 "$W/test_hybrid.log"))"
 grep -m5 "failed:" "$W/test_hybrid.log" | tee -a "$W/final.log"

@@ -24,6 +24,14 @@ extern "C" {
 
 #define GEMV_ROWS 4 /* warps (rows) per 128-thread block */
 #define GEMV_MAX_NB 8
+/* A/B knobs of the one-token products (compile-time; bench_kern on the H200): lane blocks of a
+ * 32-element type in flight per lane and row (GEMV_QU), rows per warp of a tall matrix (GEMV_R1) */
+#ifndef GEMV_QU
+#define GEMV_QU 2
+#endif
+#ifndef GEMV_R1
+#define GEMV_R1 2
+#endif
 
 static int launched(void)
 {
@@ -172,10 +180,14 @@ template <class T> struct XV<T, true> {
     float2 d;
 };
 
-template <class T>
+template <class T, bool SH = false>
 __device__ static inline void x_load(const uint8_t *__restrict__ xr, int64_t n_in, int64_t b, XV<T> &xv)
 {
-    if constexpr (T::QX) {
+    if constexpr (T::QX && SH) { /* k_gemv_q1: the row its block quantized into shared memory */
+        const uint4 *xp = (const uint4 *)(xr + b * 32);
+        xv.q[0] = xp[0], xv.q[1] = xp[1];
+        xv.d = ((const float2 *)(xr + n_in))[b];
+    } else if constexpr (T::QX) {
         const uint4 *xp = (const uint4 *)(xr + b * 32);
         xv.q[0] = __ldg(xp), xv.q[1] = __ldg(xp + 1);
         xv.d = __ldg((const float2 *)(xr + n_in) + b);
@@ -219,7 +231,7 @@ __device__ static inline float dot_x(const uint4 *qq, const typename T::S &s, co
 /* acc[r][t] op= lane block u of row r · x_t for the tokens t < nt: Q types dot each token's
  * quantized activation; float types dequantize each row's block once and reuse it for every token
  * (the conversions are not repeated per token). The same per-(row, token) order either way. */
-template <class T, int NB, int R, int U>
+template <class T, int NB, int R, int U, bool SH = false>
 __device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const typename T::S (*s)[U], int u, int64_t b,
                                         const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt,
                                         float (*acc)[NB])
@@ -229,7 +241,7 @@ __device__ static inline void dot_block(const uint4 (*qq)[U][T::NQ], const typen
         for (int t = 0; t < NB; t++)
             if (t < nt) {
                 XV<T> xv;
-                x_load<T>(x + t * xs, n_in, b, xv);
+                x_load<T, SH>(x + t * xs, n_in, b, xv);
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     acc[r][t] = dot_x<T>(qq[r][u], s[r][u], xv, acc[r][t]);
@@ -262,7 +274,7 @@ __device__ static inline float warp_sum(float v)
 /* acc[r][t] = dot(row r, x_t) for R rows and t < nt (NB compile-time bound), reduced over the warp
  * (all lanes get it). The R rows' words are in flight together and each activation word is loaded
  * once for all of them; each (row, token) sum runs in the same order whatever R, NB and nt are. */
-template <class T, int NB, int R>
+template <class T, int NB, int R, bool SH = false>
 __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t *const *drow, int64_t nb,
                                        const uint8_t *__restrict__ x, int64_t xs, int64_t n_in, int nt, int lane,
                                        float (*acc)[NB])
@@ -274,7 +286,7 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t
             acc[r][t] = 0.0f;
     /* lane blocks in flight per lane and row (fewer for many rows: registers); a lane's blocks are
      * summed in ascending order whatever U is */
-    enum { U = T::E == 32 ? (R > 4 ? 1 : 2) : (R > 4 ? 2 : 4) };
+    enum { U = T::E == 32 ? (R > 4 ? 1 : GEMV_QU) : (R > 4 ? 2 : 4) };
     int64_t b = lane;
     for (; b + 32 * (U - 1) < nb; b += 32 * U) {
         uint4 qq[R][U][T::NQ];
@@ -286,7 +298,7 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t
                 load_lb<T>(qrow[r], drow[r], nb, b + 32 * u, qq[r][u], &s[r][u]);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            dot_block<T, NB, R, U>(qq, s, u, b + 32 * u, x, xs, n_in, nt, acc);
+            dot_block<T, NB, R, U, SH>(qq, s, u, b + 32 * u, x, xs, n_in, nt, acc);
     }
     for (; b < nb; b += 32) {
         uint4 qq[R][1][T::NQ];
@@ -294,7 +306,7 @@ __device__ static inline void dot_rows(const uint8_t *const *qrow, const uint8_t
 #pragma unroll
         for (int r = 0; r < R; r++)
             load_lb<T>(qrow[r], drow[r], nb, b, qq[r][0], &s[r][0]);
-        dot_block<T, NB, R, 1>(qq, s, 0, b, x, xs, n_in, nt, acc);
+        dot_block<T, NB, R, 1, SH>(qq, s, 0, b, x, xs, n_in, nt, acc);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -332,6 +344,29 @@ __device__ static inline void pf_rows(const uint8_t *const *qr, const uint8_t *c
     }
 }
 
+/* output r of token t (MODE: cuk.h's enum cuk_mode) */
+template <int MODE>
+__device__ static inline void gemv_store(void *y, float thr, float *y1, float *y2, int64_t n0, int64_t n1,
+                                         int64_t n_out, int64_t t, int64_t r, float v)
+{
+    const int64_t o = t * n_out + r;
+    if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
+        if (r < n0)
+            ((float *)y)[t * n0 + r] = v;
+        else if (r < n0 + n1)
+            y1[t * n1 + r - n0] = v;
+        else
+            y2[t * (n_out - n0 - n1) + r - n0 - n1] = v;
+    } else if (MODE == CUK_SET)
+        ((float *)y)[o] = v;
+    else if (MODE == CUK_ADD)
+        ((float *)y)[o] += v;
+    else if (MODE == CUK_RELU)
+        ((float *)y)[o] = v > 0.0f ? v : 0.0f;
+    else
+        ((uint8_t *)y)[o] = v >= thr;
+}
+
 template <class T, int NB, int MODE, int R, bool TG_X>
 __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
@@ -366,24 +401,7 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
         for (int tl = 0; tl < NB; tl++) {
             if (tl >= nt)
                 break;
-            const int64_t t = t0 + tl;
-            const float v = acc[i][tl];
-            const int64_t o = t * n_out + r;
-            if (MODE == CUK_SPLIT3) { /* rows [0, n0) → y, [n0, n0 + n1) → y1, the rest → y2 */
-                if (r < n0)
-                    ((float *)y)[t * n0 + r] = v;
-                else if (r < n0 + n1)
-                    y1[t * n1 + r - n0] = v;
-                else
-                    y2[t * (n_out - n0 - n1) + r - n0 - n1] = v;
-            } else if (MODE == CUK_SET)
-                ((float *)y)[o] = v;
-            else if (MODE == CUK_ADD)
-                ((float *)y)[o] += v;
-            else if (MODE == CUK_RELU)
-                ((float *)y)[o] = v > 0.0f ? v : 0.0f;
-            else
-                ((uint8_t *)y)[o] = v >= thr;
+            gemv_store<MODE>(y, thr, y1, y2, n0, n1, n_out, t0 + tl, r, acc[i][tl]);
         }
     }
 }
@@ -391,23 +409,45 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
 /* A warp's 32 values (lane l: element 32 blk + l of a row of n_in) → int8 with (d, d·Σq) in row, the
  * CPU's Q8_0 rounding (d stored as f16): both producers of the Q types' activation rows (k_quant_x,
  * k_norm_quant_x) quantize through this one sequence of operations. */
+template <int N>
+__device__ static inline void q8_warp_store_n(const float *v, uint8_t *row, int64_t n_in, const int64_t *blk, int lane)
+{
+    /* N blocks side by side (their shuffles in flight together), each block's operations as for one */
+    float amax[N];
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        amax[k] = fabsf(v[k]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], o));
+    float dd[N];
+    int qv[N], sum[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        dd[k] = amax[k] / 127.0f;
+        const float id = dd[k] > 0.0f ? 1.0f / dd[k] : 0.0f;
+        sum[k] = qv[k] = __float2int_rn(v[k] * id);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], o);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        row[blk[k] * 32 + lane] = (uint8_t)(int8_t)qv[k];
+        if (lane == 0) {
+            const float dh = __half2float(__float2half_rn(dd[k]));
+            ((float2 *)(row + n_in))[blk[k]] = make_float2(dh, dh * (float)sum[k]);
+        }
+    }
+}
+
 __device__ static inline void q8_warp_store(float v, uint8_t *row, int64_t n_in, int64_t blk, int lane)
 {
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float dd = amax / 127.0f, id = dd > 0.0f ? 1.0f / dd : 0.0f;
-    const int qv = __float2int_rn(v * id);
-    int sum = qv;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    row[blk * 32 + lane] = (uint8_t)(int8_t)qv;
-    if (lane == 0) {
-        const float dh = __half2float(__float2half_rn(dd));
-        ((float2 *)(row + n_in))[blk] = make_float2(dh, dh * (float)sum);
-    }
+    q8_warp_store_n<1>(&v, row, n_in, &blk, lane);
 }
 
 /* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), a warp a block (q8_warp_store). */
@@ -445,6 +485,199 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
     if (blk < n_in / 32) {
         const int64_t i = blk * 32 + lane;
         q8_warp_store(__fmul_rn(__fmul_rn(xr[i], scale), w[i]) /* cuk_rmsnorm's xn[i] */, row, n_in, blk, lane);
+    }
+}
+
+/* ---- one token, a 32-element Q type: the activation quantized by the product's own blocks ----
+ *
+ * In the decode chain every Q product was two launches: k_quant_x (or k_norm_quant_x) and k_gemv,
+ * and a launch boundary costs ~2.7 µs there (bench_kern, H200 2026-12-02: a 256 × 256 Q4_0 product
+ * 5.4 µs, an F16 one in one launch 2.8). k_gemv's 128-thread blocks cannot quantize the row
+ * themselves (1 500 blocks each quantizing 4096 elements lost 5-12 %), so this kernel has few, large
+ * blocks — Q1_CTAS_PER_SM of Q1_THREADS a SM at most — that each quantize the row into shared memory
+ * once (k_quant_x's or k_norm_quant_x's operations, the same bits), then stream their rows with
+ * k_gemv's dot (dot_rows: a row's sum in the same order). Block c's warp w takes the R-row units
+ * c + G (w + Q1_WARPS k), so every block gets the same number of units ±1. */
+struct split3 {
+    float *y1, *y2;
+    int64_t n0, n1;
+};
+
+#define Q1_THREADS 512
+#define Q1_WARPS (Q1_THREADS / 32)
+#ifndef Q1_CTAS_PER_SM
+#define Q1_CTAS_PER_SM 1 /* blocks an SM: one leaves room for the next product's blocks (PDL) */
+#endif
+#define Q1_QN 4 /* quantization blocks a warp handles side by side */
+
+template <class T, int R>
+__device__ static inline void q1_rows(const uint8_t *q, const uint8_t *d, int64_t nb, int64_t n_out, int64_t unit,
+                                      const uint8_t **qr, const uint8_t **dr)
+{
+#pragma unroll
+    for (int i = 0; i < R; i++) { /* a row past the end repeats the last one, and is not stored */
+        const int64_t r = unit * R + i < n_out ? unit * R + i : n_out - 1;
+        qr[i] = q + r * nb * (16 * T::NQ);
+        dr[i] = T::HAS_D ? d + r * T::sbytes(nb) : nullptr;
+    }
+}
+
+/* The token's row into shared memory as the two-launch path's first launch writes it: k_quant_x's
+ * operations, or (NORM) k_norm_quant_x's — its sum of squares over 256 threads and then its 8 warps
+ * in order, the normalized element, the quantization; Q1_QN blocks a warp at once. Ends with the
+ * block's barrier. */
+template <bool NORM>
+__device__ static inline void q1_quantize(const float *__restrict__ x, const float *__restrict__ nw, float eps,
+                                          int64_t n_in, uint8_t *xq, int warp, int lane)
+{
+    float scale = 1.0f;
+    if constexpr (NORM) { /* k_norm_quant_x's sum of squares: 256 threads, then its 8 warps in order */
+        __shared__ float sh[8];
+        float ss = 0.0f;
+        if (threadIdx.x < 256)
+            for (int64_t i = threadIdx.x; i < n_in; i += 256)
+                ss = __fmaf_rn(x[i], x[i], ss);
+        ss = warp_sum(ss);
+        if (lane == 0 && warp < 8)
+            sh[warp] = ss;
+        __syncthreads();
+        float s = 0.0f;
+        for (int i = 0; i < 8; i++)
+            s += sh[i];
+        scale = 1.0f / sqrtf(s / (float)n_in + eps);
+    }
+    const int64_t nblk = n_in / 32;
+    for (int64_t b0 = warp; b0 < nblk; b0 += (int64_t)Q1_WARPS * Q1_QN) {
+        /* Q1_QN blocks of this warp at once (a partial group repeats its last block: the same store) */
+        float v[Q1_QN];
+        int64_t blk[Q1_QN];
+#pragma unroll
+        for (int k = 0; k < Q1_QN; k++) {
+            const int64_t b = b0 + (int64_t)Q1_WARPS * k;
+            blk[k] = b < nblk ? b : blk[k > 0 ? k - 1 : 0];
+            const int64_t i = blk[k] * 32 + lane;
+            v[k] = NORM ? __fmul_rn(__fmul_rn(x[i], scale), nw[i]) /* cuk_rmsnorm's xn[i] */ : x[i];
+        }
+        q8_warp_store_n<Q1_QN>(v, xq, n_in, blk, lane);
+    }
+    __syncthreads();
+}
+
+template <class T, int MODE, int R, bool NORM>
+__global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
+    k_gemv_q1(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d, int64_t n_in, int64_t n_out,
+              const float *__restrict__ x, const float *__restrict__ nw, float eps, void *y, float thr, float *y1,
+              float *y2, int64_t n0, int64_t n1)
+{
+    extern __shared__ uint4 q1_sh[]; /* the token's int8 row, then (d, d·Σq) per 32 elements: prep_x's layout */
+    uint8_t *xq = (uint8_t *)q1_sh;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t nb = n_in / T::E, units = (n_out + R - 1) / R, step = (int64_t)gridDim.x * Q1_WARPS;
+    int64_t unit = blockIdx.x + (int64_t)gridDim.x * warp;
+    const uint8_t *qr[R], *dr[R];
+    if (unit < units) { /* the first unit's weights on their way before the activation can be read */
+        q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
+        pf_rows<T, R>(qr, dr, nb, lane);
+    }
+    pdl_wait();
+    pdl_trigger();
+    q1_quantize<NORM>(x, nw, eps, n_in, xq, warp, lane);
+    for (; unit < units; unit += step) {
+        q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
+        if (unit + step < units) { /* the next unit's weights into L2 while this one streams */
+            const uint8_t *qn[R], *dn[R];
+            q1_rows<T, R>(q, d, nb, n_out, unit + step, qn, dn);
+            pf_rows<T, R>(qn, dn, nb, lane);
+        }
+        float acc[R][1];
+        dot_rows<T, 1, R, true>(qr, dr, nb, xq, 0, n_in, 1, lane, acc);
+        if (lane)
+            continue;
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (unit * R + i < n_out)
+                gemv_store<MODE>(y, thr, y1, y2, n0, n1, n_out, 0, unit * R + i, acc[i][0]);
+    }
+}
+
+/* PINFER_CUDA_Q1: 0 the two launches everywhere (A/B benchmarks), 1 (default) one launch for the
+ * dense products, 2 also for the GLU over a gathered row list (s4 all-GPU measured −1.3 % with it,
+ * 2026-12-02 n6); read once (a decode graph must not change kernels between captures) */
+static int q1_level(void)
+{
+    static int lv = -1;
+    if (lv < 0) {
+        const char *e = getenv("PINFER_CUDA_Q1");
+        lv = e && (*e == '0' || *e == '1' || *e == '2') && !e[1] ? *e - '0' : 1;
+    }
+    return lv;
+}
+static bool q1_on(void) { return q1_level() > 0; }
+
+static int sm_count_q1(void)
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0, v = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        n = v > 0 ? v : 1;
+    }
+    return n;
+}
+
+template <class T> static constexpr bool q1_type() { return T::QX && T::GQ == 32; }
+
+/* shared memory of a q1 block: the int8 row and its (d, d·Σq) per 32 elements */
+static size_t q1_smem(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
+
+/* the q1 kernels apply: one token, a 32-element Q type, a row that fits in shared memory */
+static bool q1_fits(int B, const struct cuk_w *w) { return B == 1 && q1_on() && w->n_in % 32 == 0 && q1_smem(w->n_in) <= 48 * 1024; }
+
+template <class T, int MODE, int R, bool NORM>
+static int q1_launch_r(const struct cuk_w *w, const float *x, const float *nw, float eps, void *y, float thr,
+                       const struct split3 *sp, cudaStream_t st)
+{
+    const int64_t units = (w->n_out + R - 1) / R, blocks = (units + Q1_WARPS - 1) / Q1_WARPS,
+                  most = (int64_t)Q1_CTAS_PER_SM * sm_count_q1();
+    const size_t smem = q1_smem(w->n_in);
+    pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), smem,
+               st, (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr,
+               sp ? sp->y1 : nullptr, sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0);
+    return launched();
+}
+
+/* rows per warp as k_gemv takes them for one token (GEMV_R1 for a tall matrix, else 1) */
+template <class T, int MODE, bool NORM>
+static int q1_launch_m(const struct cuk_w *w, const float *x, const float *nw, float eps, void *y, float thr,
+                       const struct split3 *sp, cudaStream_t st)
+{
+    return w->n_out >= GEMV_R2_MIN_ROWS ? q1_launch_r<T, MODE, GEMV_R1, NORM>(w, x, nw, eps, y, thr, sp, st)
+                                        : q1_launch_r<T, MODE, 1, NORM>(w, x, nw, eps, y, thr, sp, st);
+}
+
+/* the one-launch product of one token; 1 where it does not apply (the caller takes the two) */
+template <class T, bool NORM>
+static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float eps, int B, void *y, int mode,
+                   float thr, const struct split3 *sp, cudaStream_t st)
+{
+    if constexpr (!q1_type<T>())
+        return 1;
+    else {
+        if (!q1_fits(B, w))
+            return 1;
+        if constexpr (NORM) /* the norm comes with q, k and v only */
+            return mode == CUK_SPLIT3 ? q1_launch_m<T, CUK_SPLIT3, true>(w, x, nw, eps, y, thr, sp, st) : 1;
+        /* Without the norm, only the predictor's products (fc1 RELU, fc2 MASK): measured on the H200
+         * (bench_kern, 2026-12-02) fc1 6.4-7.7 → 4.5 µs and fc2 6.4-7.7 → 5.7, but wo (ADD, 4096 rows)
+         * 6.5-8.1 → 7.9 and down (ADD, 11 008 columns to quantize) 13.1 → 17.6: with one block an SM
+         * each warp streams its rows one after the other where k_gemv's 128-thread blocks run them
+         * side by side, and down's 344 quantization blocks take each warp 6 rounds. */
+        switch (mode) {
+        case CUK_RELU: return q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st);
+        case CUK_MASK: return q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st);
+        default: return 1;
+        }
     }
 }
 
@@ -523,20 +756,16 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
     }
 }
 
-struct split3 {
-    float *y1, *y2;
-    int64_t n0, n1;
-};
 
 /* B ≤ NB tokens: one token group, rows on x. wide: ⌈B / NB⌉ groups on x, WideR rows per warp. */
 template <class T, int NB>
 static int gemv_launch(const struct cuk_w *w, const uint8_t *x, int64_t xs, int B, void *y, int mode, float thr,
                        const struct split3 *sp, bool wide, cudaStream_t st)
 {
-    constexpr int R2 = NB == 1 ? 2 : 1;
-    const bool two = R2 == 2 && w->n_out >= GEMV_R2_MIN_ROWS;
+    constexpr int R2 = NB == 1 ? GEMV_R1 : 1;
+    const bool two = R2 > 1 && w->n_out >= GEMV_R2_MIN_ROWS;
     constexpr int WR = WideR<T>::R;
-    const int64_t per_block = GEMV_ROWS * (wide ? WR : two ? 2 : 1);
+    const int64_t per_block = GEMV_ROWS * (wide ? WR : two ? R2 : 1);
     const unsigned rows = (unsigned)((w->n_out + per_block - 1) / per_block), groups = (unsigned)((B + NB - 1) / NB);
     const uint8_t *q = (const uint8_t *)w->q;
     const uint8_t *d = (const uint8_t *)w->d;
@@ -580,9 +809,12 @@ static int gemv_t(const struct cuk_w *w, const float *x, int B, void *y, int mod
 {
     if (B < 1)
         return 0;
+    int rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, sp, st);
+    if (rc <= 0) /* one launch: done (or failed) */
+        return rc;
     const uint8_t *xr;
     int64_t xs;
-    int rc = prep_x<T>(x, w->n_in, B, xq, &xr, &xs, st);
+    rc = prep_x<T>(x, w->n_in, B, xq, &xr, &xs, st);
     if (rc)
         return rc;
     return gemv_prepared<T>(w, xr, xs, B, y, mode, thr, sp, st);
@@ -783,14 +1015,86 @@ extern "C" int cuk_normq_split3(const struct cuk_w *w, const float *x, const flo
     CUK_DISPATCH_OR(w->type, return 1, ok = normq_ok<T>());
     if (!ok || !xq || B < 1 || w->n_in % 32)
         return 1;
+    const struct split3 sp = { y1, y2, n0, n1 };
+    int rc = 1;
+    CUK_DISPATCH(w->type, rc = q1_gemv<T, true>(w, x, norm_w, eps, B, y0, CUK_SPLIT3, 0.0f, &sp, S(st)));
+    if (rc <= 0) /* one launch: done (or failed) */
+        return rc;
     int64_t xs;
-    int rc = norm_quant(x, norm_w, eps, B, w->n_in, xq, &xs, S(st));
+    rc = norm_quant(x, norm_w, eps, B, w->n_in, xq, &xs, S(st));
     if (rc)
         return rc;
-    const struct split3 sp = { y1, y2, n0, n1 };
     CUK_DISPATCH(w->type, if constexpr (normq_ok<T>()) return gemv_prepared<T>(w, (const uint8_t *)xq, xs, B, y0,
                                                                                   CUK_SPLIT3, 0.0f, &sp, S(st)));
     return 1;
+}
+
+/* The norm, the quantization and the gate / up rows of one token in one launch (cuk_normq_glu's two,
+ * the same bits: k_glu's dot of each row, its glu()). Dense: neuron j = unit; IDX: the listed rows
+ * idx[j], j < cnt[0] (the previous kernel's output: read after pdl_wait, so not prefetched). */
+template <class T, bool IDX>
+__global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
+    k_glu_q1(const uint8_t *__restrict__ gq, const uint8_t *__restrict__ gd, const uint8_t *__restrict__ uq,
+             const uint8_t *__restrict__ ud, int64_t n_in, int64_t n_out, const float *__restrict__ x,
+             const float *__restrict__ nw, float eps, float *act, int kind, const int32_t *__restrict__ idx,
+             const int32_t *__restrict__ cnt, bool compact)
+{
+    extern __shared__ uint4 q1_sh[];
+    uint8_t *xq = (uint8_t *)q1_sh;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t nb = n_in / T::E, step = (int64_t)gridDim.x * Q1_WARPS;
+    int64_t j = blockIdx.x + (int64_t)gridDim.x * warp;
+    auto rows = [&](int64_t r, const uint8_t **qr, const uint8_t **dr) {
+        const int64_t rq = r * nb * (16 * T::NQ), rd = r * T::sbytes(nb);
+        qr[0] = gq + rq, qr[1] = uq + rq;
+        dr[0] = T::HAS_D ? gd + rd : nullptr, dr[1] = T::HAS_D ? ud + rd : nullptr;
+    };
+    const uint8_t *qr[2], *dr[2];
+    if (!IDX && j < n_out) {
+        rows(j, qr, dr);
+        pf_rows<T, 2>(qr, dr, nb, lane);
+    }
+    pdl_wait();
+    pdl_trigger();
+    const int64_t n = IDX && cnt ? cnt[0] : n_out;
+    q1_quantize<true>(x, nw, eps, n_in, xq, warp, lane);
+    for (; j < n; j += step) {
+        const int64_t r = IDX ? idx[j] : j;
+        rows(r, qr, dr);
+        if (j + step < n) {
+            const uint8_t *qn[2], *dn[2];
+            rows(IDX ? idx[j + step] : j + step, qn, dn);
+            pf_rows<T, 2>(qn, dn, nb, lane);
+        }
+        float acc[2][1];
+        dot_rows<T, 1, 2, true>(qr, dr, nb, xq, 0, n_in, 1, lane, acc);
+        if (lane == 0)
+            act[compact ? j : r] = glu(kind, acc[0][0], acc[1][0]);
+    }
+}
+
+/* cuk_normq_glu for one token in one launch; 1 where it does not apply */
+template <class T>
+static int q1_glu(const struct cuk_w *g, const struct cuk_w *u, const float *x, const float *nw, float eps, int B,
+                  float *act, int kind, const int32_t *idx, const int32_t *cnt, bool compact, cudaStream_t st)
+{
+    if constexpr (!q1_type<T>())
+        return 1;
+    else {
+        if (!q1_fits(B, g) || (idx && q1_level() < 2))
+            return 1;
+        const int64_t most = (int64_t)Q1_CTAS_PER_SM * sm_count_q1(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
+        const unsigned gx = (unsigned)(!idx && blocks < most ? blocks : most);
+        const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
+        const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
+        if (idx)
+            pdl_launch(k_glu_q1<T, true>, dim3(gx), dim3(Q1_THREADS), q1_smem(g->n_in), st, gq, gd, uq, ud, g->n_in,
+                       g->n_out, x, nw, eps, act, kind, idx, cnt, compact);
+        else
+            pdl_launch(k_glu_q1<T, false>, dim3(gx), dim3(Q1_THREADS), q1_smem(g->n_in), st, gq, gd, uq, ud, g->n_in,
+                       g->n_out, x, nw, eps, act, kind, (const int32_t *)nullptr, (const int32_t *)nullptr, compact);
+        return launched();
+    }
 }
 
 extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
@@ -802,8 +1106,12 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
     if (!ok || !xq || B < 1 || gate->n_in % 32 || gate->type != up->type || gate->n_in != up->n_in ||
         gate->n_out != up->n_out)
         return 1;
+    int rc = 1;
+    CUK_DISPATCH(gate->type, rc = q1_glu<T>(gate, up, x, norm_w, eps, B, act, act_kind, idx, cnt, compact, S(st)));
+    if (rc <= 0) /* one launch: done (or failed) */
+        return rc;
     int64_t xs;
-    int rc = norm_quant(x, norm_w, eps, B, gate->n_in, xq, &xs, S(st));
+    rc = norm_quant(x, norm_w, eps, B, gate->n_in, xq, &xs, S(st));
     if (rc)
         return rc;
     CUK_DISPATCH(gate->type, if constexpr (normq_ok<T>()) return glu_prepared<T>(gate, up, (const uint8_t *)xq, xs, B,
