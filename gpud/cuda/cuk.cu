@@ -25,7 +25,8 @@ extern "C" {
 #define GEMV_ROWS 4 /* warps (rows) per 128-thread block */
 #define GEMV_MAX_NB 8
 /* A/B knobs of the one-token products (compile-time; bench_kern on the H200): lane blocks of a
- * 32-element type in flight per lane and row (GEMV_QU), rows per warp of a tall matrix (GEMV_R1) */
+ * 32-element type in flight per lane and row (GEMV_QU), rows per warp of a tall matrix (GEMV_R1).
+ * Measured 2026-12-02 (n4): GEMV_QU 4 and GEMV_R1 4 within ±4 % of 2 on every Q4_0 product. */
 #ifndef GEMV_QU
 #define GEMV_QU 2
 #endif
