@@ -615,6 +615,20 @@ static int q1_level(void)
 }
 static bool q1_on(void) { return q1_level() > 0; }
 
+/* PINFER_CUDA_Q1_SKIP: products that keep the two launches at any level, for A/B benchmarks of one
+ * product at a time: letters q (the norm + q/k/v), r (fc1, RELU), m (fc2, MASK), g (the GLU); read
+ * once, as q1_level */
+static bool q1_skip(char product)
+{
+    static const char *skip = nullptr;
+    static bool read = false;
+    if (!read) {
+        skip = getenv("PINFER_CUDA_Q1_SKIP");
+        read = true;
+    }
+    return skip && strchr(skip, product);
+}
+
 static int sm_count_q1(void)
 {
     static int n = 0;
@@ -668,15 +682,16 @@ static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float
         if (!q1_fits(B, w))
             return 1;
         if constexpr (NORM) /* the norm comes with q, k and v only */
-            return mode == CUK_SPLIT3 ? q1_launch_m<T, CUK_SPLIT3, true>(w, x, nw, eps, y, thr, sp, st) : 1;
+            return mode == CUK_SPLIT3 && !q1_skip('q') ? q1_launch_m<T, CUK_SPLIT3, true>(w, x, nw, eps, y, thr, sp, st)
+                                                       : 1;
         /* Without the norm, only the predictor's products (fc1 RELU, fc2 MASK): measured on the H200
          * (bench_kern, 2026-12-02) fc1 6.4-7.7 → 4.5 µs and fc2 6.4-7.7 → 5.7, but wo (ADD, 4096 rows)
          * 6.5-8.1 → 7.9 and down (ADD, 11 008 columns to quantize) 13.1 → 17.6: with one block an SM
          * each warp streams its rows one after the other where k_gemv's 128-thread blocks run them
          * side by side, and down's 344 quantization blocks take each warp 6 rounds. */
         switch (mode) {
-        case CUK_RELU: return q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st);
-        case CUK_MASK: return q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st);
+        case CUK_RELU: return q1_skip('r') ? 1 : q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st);
+        case CUK_MASK: return q1_skip('m') ? 1 : q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st);
         default: return 1;
         }
     }
@@ -1082,7 +1097,7 @@ static int q1_glu(const struct cuk_w *g, const struct cuk_w *u, const float *x, 
     if constexpr (!q1_type<T>())
         return 1;
     else {
-        if (!q1_fits(B, g) || (idx && q1_level() < 2))
+        if (!q1_fits(B, g) || (idx && q1_level() < 2) || q1_skip('g'))
             return 1;
         const int64_t most = (int64_t)Q1_CTAS_PER_SM * sm_count_q1(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
         const unsigned gx = (unsigned)(!idx && blocks < most ? blocks : most);
