@@ -629,7 +629,7 @@ static bool q1_skip(char product)
     return skip && strchr(skip, product);
 }
 
-static int sm_count_q1(void)
+extern "C" int cuk_sm_count(void)
 {
     static int n = 0;
     if (!n) {
@@ -654,7 +654,7 @@ static int q1_launch_r(const struct cuk_w *w, const float *x, const float *nw, f
                        const struct split3 *sp, cudaStream_t st)
 {
     const int64_t units = (w->n_out + R - 1) / R, blocks = (units + Q1_WARPS - 1) / Q1_WARPS,
-                  most = (int64_t)Q1_CTAS_PER_SM * sm_count_q1();
+                  most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count();
     const size_t smem = q1_smem(w->n_in);
     pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), smem,
                st, (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr,
@@ -771,7 +771,6 @@ static int prep_x(const float *x, int64_t n_in, int nt, void *xq, const uint8_t 
         return 0;
     }
 }
-
 
 /* B ≤ NB tokens: one token group, rows on x. wide: ⌈B / NB⌉ groups on x, WideR rows per warp. */
 template <class T, int NB>
@@ -1099,7 +1098,7 @@ static int q1_glu(const struct cuk_w *g, const struct cuk_w *u, const float *x, 
     else {
         if (!q1_fits(B, g) || (idx && q1_level() < 2) || q1_skip('g'))
             return 1;
-        const int64_t most = (int64_t)Q1_CTAS_PER_SM * sm_count_q1(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
+        const int64_t most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
         const unsigned gx = (unsigned)(!idx && blocks < most ? blocks : most);
         const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
         const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
@@ -1894,9 +1893,6 @@ __global__ void k_read(const uint4 *p, size_t n, unsigned long long *sink)
 
 extern "C" int cuk_read_bench(const void *buf, size_t n, unsigned long long *sink, void *st)
 {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    k_read<<<(unsigned)(sms * 8), 512, 0, S(st)>>>((const uint4 *)buf, n / 16, sink);
+    k_read<<<(unsigned)(cuk_sm_count() * 8), 512, 0, S(st)>>>((const uint4 *)buf, n / 16, sink);
     return launched();
 }

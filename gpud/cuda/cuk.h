@@ -150,5 +150,7 @@ int cuk_dequant_f16(const struct cuk_w *w, void *out, void *st);
 
 /* HBM floor: read n bytes (multiple of 16) once, with 16-byte loads; *sink keeps it live. */
 int cuk_read_bench(const void *buf, size_t n, unsigned long long *sink, void *st);
+/* the device's multiprocessors (read once) */
+int cuk_sm_count(void);
 
 #endif

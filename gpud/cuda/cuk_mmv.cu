@@ -19,6 +19,7 @@
 #include <string.h>
 
 extern "C" {
+#include "cuk.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "model.h"
@@ -268,16 +269,6 @@ static int dev_attr(cudaDeviceAttr a)
     return v;
 }
 
-static int sm_count(void)
-{
-    static int n = 0;
-    if (!n) {
-        const int v = dev_attr(cudaDevAttrMultiProcessorCount);
-        n = v > 0 ? v : 1;
-    }
-    return n;
-}
-
 /* shared memory of an SM (228 KiB on H100 / H200), 1 KiB of it reserved per block */
 static size_t sm_smem(void)
 {
@@ -304,7 +295,7 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
     const size_t smem = Ring<NM, S>::bytes + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
-    const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * sm_count();
+    const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * cuk_sm_count();
     const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
     pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
                K, n_out, x, B, o);
@@ -325,7 +316,7 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
         auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
         bool two = mmv_bps() == 2;
         if (!mmv_bps() && !IDX) {
-            const int64_t tiles = (n_out + 15) / 16, sms = sm_count(), nk = (K + CH - 1) / CH;
+            const int64_t tiles = (n_out + 15) / 16, sms = cuk_sm_count(), nk = (K + CH - 1) / CH;
             two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
         }
         if (two && two_fit(Ring<1, 4>::bytes))
