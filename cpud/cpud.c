@@ -252,12 +252,13 @@ void cpud_fini(struct cpud *c)
         for (size_t i = 0; i < n; i++)
             if (c->ph_ffn_sample[i] > 4u * med)
                 slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f), ffn %.1f us "
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us waiting "
+                "for the masks after an early h), ffn %.1f us "
                 "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
+                (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
                 (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
                 involuntary_switches());
@@ -302,7 +303,8 @@ static bool dev_gone(void *arg)
 }
 
 /* An ACT_ITEM_DEV_KEY step: gpud handed it over when it enqueued it; wait until its device has
- * written h and the masks (act_hdr.dev_seq). false: the step will never come (act_wait_dev). */
+ * written h (act_hdr.dev_h_seq, or dev_seq with the masks; do_step waits for those). false: the step
+ * will never come (act_wait_dev_h). */
 static bool wait_device(struct cpud *c, const struct act_item *it)
 {
     if (!(it->flags & ACT_ITEM_DEV_KEY))
@@ -313,7 +315,7 @@ static bool wait_device(struct cpud *c, const struct act_item *it)
         for (size_t o = 0; nw && o < (size_t)c->m->hp.n_embd * sizeof(float); o += 64)
             __builtin_prefetch(nw + o);
     }
-    return act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS);
+    return act_wait_dev_h(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS);
 }
 
 /* Once gpud says which backend it opened: beside a GPU, gpud's one host thread launches kernels and
@@ -359,8 +361,21 @@ struct prep_job {
     const uint8_t *mask;
     uint64_t norm_ns; /* the norm's own time */
     uint64_t runs_ns; /* the runs' */
+    uint64_t mwait_ns; /* prep_dev: the wait for the masks after the norm */
     int rc;
 };
+
+/* The runs of the step's predicted-active cold neurons: from the device's bits when it wrote them
+ * (ACT_ITEM_COLD_BITS: 1.4 KB of DMA-written lines instead of the mask's and gpu_idx's 22 KB, which
+ * set the runs' 6-8 µs on the GPU host), else from the masks — the same runs for one token
+ * (ffn_runs_from_bits = ffn_runs_build). */
+static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *mask)
+{
+    const int64_t F = c->m->hp.n_ff;
+    if (it->flags & ACT_ITEM_COLD_BITS)
+        return ffn_runs_from_bits(&c->cold, c->act.cold_bits, F);
+    return ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)it->layer * F, 0, mask, it->n_tok, F);
+}
 
 static void prep_slice(void *arg, int ith, int nth)
 {
@@ -368,17 +383,38 @@ static void prep_slice(void *arg, int ith, int nth)
     struct prep_job *j = arg;
     struct cpud *c = j->c;
     const struct pi_model *m = c->m;
-    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    const int64_t E = m->hp.n_embd;
     const uint64_t t = stage_now_ns();
     if (ith == 0) {
         ops_rmsnorm_rows(c->xn, c->act.h, m->layers[j->it->layer].ffn_norm.data, j->it->n_tok, E, m->hp.norm_eps);
         j->norm_ns = stage_now_ns() - t;
     } else {
-        j->rc = ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)j->it->layer * F, 0, j->mask, j->it->n_tok, F);
+        j->rc = build_runs(c, j->it, j->mask);
         j->runs_ns = stage_now_ns() - t;
     }
 }
 
+/* An ACT_ITEM_DEV_KEY step whose h came before its masks (the device hands h out while its predictor
+ * runs): the norm of h now, on this thread, then the masks' key, then the runs. The same functions on
+ * the same inputs as prep_slice. 1: the masks will never come. */
+static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *mask, struct prep_job *j)
+{
+    const struct pi_model *m = c->m;
+    const int64_t E = m->hp.n_embd;
+    uint64_t t = stage_now_ns();
+    ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, E, m->hp.norm_eps);
+    j->norm_ns = stage_now_ns() - t;
+    t = stage_now_ns();
+    if (!act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS))
+        return 1;
+    j->mwait_ns = stage_now_ns() - t;
+    t = stage_now_ns();
+    const int rc = build_runs(c, it, mask);
+    j->runs_ns = stage_now_ns() - t;
+    return rc;
+}
+
+/* 0, a negative code, or 1: the step's masks will never come (prep_dev) */
 static int do_step(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
@@ -398,7 +434,11 @@ static int do_step(struct cpud *c, const struct act_item *it)
         ((it->flags & ACT_ITEM_DEV_KEY) || atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq))
         mask = a->mask;
     struct prep_job pj = { .c = c, .it = it, .mask = mask };
-    if (c->beside_device) {
+    /* acquire: pairs with the device's release of dev_seq after the masks */
+    if ((it->flags & ACT_ITEM_DEV_KEY) && atomic_load_explicit(&a->hdr->dev_seq, memory_order_acquire) != it->seq) {
+        if ((rc = prep_dev(c, it, mask, &pj)))
+            return rc;
+    } else if (c->beside_device) {
         pool_run_n(c->pool, prep_slice, &pj, 2);
     } else { /* parked workers: waking one would cost more than the runs take */
         prep_slice(&pj, 0, 2);
@@ -413,7 +453,9 @@ static int do_step(struct cpud *c, const struct act_item *it)
     if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
     const uint64_t t1 = stage_now_ns();
-    if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, mask, a->ycold, &bytes)))
+    /* the runs from the bits are exactly the one token's active cold neurons: no mask to look up */
+    const uint8_t *ffn_mask = it->flags & ACT_ITEM_COLD_BITS ? NULL : mask;
+    if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, ffn_mask, a->ycold, &bytes)))
         return rc;
     const uint64_t t2 = stage_now_ns();
     if (c->nc && it->layer == m->hp.n_layer - 1) {
@@ -440,7 +482,8 @@ static int do_step(struct cpud *c, const struct act_item *it)
     const uint64_t t3 = stage_now_ns();
     if (B == 1 && !c->nc) {
         c->ph_steps++;
-        c->ph_prep_ns += t1 - t0;
+        c->ph_prep_ns += t1 - t0 - pj.mwait_ns;
+        c->ph_mwait_ns += pj.mwait_ns;
         c->ph_norm_ns += pj.norm_ns;
         c->ph_runs_ns += pj.runs_ns;
         c->ph_ffn_ns += t2 - t1;
@@ -480,10 +523,10 @@ static int poll_ring(struct cpud *c, struct ring *r)
     if (rc == 0 && len == sizeof(struct act_item)) {
         struct act_item it;
         memcpy(&it, msg, sizeof it);
-        if (current(c, &it) && wait_device(c, &it)) {
-            if ((rc = do_step(c, &it)))
+        if (current(c, &it) && wait_device(c, &it) && (rc = do_step(c, &it)) != 1) {
+            if (rc)
                 step_failed(c, &it, rc);
-        } else {
+        } else { /* stale, or its masks will never come (do_step's 1) */
             atomic_fetch_add_explicit(&c->rt.me->stale_dropped, 1, memory_order_relaxed);
         }
     }

@@ -78,6 +78,17 @@ struct be_ffn_count {
     uint64_t predicted; /* Σ over tokens of the neurons in its mask (sparse) */
 };
 
+/* What predict_out hands to the host share: buffers and keys in the registered host range */
+struct be_stage {
+    float *h;        /* (n, n_embd): x, the FFN input */
+    uint8_t *mask;   /* (n, n_ff) */
+    uint64_t *bits;  /* one token's cold active neurons as bits (n == 1) */
+    uint64_t *key_h; /* seq once h is written (may come before the masks) */
+    uint64_t *key;   /* seq once h, the masks and bits are written */
+    uint64_t seq;
+    bool bits_out; /* set by predict_out: bits were written (else the host share lists from the masks) */
+};
+
 struct be_ops {
     const char *name;
     int (*open)(struct be **out, const struct pi_model *m, const struct be_params *p);
@@ -132,6 +143,13 @@ struct be_ops {
      * Every cold_add must be released, by its key or by cold_release, before the host waits on the
      * device (close releases every step). */
     int (*stage_out)(struct be *b, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
+    /*   predict_out(layer, n, s): predict(layer, n), then stage_out(n, s->h, s->mask, s->key, s->seq) in
+     *     one: the device may write h and store seq into *s->key_h before the predictor's products
+     *     (the host share's norm overlaps them), and for n == 1 it also writes s->bits, the token's
+     *     mask ∧ not on the device in 64-neuron words (bit k of word w: neuron 64 w + k), before *key,
+     *     and says so in s->bits_out.
+     *     NULL: predict, then stage_out. */
+    int (*predict_out)(struct be *b, int layer, int32_t n, struct be_stage *s);
     int (*stage_wait)(struct be *b, const uint64_t *key, uint64_t seq);
     int (*cold_add)(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
     float *(*cold_buf)(struct be *b);

@@ -89,6 +89,30 @@ static inline uint64_t word_bits(const uint8_t *sel, uint8_t want, const uint8_t
 }
 #endif
 
+/* The runs of one word of bits (neurons w0 + k, k < nb; bits past nb are 0), *start the run still open
+ * from the words before (or -1) */
+static int runs_scan_word(struct ffn_runs *r, int64_t w0, int nb, uint64_t bits, int64_t *start)
+{
+    int pos = 0, rc;
+    while (pos < nb) {
+        if (*start < 0) {
+            const uint64_t v = bits >> pos;
+            if (!v)
+                break;
+            pos += __builtin_ctzll(v);
+            *start = w0 + pos;
+        }
+        const uint64_t v = ~bits >> pos;
+        if (!v)
+            break; /* the run goes on into the next word */
+        pos += __builtin_ctzll(v);
+        if ((rc = runs_push(r, *start, w0 + pos)))
+            return rc;
+        *start = -1;
+    }
+    return 0;
+}
+
 int ffn_runs_build(struct ffn_runs *r, const uint8_t *sel, uint8_t want, const uint8_t *mask, int32_t n_mask,
                    int64_t n_ff)
 {
@@ -102,23 +126,25 @@ int ffn_runs_build(struct ffn_runs *r, const uint8_t *sel, uint8_t want, const u
         const uint64_t bits = nb == RUN_WORD ? word_bits(sel + w0, want, mk, n_mask, n_ff)
                                              : word_bits_any(sel + w0, want, mk, n_mask, n_ff, nb);
         /* bits past nb are 0, so a run reaching n_ff closes inside the last word */
-        int pos = 0;
-        while (pos < nb) {
-            if (start < 0) {
-                const uint64_t v = bits >> pos;
-                if (!v)
-                    break;
-                pos += __builtin_ctzll(v);
-                start = w0 + pos;
-            }
-            const uint64_t v = ~bits >> pos;
-            if (!v)
-                break; /* the run goes on into the next word */
-            pos += __builtin_ctzll(v);
-            if ((rc = runs_push(r, start, w0 + pos)))
-                return rc;
-            start = -1;
-        }
+        if ((rc = runs_scan_word(r, w0, nb, bits, &start)))
+            return rc;
+    }
+    if (start >= 0 && (rc = runs_push(r, start, n_ff)))
+        return rc;
+    return 0;
+}
+
+int ffn_runs_from_bits(struct ffn_runs *r, const uint64_t *bits, int64_t n_ff)
+{
+    r->n = 0;
+    r->n_neurons = 0;
+    int64_t start = -1;
+    int rc;
+    for (int64_t w0 = 0; w0 < n_ff; w0 += RUN_WORD) {
+        const int nb = n_ff - w0 < RUN_WORD ? (int)(n_ff - w0) : RUN_WORD;
+        const uint64_t b = bits[w0 / RUN_WORD] & (nb == RUN_WORD ? ~0ull : (1ull << nb) - 1);
+        if ((rc = runs_scan_word(r, w0, nb, b, &start)))
+            return rc;
     }
     if (start >= 0 && (rc = runs_push(r, start, n_ff)))
         return rc;

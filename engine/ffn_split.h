@@ -52,6 +52,9 @@ struct ffn_runs {
  * mask[row * n_ff + i] != 0). */
 int ffn_runs_build(struct ffn_runs *r, const uint8_t *sel, uint8_t want, const uint8_t *mask, int32_t n_mask,
                    int64_t n_ff);
+/* Runs of the neurons whose bit is set: bit k of bits[w] is neuron 64 w + k, n_ff neurons ((n_ff + 63)
+ * / 64 words; bits past n_ff are ignored). The same runs as ffn_runs_build for the same set. */
+int ffn_runs_from_bits(struct ffn_runs *r, const uint64_t *bits, int64_t n_ff);
 void ffn_runs_fini(struct ffn_runs *r);
 
 struct ffn_scratch {

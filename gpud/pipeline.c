@@ -20,6 +20,7 @@
  * itself when cpud is down, and releases the device's wait with it) only after it has enqueued the
  * next layer's work up to its stage_out. A layer with no cold neuron never involves cpud. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -227,6 +228,18 @@ void gpud_ffn_abandon(struct gpud *g)
     g->pend.on = false;
 }
 
+/* PINFER_HAND_EARLY=0: the predictor, then h and the masks in one hand-out, and cpud lists its
+ * neurons from the masks (the hand-off before predict_out; for A/B benchmarks); read once */
+static bool hand_early(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_HAND_EARLY");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
 /* The step on a GPU backend with the act segment mapped (see above). */
 static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const struct pi_batch *b,
                            const struct act_item *it, bool host_share, uint64_t t_start)
@@ -239,7 +252,8 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
     const struct pi_layer_weights w = model_layer_weights(e->m, layer);
     uint64_t wait_ns = 0;
     int rc;
-    if (sparse && (rc = be->predict(e->be, layer, B)))
+    const bool early = sparse && host_share && be->predict_out && hand_early();
+    if (sparse && !early && (rc = be->predict(e->be, layer, B)))
         goto fail;
     if (!host_share) { /* every neuron of the layer is on the device */
         if ((rc = be->ffn(e->be, &w, B, sparse, &cnt)) || (rc = be->ffn_add(e->be, layer, B, NULL)) ||
@@ -247,17 +261,28 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
             goto fail;
         goto done;
     }
-    /* the device's key: the step's h and masks are in the segment (cpud: act_wait_dev) */
-    if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL, (uint64_t *)&a->hdr->dev_seq, g->seq)))
+    /* the device's key: the step's h and masks are in the segment (cpud: act_wait_dev); with the
+     * predictor, h may come first under its own key (cpud normalizes it while the predictor runs), and
+     * one token's cold active neurons as bits */
+    bool bits = false;
+    if (early) {
+        struct be_stage st = { .h = a->h, .mask = a->mask, .bits = a->cold_bits, .key_h = (uint64_t *)&a->hdr->dev_h_seq,
+                               .key = (uint64_t *)&a->hdr->dev_seq, .seq = g->seq };
+        if ((rc = be->predict_out(e->be, layer, B, &st)))
+            goto fail;
+        bits = st.bits_out;
+    } else if ((rc = be->stage_out(e->be, B, a->h, sparse ? a->mask : NULL, (uint64_t *)&a->hdr->dev_seq, g->seq))) {
         goto fail;
+    }
     atomic_fetch_add_explicit(&g->rt.me->d2h_bytes,
                               (uint64_t)B * (uint64_t)e->m->hp.n_embd * sizeof(float) +
-                                  (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0),
+                                  (sparse ? (uint64_t)B * (uint64_t)e->m->hp.n_ff : 0) +
+                                  (bits ? (uint64_t)act_cold_words(e->m->hp.n_ff) * sizeof(uint64_t) : 0),
                               memory_order_relaxed);
     bool cpu_sent = false;
     if (dataplane_stage_alive(g->rt.ctl, PI_STAGE_CPUD)) {
         struct act_item ci = *it;
-        ci.flags = ACT_ITEM_DEV_KEY | (sparse ? 0 : ACT_ITEM_ALL_ACTIVE);
+        ci.flags = ACT_ITEM_DEV_KEY | (sparse ? 0 : ACT_ITEM_ALL_ACTIVE) | (bits ? ACT_ITEM_COLD_BITS : 0);
         cpu_sent = push_item(&a->rings[ACT_RING_GPU_CPU], &ci) == 0;
         if (cpu_sent)
             act_ring_cpud_bell(a->hdr);

@@ -37,8 +37,8 @@ static int act_compute(const struct act_params *p, struct act_offsets *o)
     at = align_up(at + sizeof(struct act_hdr), ACT_ALIGN);
     o->off[ACT_OFF_H] = at;
     at = align_up(at + B * E * sizeof(float), ACT_ALIGN);
-    o->off[ACT_OFF_MASK] = at;
-    at = align_up(at + B * F, ACT_ALIGN);
+    o->off[ACT_OFF_MASK] = at; /* the masks, then cold_bits */
+    at = align_up(at + align_up(B * F, ACT_ALIGN) + (uint64_t)act_cold_words((int64_t)F) * sizeof(uint64_t), ACT_ALIGN);
     o->off[ACT_OFF_YCOLD] = at;
     at = align_up(at + B * E * sizeof(float), ACT_ALIGN);
     o->off[ACT_OFF_GPU_IDX] = at;
@@ -115,6 +115,8 @@ int act_view_attach(struct act_view *v, struct shm_seg *seg)
     const uint64_t B = (uint64_t)p.n_batch, E = (uint64_t)p.n_embd, F = (uint64_t)p.n_ff;
     v->h = shm_at(seg, o.off[ACT_OFF_H], B * E * sizeof(float));
     v->mask = shm_at(seg, o.off[ACT_OFF_MASK], B * F);
+    v->cold_bits = (uint64_t *)shm_at(seg, o.off[ACT_OFF_MASK] + align_up(B * F, ACT_ALIGN),
+                                      (uint64_t)act_cold_words(F) * sizeof(uint64_t));
     v->ycold = shm_at(seg, o.off[ACT_OFF_YCOLD], B * E * sizeof(float));
     v->gpu_idx = shm_at(seg, o.off[ACT_OFF_GPU_IDX], (uint64_t)p.n_layer * F);
     const size_t rb = ring_bytes(ACT_RING_SLOTS, sizeof(struct act_item));
@@ -135,15 +137,18 @@ void act_ring_cpud_bell(struct act_hdr *h)
         pi_futex_wake_all(&h->cpud_bell);
 }
 
-bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
-                  uint32_t check_every)
+/* Wait until one of the device's keys says step it's inputs are there: want_h, h alone (dev_h_seq
+ * or dev_seq), else h and the masks (dev_seq). */
+static bool wait_keys(const struct act_hdr *h, const struct act_item *it, bool want_h, bool (*gone)(void *), void *arg,
+                      uint32_t check_every)
 {
     for (uint32_t polls = 1;; polls++) {
-        /* acquire: pairs with the device's system-scope release of dev_seq after writing h and the masks */
+        /* acquire: pairs with the device's system-scope release of the key after writing what it covers */
         const uint64_t k = atomic_load_explicit(&h->dev_seq, memory_order_acquire);
-        if (k == it->seq)
+        const uint64_t kh = want_h ? atomic_load_explicit(&h->dev_h_seq, memory_order_acquire) : 0;
+        if (k == it->seq || (want_h && kh == it->seq))
             return true;
-        if (k > it->seq || atomic_load_explicit(&h->cur_epoch, memory_order_relaxed) != it->epoch)
+        if (k > it->seq || kh > it->seq || atomic_load_explicit(&h->cur_epoch, memory_order_relaxed) != it->epoch)
             return false;
         if (check_every && polls % check_every == 0 && gone && gone(arg))
             return false;
@@ -152,4 +157,16 @@ bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gon
         else
             cpu_relax();
     }
+}
+
+bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
+                  uint32_t check_every)
+{
+    return wait_keys(h, it, false, gone, arg, check_every);
+}
+
+bool act_wait_dev_h(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
+                    uint32_t check_every)
+{
+    return wait_keys(h, it, true, gone, arg, check_every);
 }

@@ -4,7 +4,9 @@
  * (offsets in the segment header):
  *   offsets[0]  struct act_hdr           geometry, and the key of the step gpud is waiting on
  *   offsets[1]  h      float [n_batch][n_embd]   residual after attention (gpud writes)
- *   offsets[2]  mask   uint8 [n_batch][n_ff]     predicted-active neurons (predictord writes)
+ *   offsets[2]  mask   uint8 [n_batch][n_ff]     predicted-active neurons (predictord writes), then
+ *               cold_bits uint64 [(n_ff + 63) / 64]  one token's predicted-active neurons that are not
+ *                                                  on the device, 64 a word (gpud's device writes)
  *   offsets[3]  ycold  float [n_batch][n_embd]   cpud's FFN share (cpud writes)
  *   offsets[4]  gpu_idx uint8 [n_layer][n_ff]    1 = neuron computed by gpud ("hot"), 0 = cpud
  *   offsets[5..9] rings of struct act_item: ACT_RING_PRED_IN (gpud→predictord),
@@ -60,6 +62,10 @@ struct act_item {
                                   segment and then stores seq into act_hdr.dev_seq; gpud hands the
                                   step over before its device gets there, so the consumer waits for
                                   that key (act_wait_dev) instead of reading cur_seq / mask_seq */
+#define ACT_ITEM_COLD_BITS 16u /* on GPU_CPU, with ACT_ITEM_DEV_KEY, one token: the device also writes
+                                  cold_bits, the token's mask ∧ gpu_idx == 0 as bits (bit k of word w
+                                  = neuron 64 w + k), so cpud lists its neurons from 1.4 KB instead of
+                                  the mask's and gpu_idx's 22 KB */
 static_assert(sizeof(struct act_item) == 40, "act_item is on the wire between stages");
 
 struct act_hdr {
@@ -85,6 +91,10 @@ struct act_hdr {
      * an older session left is below every step of a newer one. On its own cache line: cpud spins on
      * it while the line above changes every step. */
     _Alignas(64) _Atomic uint64_t dev_seq;
+    /* The key of h alone: the device may store seq here (same release) as soon as h is written, before
+     * its predictor has made the masks, so that cpud normalizes h while the predictor runs. A device
+     * that writes h with the masks stores only dev_seq, which covers h too (act_wait_dev_h). */
+    _Alignas(64) _Atomic uint64_t dev_h_seq;
 };
 
 struct act_params {
@@ -104,6 +114,7 @@ struct act_view {
     struct act_hdr *hdr;
     float *h, *ycold;
     uint8_t *mask, *gpu_idx;
+    uint64_t *cold_bits; /* (n_ff + 63) / 64 words, after the masks */
     struct ring rings[ACT_RING_COUNT];
 };
 int act_view_attach(struct act_view *v, struct shm_seg *seg);
@@ -119,5 +130,12 @@ void act_ring_cpud_bell(struct act_hdr *h);
  * a layer's GPU part. */
 bool act_wait_dev(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
                   uint32_t check_every);
+/* The same for h alone: true once dev_h_seq == it->seq or dev_seq == it->seq (acquire: h may be read;
+ * the masks only after act_wait_dev), false as act_wait_dev, or when dev_h_seq is past it->seq. */
+bool act_wait_dev_h(const struct act_hdr *h, const struct act_item *it, bool (*gone)(void *), void *arg,
+                    uint32_t check_every);
+
+/* Words of cold_bits for n_ff neurons. */
+static inline int64_t act_cold_words(int64_t n_ff) { return (n_ff + 63) / 64; }
 
 #endif

@@ -87,6 +87,32 @@ static void test_outcomes(void)
     free(h);
 }
 
+/* ---- h's own key (the device hands h out before the predictor's masks) ---- */
+static void test_h_key(void)
+{
+    struct act_hdr *h = new_hdr();
+    atomic_store(&h->cur_epoch, EPOCH);
+    struct act_item it = { .epoch = EPOCH, .seq = step_of(20), .flags = ACT_ITEM_DEV_KEY };
+    atomic_store(&h->dev_seq, step_of(19));
+    atomic_store(&h->dev_h_seq, step_of(20));
+    CHECK(act_wait_dev_h(h, &it, never_gone, NULL, 16), "h's key of the item's step: h is there");
+    gone_calls = 0;
+    CHECK(!act_wait_dev(h, &it, gone_after_3, NULL, 8), "h's key alone does not announce the masks");
+    atomic_store(&h->dev_seq, step_of(20));
+    CHECK(act_wait_dev(h, &it, never_gone, NULL, 16), "then the masks' key");
+    /* a device that writes h with the masks stores only dev_seq: it covers h */
+    atomic_store(&h->dev_h_seq, step_of(12));
+    CHECK(act_wait_dev_h(h, &it, never_gone, NULL, 16), "dev_seq covers h too");
+    /* gpud settled this step without us and its device handed the next one's h out */
+    atomic_store(&h->dev_seq, step_of(20) - 1);
+    atomic_store(&h->dev_h_seq, step_of(21));
+    CHECK(!act_wait_dev_h(h, &it, never_gone, NULL, 16), "a later step's h: this one is gone");
+    atomic_store(&h->dev_h_seq, step_of(19));
+    gone_calls = 0;
+    CHECK(!act_wait_dev_h(h, &it, gone_after_3, NULL, 8), "neither key yet: waits until gone()");
+    free(h);
+}
+
 /* ---- the ping-pong ---- */
 static void fill(uint64_t *p, uint64_t seq, uint64_t salt)
 {
@@ -190,6 +216,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--quick"))
         n_steps /= 20;
     test_outcomes();
+    test_h_key();
     test_ping_pong();
     return tu_finish("test_act_dev");
 }

@@ -41,6 +41,7 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 
 #include "cudev.h"
 #include "cuk.h"
+#include "cuk_hand.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "cuk_topk.h"
@@ -1024,6 +1025,81 @@ static void test_normq(void)
     free(hx);
 }
 
+/* The hybrid hand-off's early parts: fc1's kernel handing its input out first (cuk_gemv_hand_h: the
+ * same product, h = x bitwise, then the key), and the hand-out's cold bits (one token's mask less the
+ * hot ids) for whole and partial words, all hot and all cold. */
+static void test_hand_early(void)
+{
+    enum { K = 512, N = 352, F = 11008 - 37 };
+    float *hx = malloc(sizeof(float) * K);
+    uint8_t *hm = malloc(F), *hot_on = malloc(F);
+    int32_t *hid = malloc(sizeof(int32_t) * F);
+    REQUIRE(hx && hm && hot_on && hid, "out of memory");
+    for (int i = 0; i < K; i++)
+        hx[i] = mmv_rand();
+    float *hh;
+    uint64_t *key, *bits;
+    uint8_t *hmask;
+    REQUIRE(cudaHostAlloc((void **)&hh, sizeof(float) * K, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostAlloc((void **)&key, 64, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostAlloc((void **)&bits, (F + 63) / 64 * 8, cudaHostAllocMapped) == cudaSuccess &&
+                cudaHostAlloc((void **)&hmask, F, cudaHostAllocMapped) == cudaSuccess,
+            "pinned host memory");
+    void *hh_d, *key_d, *bits_d, *hmask_d;
+    REQUIRE(cudaHostGetDevicePointer(&hh_d, hh, 0) == cudaSuccess &&
+                cudaHostGetDevicePointer(&key_d, key, 0) == cudaSuccess &&
+                cudaHostGetDevicePointer(&bits_d, bits, 0) == cudaSuccess &&
+                cudaHostGetDevicePointer(&hmask_d, hmask, 0) == cudaSuccess,
+            "device addresses");
+    float *x = mmv_dev(sizeof(float) * K), *ya = mmv_dev(sizeof(float) * N), *yb = mmv_dev(sizeof(float) * N);
+    void *xq = mmv_dev(cuk_xq_row_bytes(K));
+    REQUIRE(cudaMemcpy(x, hx, sizeof(float) * K, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    struct cuk_w g = pdl_weight(PI_TYPE_Q4_0, K, N, 0.1f);
+    memset(hh, 0, sizeof(float) * K);
+    key[0] = 0;
+    CHECK_OK(cuk_gemv(&g, x, 1, ya, CUK_RELU, 0.0f, xq, NULL));
+    const int rc = cuk_gemv_hand_h(&g, x, 1, yb, CUK_RELU, 0.0f, hh_d, sizeof(float) * K, key_d, 7, NULL);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    if (rc == 1) { /* PINFER_CUDA_Q1=0: the two launches, h with the masks */
+        CHECK(key[0] == 0, "fc1 hand_h not taken, yet the key was stored");
+        printf("hand_h: not taken at this PINFER_CUDA_Q1 level\n");
+    } else {
+        CHECK(rc == 0, "fc1 hand_h failed (%d)", rc);
+        CHECK(key[0] == 7, "fc1 hand_h: key %llu, expected 7", (unsigned long long)key[0]);
+        CHECK(memcmp(hh, hx, sizeof(float) * K) == 0, "fc1 hand_h: h != x");
+        CHECK(!mmv_diff(ya, yb, sizeof(float) * N), "fc1 hand_h: the product differs from cuk_gemv's");
+    }
+    /* the cold bits: three hot sets */
+    uint8_t *mask = mmv_dev(F);
+    int32_t *ids = mmv_dev(sizeof(int32_t) * F);
+    for (int i = 0; i < F; i++)
+        hm[i] = (uint8_t)(rand() % 5 == 0 ? 1 + rand() % 3 : 0); /* any non-zero byte is on */
+    REQUIRE(cudaMemcpy(mask, hm, F, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+    for (int set = 0; set < 3; set++) { /* every third neuron hot, none, all */
+        int64_t n_hot = 0;
+        for (int i = 0; i < F; i++) {
+            hot_on[i] = (uint8_t)(set == 0 ? i % 3 == 1 : set == 2);
+            if (hot_on[i])
+                hid[n_hot++] = i;
+        }
+        REQUIRE(cudaMemcpy(ids, hid, sizeof(int32_t) * (n_hot ? n_hot : 1), cudaMemcpyHostToDevice) == cudaSuccess,
+                "up");
+        memset(bits, 0xee, (F + 63) / 64 * 8);
+        const struct cuk_cold cold = { .hot_ids = n_hot ? ids : NULL, .n_hot = n_hot, .n_ff = F, .bits = bits_d };
+        CHECK_OK(cuk_hand_out(x, 0, mask, F, hh_d, hmask_d, &cold, key_d, 8 + set, NULL));
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
+        int bad = 0;
+        for (int i = 0; i < F; i++)
+            bad += (int)((bits[i / 64] >> (i % 64)) & 1) != (hm[i] != 0 && !hot_on[i]);
+        CHECK(bad == 0 && key[0] == (uint64_t)(8 + set) && memcmp(hmask, hm, F) == 0,
+              "hand_out bits (hot set %d): %d neurons wrong, key %llu", set, bad, (unsigned long long)key[0]);
+    }
+    printf("hand-off: fc1 hands h out first (same product, h = x), the cold bits of one token checked\n");
+    cudaFree(g.q), cudaFree(g.d), cudaFree(x), cudaFree(ya), cudaFree(yb), cudaFree(xq), cudaFree(mask), cudaFree(ids);
+    cudaFreeHost(hh), cudaFreeHost(key), cudaFreeHost(bits), cudaFreeHost(hmask);
+    free(hx), free(hm), free(hot_on), free(hid);
+}
+
 int main(int argc, char **argv)
 {
     char why[160];
@@ -1041,6 +1117,7 @@ int main(int argc, char **argv)
     test_pdl();
     test_sparse_axpy();
     test_normq();
+    test_hand_early();
     if (argc > 1)
         test_tiny(argv[1]);
     return tu_finish("cuda_ops");

@@ -40,7 +40,7 @@ static void *copy_at(size_t n_bytes, int i)
     return pool + (size_t)(i % (int)copies) * n_bytes;
 }
 
-enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT };
+enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT, K_HAND_BITS, K_FC1_HAND };
 
 struct kcase {
     const char *name;
@@ -52,6 +52,7 @@ struct kcase {
 static void *xq; /* the Q types' quantized activation rows */
 /* the hand-off's host side (pinned, mapped): h and masks out, the cold share and its key in */
 static uint8_t *host_h, *host_mask;
+static uint64_t *host_bits;
 static float *host_y;
 static uint64_t *host_key, *host_rel;
 
@@ -98,7 +99,15 @@ static int launch(const struct kcase *c, int i)
     case K_HAND_ADD: /* the key is there already: the poll's first round sees it */
         return cuk_hand_add(y, act, host_y, host_key, host_y, host_rel, 1, c->n_out, st);
     case K_HAND_OUT:
-        return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, host_key + 1, 1 + i, st);
+        return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, NULL, host_key + 1, 1 + i,
+                            st);
+    case K_HAND_BITS: { /* h went out before (fc1's kernel): the masks and the cold bits, c->active hot ids */
+        const struct cuk_cold cold = { .hot_ids = idx, .n_hot = c->active, .n_ff = c->n_in, .bits = host_bits };
+        return cuk_hand_out(y, 0, (const uint8_t *)act, c->n_in, host_h, host_mask, &cold, host_key + 1, 1 + i, st);
+    }
+    case K_FC1_HAND: /* fc1 handing its input out first (hybrid's early h) */
+        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
+        return cuk_gemv_hand_h(&w, x, 1, y, CUK_RELU, 0.0f, host_h, c->n_in * 4, host_key + 3, 1 + i, st);
     case K_MMV_ADD: /* the streamed kernel (cuk_mmv.h) called directly (cuk_gemv takes it too at PINFER_CUDA_MMV=2) */
         w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
         return cuk_mmv_gemv(&w, x, 1, y, CUK_ADD, 0.0f, NULL, NULL, 0, 0, st);
@@ -111,6 +120,13 @@ static int launch(const struct kcase *c, int i)
 
 static int run_case(const struct kcase *c, int reps, double hbm_gbs)
 {
+    if (c->kind == K_HAND_BITS) { /* the hot ids: every 4th neuron */
+        int32_t *h = malloc((size_t)c->active * sizeof *h);
+        for (int64_t j = 0; j < c->active; j++)
+            h[j] = (int32_t)(4 * j);
+        cudaMemcpy(idx, h, (size_t)c->active * sizeof *h, cudaMemcpyHostToDevice);
+        free(h);
+    }
     if (c->kind == K_GLU_IDX) { /* the listed rows: every 10th, as a ~10 % active mask */
         int32_t *h = malloc((size_t)c->n_out * sizeof *h);
         int32_t n = 0;
@@ -204,12 +220,13 @@ int main(int argc, char **argv)
     if (cudaHostAlloc((void **)&host_h, 65536 * 4, cudaHostAllocMapped) != cudaSuccess ||
         cudaHostAlloc((void **)&host_mask, 65536, cudaHostAllocMapped) != cudaSuccess ||
         cudaHostAlloc((void **)&host_y, 65536 * 4, cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostAlloc((void **)&host_bits, 8192, cudaHostAllocMapped) != cudaSuccess ||
         cudaHostAlloc((void **)&host_key, 64, cudaHostAllocMapped) != cudaSuccess) {
         fprintf(stderr, "bench_kern: pinned host allocation failed\n");
         return 1;
     }
     memset(host_y, 0, 65536 * 4);
-    host_key[0] = 1, host_key[1] = 0, host_key[2] = 0;
+    host_key[0] = 1, host_key[1] = 0, host_key[2] = 0, host_key[3] = 0;
     host_rel = host_key + 2;
     /* small f16 values everywhere (0x2c00-ish bit patterns: ~0.06), x and the norm weight 1.0 */
     cudaMemset(pool, 0x2c, POOL_BYTES);
@@ -247,6 +264,8 @@ int main(int argc, char **argv)
         /* the hybrid hand-off's two kernels in the chain (n_out: the row, n_in: the mask's bytes) */
         { "hand_add_4096", K_HAND_ADD, 0, 4096, 0, 0 },
         { "hand_out_4096", K_HAND_OUT, 11008, 4096, 0, 0 },
+        { "hand_out_bits_11008", K_HAND_BITS, 11008, 4096, 2752, 0 }, /* the masks and bits only, 1/4 hot */
+        { "q4_fc1_hand_h", K_FC1_HAND, 4096, 1024, 0, PI_TYPE_Q4_0 },
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

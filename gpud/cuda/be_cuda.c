@@ -228,6 +228,12 @@ static int cu_stage_out(struct be *b, int32_t n, float *h, uint8_t *mask, uint64
 {
     return cudev_stage_out(b->d, n, h, mask, key, seq);
 }
+static int cu_predict_out(struct be *b, int layer, int32_t n, struct be_stage *s)
+{
+    int rc = cudev_predict_out(b->d, layer, n, s->h, s->mask, s->bits, s->key_h, s->key, s->seq, &s->bits_out);
+    b->dev_mask = rc == 0;
+    return rc;
+}
 static int cu_stage_wait(struct be *b, const uint64_t *key, uint64_t seq) { return cudev_stage_wait(b->d, key, seq); }
 static int cu_cold_add(struct be *b, int layer, int32_t n, const uint64_t *key, const float *y, uint64_t seq)
 {
@@ -259,6 +265,7 @@ const struct be_ops be_cuda_ops = {
     .idle = NULL,
     .host_register = cu_host_register,
     .stage_out = cu_stage_out,
+    .predict_out = cu_predict_out,
     .stage_wait = cu_stage_wait,
     .cold_add = cu_cold_add,
     .cold_buf = cu_cold_buf,

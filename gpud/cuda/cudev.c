@@ -921,7 +921,9 @@ int cudev_get_x(struct cudev *d, int32_t n, float *h)
     return CU(cudaStreamSynchronize(d->st));
 }
 
-int cudev_predict(struct cudev *d, int layer, int32_t n)
+/* The predictor's kernels; hd (not NULL): x handed out into hd with *khd = seq by fc1's kernel where
+ * it can (*h_out = true), else left to the hand-out after the masks. */
+static int predict(struct cudev *d, int layer, int32_t n, void *hd, uint64_t *khd, uint64_t seq, bool *h_out)
 {
     TRY(check_n(d, n));
     TRY(check_layer(d, layer));
@@ -930,8 +932,16 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     const struct cu_layer *c = &d->L[layer];
     const int64_t F = d->m->hp.n_ff;
     const float thr = d->m->hp.sparse_threshold;
+    *h_out = false;
     if (!use_blas(d, n)) {
-        TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
+        const int rc = hd ? cuk_gemv_hand_h(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, hd,
+                                            (int64_t)n * d->m->hp.n_embd * (int64_t)sizeof(float), khd, seq, d->st)
+                          : 1;
+        if (rc <= 0) /* launched (or failed) */
+            TRY(CK(rc));
+        else
+            TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
+        *h_out = rc == 0;
         mark(d, CUDEV_PROF_FC1);
         TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         mark(d, CUDEV_PROF_FC2);
@@ -944,6 +954,12 @@ int cudev_predict(struct cudev *d, int layer, int32_t n)
     d->mask_valid = false;
     d->mask_raw = !use_blas(d, n);
     return 0;
+}
+
+int cudev_predict(struct cudev *d, int layer, int32_t n)
+{
+    bool h_out;
+    return predict(d, layer, n, NULL, NULL, 0, &h_out);
 }
 
 int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
@@ -1133,7 +1149,34 @@ int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_
     void *hd = dev_addr(d, h, nh), *md = mask ? dev_addr(d, mask, nm) : NULL, *kd = dev_addr(d, key, sizeof *key);
     if (!hd || (mask && !md) || !kd)
         return pi_fail(PI_E_INVAL, "cuda: stage_out's h, masks and key must lie in a registered host range");
-    return CK(cuk_hand_out(d->x, (int64_t)nh, mask ? d->mask : NULL, (int64_t)nm, hd, md, kd, seq, d->st));
+    return CK(cuk_hand_out(d->x, (int64_t)nh, mask ? d->mask : NULL, (int64_t)nm, hd, md, NULL, kd, seq, d->st));
+}
+
+int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *mask, uint64_t *bits, uint64_t *key_h,
+                      uint64_t *key, uint64_t seq, bool *bits_out)
+{
+    *bits_out = false;
+    TRY(check_n(d, n));
+    TRY(check_layer(d, layer));
+    const int64_t F = d->m->hp.n_ff;
+    const size_t nh = (size_t)n * (size_t)d->m->hp.n_embd * sizeof(float), nm = (size_t)n * (size_t)F,
+                 nb = (size_t)(F + 63) / 64 * sizeof(uint64_t);
+    void *hd = dev_addr(d, h, nh), *md = dev_addr(d, mask, nm), *kd = dev_addr(d, key, sizeof *key);
+    uint64_t *khd = key_h ? dev_addr(d, key_h, sizeof *key_h) : NULL, *bd = n == 1 && bits ? dev_addr(d, bits, nb) : NULL;
+    if (!hd || !md || !kd || (key_h && !khd) || (n == 1 && bits && !bd))
+        return pi_fail(PI_E_INVAL, "cuda: predict_out's h, masks, bits and keys must lie in a registered host range");
+    bool h_out;
+    TRY(predict(d, layer, n, khd ? hd : NULL, khd, seq, &h_out));
+    /* the one token's cold active neurons: its mask less the layer's placed ones (a layer held whole
+     * for the host's masking has no list of them; sparse files have none: predict needs down_t) */
+    const struct cu_layer *c = &d->L[layer];
+    if (c->host_masked)
+        bd = NULL;
+    const struct cuk_cold cold = { .hot_ids = c->compact ? c->hot_ids : NULL, .n_hot = c->n_hot, .n_ff = F, .bits = bd };
+    TRY(CK(cuk_hand_out(d->x, h_out ? 0 : (int64_t)nh, d->mask, (int64_t)nm, hd, md, bd ? &cold : NULL, kd, seq,
+                        d->st)));
+    *bits_out = bd != NULL;
+    return 0;
 }
 
 /* Polls of a stage_out key between two questions to the stream whether it failed (a kernel that

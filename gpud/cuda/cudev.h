@@ -113,6 +113,12 @@ int cudev_host_register(struct cudev *d, void *ptr, size_t bytes);
  * cold_add must be released by its key or by cold_release before the host waits on the stream;
  * close releases all. */
 int cudev_stage_out(struct cudev *d, int32_t n, float *h, uint8_t *mask, uint64_t *key, uint64_t seq);
+/* predict_out (engine/backend.h): cudev_predict, then stage_out's kernel with the masks; h may go
+ * out from the predictor's first kernel with *key_h = seq (the one-token Q products), and for n == 1
+ * bits (when not NULL) receives the token's mask less the layer's placed neurons, 64 a word
+ * (*bits_out: it did). */
+int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *mask, uint64_t *bits, uint64_t *key_h,
+                      uint64_t *key, uint64_t seq, bool *bits_out);
 int cudev_stage_wait(struct cudev *d, const uint64_t *key, uint64_t seq);
 int cudev_cold_add(struct cudev *d, int32_t n, const uint64_t *key, const float *y, uint64_t seq);
 float *cudev_cold_buf(struct cudev *d); /* (n_batch, n_embd) pinned host floats; NULL before host_register */

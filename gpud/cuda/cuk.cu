@@ -21,6 +21,7 @@ extern "C" {
 #include "model.h"
 #include "quant.h"
 }
+#include "cuk_hand_dev.cuh"
 
 #define GEMV_ROWS 4 /* warps (rows) per 128-thread block */
 #define GEMV_MAX_NB 8
@@ -504,6 +505,15 @@ struct split3 {
     int64_t n0, n1;
 };
 
+/* h handed out by the predictor's first product (cuk_gemv_hand_h): its input x (n bytes) into h, then
+ * *key = seq, all in mapped host memory; h NULL: none */
+struct q1_hand {
+    uint8_t *h;
+    int64_t n;
+    uint64_t *key;
+    uint64_t seq;
+};
+
 #define Q1_THREADS 512
 #define Q1_WARPS (Q1_THREADS / 32)
 #ifndef Q1_CTAS_PER_SM
@@ -568,7 +578,7 @@ template <class T, int MODE, int R, bool NORM>
 __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     k_gemv_q1(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d, int64_t n_in, int64_t n_out,
               const float *__restrict__ x, const float *__restrict__ nw, float eps, void *y, float thr, float *y1,
-              float *y2, int64_t n0, int64_t n1)
+              float *y2, int64_t n0, int64_t n1, q1_hand hh)
 {
     extern __shared__ uint4 q1_sh[]; /* the token's int8 row, then (d, d·Σq) per 32 elements: prep_x's layout */
     uint8_t *xq = (uint8_t *)q1_sh;
@@ -582,6 +592,10 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     }
     pdl_wait();
     pdl_trigger();
+    if (hh.h && blockIdx.x == gridDim.x - 1) { /* the block with the fewest units hands x out first */
+        put_bytes(hh.h, (const uint8_t *)x, hh.n);
+        put_key(hh.key, hh.seq);
+    }
     q1_quantize<NORM>(x, nw, eps, n_in, xq, warp, lane);
     for (; unit < units; unit += step) {
         q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
@@ -651,30 +665,31 @@ static bool q1_fits(int B, const struct cuk_w *w) { return B == 1 && q1_on() && 
 
 template <class T, int MODE, int R, bool NORM>
 static int q1_launch_r(const struct cuk_w *w, const float *x, const float *nw, float eps, void *y, float thr,
-                       const struct split3 *sp, cudaStream_t st)
+                       const struct split3 *sp, cudaStream_t st, const q1_hand *hh)
 {
     const int64_t units = (w->n_out + R - 1) / R, blocks = (units + Q1_WARPS - 1) / Q1_WARPS,
                   most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count();
     const size_t smem = q1_smem(w->n_in);
     pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), smem,
                st, (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr,
-               sp ? sp->y1 : nullptr, sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0);
+               sp ? sp->y1 : nullptr, sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0,
+               hh ? *hh : q1_hand{ nullptr, 0, nullptr, 0 });
     return launched();
 }
 
 /* rows per warp as k_gemv takes them for one token (GEMV_R1 for a tall matrix, else 1) */
 template <class T, int MODE, bool NORM>
 static int q1_launch_m(const struct cuk_w *w, const float *x, const float *nw, float eps, void *y, float thr,
-                       const struct split3 *sp, cudaStream_t st)
+                       const struct split3 *sp, cudaStream_t st, const q1_hand *hh = nullptr)
 {
-    return w->n_out >= GEMV_R2_MIN_ROWS ? q1_launch_r<T, MODE, GEMV_R1, NORM>(w, x, nw, eps, y, thr, sp, st)
-                                        : q1_launch_r<T, MODE, 1, NORM>(w, x, nw, eps, y, thr, sp, st);
+    return w->n_out >= GEMV_R2_MIN_ROWS ? q1_launch_r<T, MODE, GEMV_R1, NORM>(w, x, nw, eps, y, thr, sp, st, hh)
+                                        : q1_launch_r<T, MODE, 1, NORM>(w, x, nw, eps, y, thr, sp, st, hh);
 }
 
 /* the one-launch product of one token; 1 where it does not apply (the caller takes the two) */
 template <class T, bool NORM>
 static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float eps, int B, void *y, int mode,
-                   float thr, const struct split3 *sp, cudaStream_t st)
+                   float thr, const struct split3 *sp, cudaStream_t st, const q1_hand *hh = nullptr)
 {
     if constexpr (!q1_type<T>())
         return 1;
@@ -690,8 +705,8 @@ static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float
          * each warp streams its rows one after the other where k_gemv's 128-thread blocks run them
          * side by side, and down's 344 quantization blocks take each warp 6 rounds. */
         switch (mode) {
-        case CUK_RELU: return q1_skip('r') ? 1 : q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st);
-        case CUK_MASK: return q1_skip('m') ? 1 : q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st);
+        case CUK_RELU: return q1_skip('r') ? 1 : q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st, hh);
+        case CUK_MASK: return q1_skip('m') ? 1 : q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st, hh);
         default: return 1;
         }
     }
@@ -858,6 +873,17 @@ extern "C" int cuk_gemv(const struct cuk_w *w, const float *x, int B, void *y, e
     }
     CUK_DISPATCH(w->type, return gemv_t<T>(w, x, B, y, mode, thr, xq, nullptr, S(st)));
     return 0;
+}
+
+extern "C" int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr,
+                               void *h, int64_t n_h, uint64_t *key, uint64_t seq, void *st)
+{
+    if (mode != CUK_RELU && mode != CUK_MASK)
+        return 1;
+    const q1_hand hh = { (uint8_t *)h, n_h, key, seq };
+    int rc = 1;
+    CUK_DISPATCH_OR(w->type, return 1, rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, nullptr, S(st), &hh));
+    return rc;
 }
 
 extern "C" int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1,

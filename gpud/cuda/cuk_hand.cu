@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuk_hand_dev.cuh"
 #include "cuk_pdl.cuh"
 
 extern "C" {
@@ -12,54 +13,76 @@ extern "C" {
 }
 
 #define OUT_THREADS 1024
+#define OUT_BITMAP_WORDS 2048 /* a layer's hot set as bits in shared memory: n_ff up to 65 536 */
 #define ADD_THREADS 1024
 #define ADD_PER_THREAD 4
 
-__device__ static inline uint64_t ld_relaxed_sys(const uint64_t *p)
+/* bits[w] (mapped host memory) = the one token's mask ∧ not hot, 64 neurons a word, bit k = neuron
+ * 64 w + k: hot is the layer's placed neurons (ids ascending, n_hot of n_ff; n_hot == n_ff: all, ids
+ * unused), set in a shared bitmap first */
+__device__ static void put_cold_bits(const uint8_t *mask, int64_t n_ff, const int32_t *hot_ids, int64_t n_hot,
+                                     uint64_t *bits)
 {
-    uint64_t v;
-    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ static inline void st_release_sys(uint64_t *p, uint64_t v)
-{
-    asm volatile("st.release.sys.global.u64 [%0], %1;\n" ::"l"(p), "l"(v) : "memory");
-}
-
-/* dst (mapped host memory) = src (device), n bytes, by the whole block: 16 bytes a thread where both
- * are 16-byte aligned, written through to the host (nothing of it stays in L2 to be flushed later) */
-__device__ static void put_bytes(uint8_t *dst, const uint8_t *src, int64_t n)
-{
-    const int64_t nv = ((uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0) ? n / 16 : 0;
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x)
-        __stwt((uint4 *)dst + i, ((const uint4 *)src)[i]);
-    for (int64_t i = nv * 16 + threadIdx.x; i < n; i += blockDim.x)
-        __stwt(dst + i, src[i]);
+    __shared__ uint32_t hot[OUT_BITMAP_WORDS];
+    const int64_t nw32 = (n_ff + 31) / 32, nw = (n_ff + 63) / 64;
+    for (int64_t i = threadIdx.x; i < nw32; i += blockDim.x)
+        hot[i] = 0;
+    __syncthreads();
+    if (n_hot < n_ff)
+        for (int64_t j = threadIdx.x; j < n_hot; j += blockDim.x) {
+            const int32_t id = hot_ids[j];
+            atomicOr(&hot[id >> 5], 1u << (id & 31));
+        }
+    __syncthreads();
+    for (int64_t w = threadIdx.x; w < nw; w += blockDim.x) {
+        uint64_t on = 0;
+        const uint8_t *m = mask + w * 64;
+        if (w * 64 + 64 <= n_ff && (uintptr_t)m % 16 == 0) { /* a whole word: four 16-byte loads */
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint4 v = ((const uint4 *)m)[q];
+                const uint32_t u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    on |= (uint64_t)((u[i / 4] >> (8 * (i % 4)) & 0xffu) != 0) << (16 * q + i);
+            }
+        } else {
+            for (int k = 0; k < 64 && w * 64 + k < n_ff; k++)
+                on |= (uint64_t)(m[k] != 0) << k;
+        }
+        uint64_t h = n_hot >= n_ff ? ~0ull : hot[2 * w];
+        if (n_hot < n_ff && 2 * w + 1 < nw32)
+            h |= (uint64_t)hot[2 * w + 1] << 32;
+        __stwt((unsigned long long *)bits + w, (unsigned long long)(on & ~h));
+    }
 }
 
 __global__ void __launch_bounds__(OUT_THREADS) k_hand_out(const uint8_t *x, int64_t n_h, const uint8_t *mask,
-                                                          int64_t n_mask, uint8_t *h, uint8_t *hmask, uint64_t *key,
-                                                          uint64_t seq)
+                                                          int64_t n_mask, uint8_t *h, uint8_t *hmask,
+                                                          const int32_t *hot_ids, int64_t n_hot, int64_t n_ff,
+                                                          uint64_t *bits, uint64_t *key, uint64_t seq)
 {
     pdl_wait(); /* x and the masks are the step's: the attention's and the predictor's output */
     pdl_trigger();
     put_bytes(h, x, n_h);
     if (n_mask)
         put_bytes(hmask, mask, n_mask);
-    /* every thread's writes reach the host before the key: a system fence in each, the barrier,
-     * then the key with a system-scope release (cpud acquires it, act_wait_dev) */
-    __threadfence_system();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        st_release_sys(key, seq);
+    if (bits)
+        put_cold_bits(mask, n_ff, hot_ids, n_hot, bits);
+    /* every thread's writes reach the host before the key (cpud acquires it, act_wait_dev) */
+    put_key(key, seq);
 }
 
 extern "C" int cuk_hand_out(const void *x, int64_t n_h, const uint8_t *mask, int64_t n_mask, void *h, uint8_t *hmask,
-                            uint64_t *key, uint64_t seq, void *st)
+                            const struct cuk_cold *cold, uint64_t *key, uint64_t seq, void *st)
 {
+    if (cold && (!mask || cold->n_ff < 1 || cold->n_ff > 32 * OUT_BITMAP_WORDS || cold->n_hot < 0 ||
+                 cold->n_hot > cold->n_ff || (cold->n_hot < cold->n_ff && cold->n_hot > 0 && !cold->hot_ids)))
+        return -(int)cudaErrorInvalidValue;
     pdl_launch(k_hand_out, dim3(1), dim3(OUT_THREADS), 0, (cudaStream_t)st, (const uint8_t *)x, n_h, mask,
-               mask ? n_mask : (int64_t)0, (uint8_t *)h, hmask, key, seq);
+               mask ? n_mask : (int64_t)0, (uint8_t *)h, hmask, cold ? cold->hot_ids : (const int32_t *)nullptr,
+               cold ? cold->n_hot : (int64_t)0, cold ? cold->n_ff : (int64_t)0, cold ? cold->bits : (uint64_t *)nullptr,
+               key, seq);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : -(int)e;
 }

@@ -13,10 +13,20 @@
 
 #include <stdint.h>
 
-/* h (n_h bytes) = x, hmask (n_mask bytes) = mask, then *key = seq: h, hmask and key in mapped host
- * memory (hmask/mask NULL when n_mask is 0). One block: a decode step moves ~27 KiB. */
+/* One token's cold active neurons as bits, beside its mask: bits (mapped host memory, (n_ff + 63) / 64
+ * words) = mask ∧ not hot, hot the layer's placed neurons (hot_ids ascending, n_hot of them; n_hot ==
+ * n_ff: every neuron, hot_ids unused). n_ff at most 65 536. */
+struct cuk_cold {
+    const int32_t *hot_ids;
+    int64_t n_hot, n_ff;
+    uint64_t *bits;
+};
+
+/* h (n_h bytes, 0: h went out before) = x, hmask (n_mask bytes) = mask, cold->bits when cold is not
+ * NULL (one token: mask is its row), then *key = seq: h, hmask, bits and key in mapped host memory
+ * (hmask/mask NULL when n_mask is 0). One block: a decode step moves ~29 KiB. */
 int cuk_hand_out(const void *x, int64_t n_h, const uint8_t *mask, int64_t n_mask, void *h, uint8_t *hmask,
-                 uint64_t *key, uint64_t seq, void *st);
+                 const struct cuk_cold *cold, uint64_t *key, uint64_t seq, void *st);
 
 /* x[i] += pending[i] + y[i] for i < n, where y is y_key once *key == seq (the host share's writer
  * stores the key after it), or y_rel once *rel >= seq (the host releases the wait with its own share,
