@@ -251,7 +251,6 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al((ATTN_GROUP + nt * nch * ((uint64_t)hp->head_dim + 2)) * (uint64_t)hp->n_head * sizeof(float));
     s += al(((uint64_t)hp->rope_dim / 2 + 1) * sizeof(float)); /* rope_inv */
     s += al(B * F);                                  /* mask_c: masks of the compacted hot rows */
-    s += al(64);                                     /* arrive: fc2's hand-out counter */
     if (blas) {
         s += al(B * n_in * 2);                       /* xh */
         const uint64_t big = max_deq(m, &p);

@@ -40,7 +40,7 @@ static void *copy_at(size_t n_bytes, int i)
     return pool + (size_t)(i % (int)copies) * n_bytes;
 }
 
-enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT, K_HAND_BITS, K_FC1_HAND, K_FC2_HAND };
+enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT, K_HAND_BITS, K_FC1_HAND };
 
 struct kcase {
     const char *name;
@@ -53,7 +53,6 @@ static void *xq; /* the Q types' quantized activation rows */
 /* the hand-off's host side (pinned, mapped): h and masks out, the cold share and its key in */
 static uint8_t *host_h, *host_mask;
 static uint64_t *host_bits;
-static unsigned *arrive; /* fc2's hand-out counter */
 static float *host_y;
 static uint64_t *host_key, *host_rel;
 
@@ -106,11 +105,6 @@ static int launch(const struct kcase *c, int i)
         const struct cuk_cold cold = { .hot_ids = idx, .n_hot = c->active, .n_ff = c->n_in, .bits = host_bits };
         return cuk_hand_out(y, 0, (const uint8_t *)act, c->n_in, host_h, host_mask, &cold, host_key + 1, 1 + i, st);
     }
-    case K_FC2_HAND: { /* fc2 handing the masks and the cold bits out from its last block (c->active hot ids) */
-        w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
-        const struct cuk_cold cold = { .hot_ids = idx, .n_hot = c->active, .n_ff = c->n_out, .bits = host_bits };
-        return cuk_gemv_hand_mask(&w, x, 1, (uint8_t *)act, 0.0f, host_mask, &cold, arrive, host_key + 4, 1 + i, st);
-    }
     case K_FC1_HAND: /* fc1 handing its input out first (hybrid's early h) */
         w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
         return cuk_gemv_hand_h(&w, x, 1, y, CUK_RELU, 0.0f, host_h, c->n_in * 4, host_key + 3, 1 + i, st);
@@ -126,7 +120,7 @@ static int launch(const struct kcase *c, int i)
 
 static int run_case(const struct kcase *c, int reps, double hbm_gbs)
 {
-    if (c->kind == K_HAND_BITS || c->kind == K_FC2_HAND) { /* the hot ids: every 4th neuron */
+    if (c->kind == K_HAND_BITS) { /* the hot ids: every 4th neuron */
         int32_t *h = malloc((size_t)c->active * sizeof *h);
         for (int64_t j = 0; j < c->active; j++)
             h[j] = (int32_t)(4 * j);
@@ -219,8 +213,7 @@ int main(int argc, char **argv)
         cudaMalloc((void **)&y, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&act, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&nw, 65536 * 4) != cudaSuccess || cudaMalloc((void **)&xn, 65536 * 4) != cudaSuccess ||
         cudaMalloc((void **)&idx, 65536 * 4) != cudaSuccess || cudaMalloc(&xq, 65536 * 4) != cudaSuccess ||
-        cudaMalloc((void **)&cnt, 4) != cudaSuccess || cudaMalloc((void **)&arrive, 64) != cudaSuccess ||
-        cudaMemset(arrive, 0, 64) != cudaSuccess) {
+        cudaMalloc((void **)&cnt, 4) != cudaSuccess) {
         fprintf(stderr, "bench_kern: device allocation failed\n");
         return 1;
     }
@@ -233,7 +226,7 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(host_y, 0, 65536 * 4);
-    host_key[0] = 1, host_key[1] = 0, host_key[2] = 0, host_key[3] = 0, host_key[4] = 0;
+    host_key[0] = 1, host_key[1] = 0, host_key[2] = 0, host_key[3] = 0;
     host_rel = host_key + 2;
     /* small f16 values everywhere (0x2c00-ish bit patterns: ~0.06), x and the norm weight 1.0 */
     cudaMemset(pool, 0x2c, POOL_BYTES);
@@ -273,7 +266,6 @@ int main(int argc, char **argv)
         { "hand_out_4096", K_HAND_OUT, 11008, 4096, 0, 0 },
         { "hand_out_bits_11008", K_HAND_BITS, 11008, 4096, 2752, 0 }, /* the masks and bits only, 1/4 hot */
         { "q4_fc1_hand_h", K_FC1_HAND, 4096, 1024, 0, PI_TYPE_Q4_0 },
-        { "q4_fc2_hand_mask", K_FC2_HAND, 1024, 11008, 2752, PI_TYPE_Q4_0 },
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -142,7 +142,6 @@ struct cudev {
     float *p1;               /* (n_batch, rank) predictor hidden */
     uint8_t *mask;           /* (n_batch, n_ff) */
     uint8_t *mask_c;         /* (n_batch, n_hot) the masks of a compact layer's hot rows */
-    unsigned *arrive;        /* fc2's hand-out counter (cuk_gemv_hand_mask) */
     int32_t *idx, *cnt;      /* (n_batch, n_ff), (n_batch) */
     float *part;             /* AXPY chunk sums, CUK_AXPY_MAX_B tokens */
     float *logits;           /* (n_batch, n_vocab) */
@@ -537,7 +536,6 @@ static void place_scratch(struct cudev *d)
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
     d->mask_c = take(s, u, B * F);
-    d->arrive = take(s, u, 64); /* fc2's hand-out: its blocks' arrivals (cuk_gemv_hand_mask), 0 between steps */
     if (blas) {
         d->xh = take(s, u, B * (size_t)max_n_in(d) * 2);
         /* the largest Q weight any layer could hold, dequantized for cuBLAS (the model's tensors, not
@@ -923,32 +921,9 @@ int cudev_get_x(struct cudev *d, int32_t n, float *h)
     return CU(cudaStreamSynchronize(d->st));
 }
 
-/* What predict_out hands out from the predictor's own kernels (device addresses of the mapped range) */
-struct pred_hand {
-    void *hd;                   /* h, n × n_embd floats */
-    uint64_t *khd;              /* its key */
-    uint8_t *md;                /* the masks */
-    const struct cuk_cold *cold; /* one token's cold bits, or NULL */
-    uint64_t *kd;               /* the masks' key */
-    uint64_t seq;
-    bool h_out, mask_out;       /* set: fc1's kernel handed h out; fc2's the masks (and bits, key) */
-};
-
-/* PINFER_CUDA_HAND_FC2=0: the masks go out from a hand-out kernel of their own, not from fc2's last
- * block (for A/B benchmarks); read once */
-static bool hand_fc2(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_HAND_FC2");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
-}
-
-/* The predictor's kernels; ph (not NULL): x handed out by fc1's kernel where it can, and then the
- * masks by fc2's (ph->h_out, ph->mask_out say what went; the rest is left to cuk_hand_out). */
-static int predict(struct cudev *d, int layer, int32_t n, struct pred_hand *ph)
+/* The predictor's kernels; hd (not NULL): x handed out into hd with *khd = seq by fc1's kernel where
+ * it can (*h_out = true), else left to the hand-out after the masks. */
+static int predict(struct cudev *d, int layer, int32_t n, void *hd, uint64_t *khd, uint64_t seq, bool *h_out)
 {
     TRY(check_n(d, n));
     TRY(check_layer(d, layer));
@@ -957,27 +932,18 @@ static int predict(struct cudev *d, int layer, int32_t n, struct pred_hand *ph)
     const struct cu_layer *c = &d->L[layer];
     const int64_t F = d->m->hp.n_ff;
     const float thr = d->m->hp.sparse_threshold;
+    *h_out = false;
     if (!use_blas(d, n)) {
-        int rc = ph && ph->khd ? cuk_gemv_hand_h(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, ph->hd,
-                                                 (int64_t)n * d->m->hp.n_embd * (int64_t)sizeof(float), ph->khd,
-                                                 ph->seq, d->st)
-                               : 1;
+        const int rc = hd ? cuk_gemv_hand_h(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, hd,
+                                            (int64_t)n * d->m->hp.n_embd * (int64_t)sizeof(float), khd, seq, d->st)
+                          : 1;
         if (rc <= 0) /* launched (or failed) */
             TRY(CK(rc));
         else
             TRY(CK(cuk_gemv(&c->fc1, d->x, n, d->p1, CUK_RELU, 0.0f, d->xq, d->st)));
-        if (ph)
-            ph->h_out = rc == 0;
+        *h_out = rc == 0;
         mark(d, CUDEV_PROF_FC1);
-        rc = ph && ph->h_out && hand_fc2() ? cuk_gemv_hand_mask(&c->fc2, d->p1, n, d->mask, thr, ph->md, ph->cold,
-                                                                d->arrive, ph->kd, ph->seq, d->st)
-                                           : 1;
-        if (rc <= 0)
-            TRY(CK(rc));
-        else
-            TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
-        if (ph)
-            ph->mask_out = rc == 0;
+        TRY(CK(cuk_gemv(&c->fc2, d->p1, n, d->mask, CUK_MASK, thr, d->xq, d->st)));
         mark(d, CUDEV_PROF_FC2);
     } else {
         TRY(blas_mm(d, &c->fc1, d->x, n, d->p1, false));
@@ -990,7 +956,11 @@ static int predict(struct cudev *d, int layer, int32_t n, struct pred_hand *ph)
     return 0;
 }
 
-int cudev_predict(struct cudev *d, int layer, int32_t n) { return predict(d, layer, n, NULL); }
+int cudev_predict(struct cudev *d, int layer, int32_t n)
+{
+    bool h_out;
+    return predict(d, layer, n, NULL, NULL, 0, &h_out);
+}
 
 int cudev_set_mask(struct cudev *d, int32_t n, const uint8_t *mask)
 {
@@ -1195,18 +1165,16 @@ int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *
     uint64_t *khd = key_h ? dev_addr(d, key_h, sizeof *key_h) : NULL, *bd = n == 1 && bits ? dev_addr(d, bits, nb) : NULL;
     if (!hd || !md || !kd || (key_h && !khd) || (n == 1 && bits && !bd))
         return pi_fail(PI_E_INVAL, "cuda: predict_out's h, masks, bits and keys must lie in a registered host range");
+    bool h_out;
+    TRY(predict(d, layer, n, khd ? hd : NULL, khd, seq, &h_out));
     /* the one token's cold active neurons: its mask less the layer's placed ones (a layer held whole
      * for the host's masking has no list of them; sparse files have none: predict needs down_t) */
-    TRY(check_layer(d, layer));
     const struct cu_layer *c = &d->L[layer];
     if (c->host_masked)
         bd = NULL;
     const struct cuk_cold cold = { .hot_ids = c->compact ? c->hot_ids : NULL, .n_hot = c->n_hot, .n_ff = F, .bits = bd };
-    struct pred_hand ph = { .hd = hd, .khd = khd, .md = md, .cold = bd ? &cold : NULL, .kd = kd, .seq = seq };
-    TRY(predict(d, layer, n, &ph));
-    if (!ph.mask_out)
-        TRY(CK(cuk_hand_out(d->x, ph.h_out ? 0 : (int64_t)nh, d->mask, (int64_t)nm, hd, md, bd ? &cold : NULL, kd, seq,
-                            d->st)));
+    TRY(CK(cuk_hand_out(d->x, h_out ? 0 : (int64_t)nh, d->mask, (int64_t)nm, hd, md, bd ? &cold : NULL, kd, seq,
+                        d->st)));
     *bits_out = bd != NULL;
     return 0;
 }

@@ -16,7 +16,6 @@
 
 extern "C" {
 #include "cuk.h"
-#include "cuk_hand.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "model.h"
@@ -507,16 +506,12 @@ struct split3 {
 };
 
 /* h handed out by the predictor's first product (cuk_gemv_hand_h): its input x (n bytes) into h, then
- * *key = seq, all in mapped host memory; h NULL: none. The masks handed out by its second (MODE
- * CUK_MASK, cuk_gemv_hand_mask): the block that arrives last on *arrive copies y (n bytes) into h and
- * the cold bits (cold.bits not NULL), then *key = seq — cuk_hand_out's work without its launch. */
+ * *key = seq, all in mapped host memory; h NULL: none */
 struct q1_hand {
     uint8_t *h;
     int64_t n;
     uint64_t *key;
     uint64_t seq;
-    unsigned *arrive; /* masks: a device counter, 0 between launches */
-    struct cuk_cold cold;
 };
 
 #define Q1_THREADS 512
@@ -618,25 +613,6 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
             if (unit * R + i < n_out)
                 gemv_store<MODE>(y, thr, y1, y2, n0, n1, n_out, 0, unit * R + i, acc[i][0]);
     }
-    if constexpr (MODE == CUK_MASK) {
-        if (hh.arrive) { /* the masks out from the block that finishes last (threadFenceReduction's order) */
-            __shared__ bool last;
-            __threadfence(); /* this block's mask bytes before its arrival */
-            __syncthreads();
-            if (threadIdx.x == 0)
-                last = atomicAdd(hh.arrive, 1u) == gridDim.x - 1;
-            __syncthreads();
-            if (last) {
-                __threadfence(); /* every block's bytes after their arrivals (read through L2) */
-                put_bytes(hh.h, (const uint8_t *)y, hh.n);
-                if (hh.cold.bits)
-                    put_cold_bits((const uint8_t *)y, hh.cold.n_ff, hh.cold.hot_ids, hh.cold.n_hot, hh.cold.bits);
-                put_key(hh.key, hh.seq);
-                if (threadIdx.x == 0)
-                    *hh.arrive = 0; /* for the next launch, which starts after this one ends */
-            }
-        }
-    }
 }
 
 /* PINFER_CUDA_Q1: 0 the two launches everywhere (A/B benchmarks), 1 (default) one launch for the
@@ -697,7 +673,7 @@ static int q1_launch_r(const struct cuk_w *w, const float *x, const float *nw, f
     pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), smem,
                st, (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr,
                sp ? sp->y1 : nullptr, sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0,
-               hh ? *hh : q1_hand{});
+               hh ? *hh : q1_hand{ nullptr, 0, nullptr, 0 });
     return launched();
 }
 
@@ -907,23 +883,6 @@ extern "C" int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, voi
     const q1_hand hh = { (uint8_t *)h, n_h, key, seq };
     int rc = 1;
     CUK_DISPATCH_OR(w->type, return 1, rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, nullptr, S(st), &hh));
-    return rc;
-}
-
-extern "C" int cuk_gemv_hand_mask(const struct cuk_w *w, const float *x, int B, uint8_t *mask, float thr,
-                                  uint8_t *hmask, const struct cuk_cold *cold, unsigned *arrive, uint64_t *key,
-                                  uint64_t seq, void *st)
-{
-    if (B != 1 || !arrive || !key || !hmask)
-        return 1;
-    if (cold && (cold->n_ff != w->n_out || cold->n_ff > 32 * HAND_BITMAP_WORDS || cold->n_hot < 0 ||
-                 cold->n_hot > cold->n_ff || (cold->n_hot < cold->n_ff && cold->n_hot > 0 && !cold->hot_ids)))
-        return -(int)cudaErrorInvalidValue;
-    q1_hand hh = { hmask, w->n_out, key, seq, arrive, {} };
-    if (cold)
-        hh.cold = *cold;
-    int rc = 1;
-    CUK_DISPATCH_OR(w->type, return 1, rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, mask, CUK_MASK, thr, nullptr, S(st), &hh));
     return rc;
 }
 

@@ -65,14 +65,6 @@ size_t cuk_xq_row_bytes(int64_t n_in);
  * with the masks). */
 int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *h,
                     int64_t n_h, uint64_t *key, uint64_t seq, void *st);
-/* cuk_gemv (CUK_MASK, one token: mask (n_out bytes)) that also does cuk_hand_out's work for the masks
- * (cuk_hand.h): the block that finishes last copies the mask into hmask and, when cold is not NULL,
- * the cold bits (cold->n_ff == n_out), then *key = seq — where one launch does the product, as
- * cuk_gemv_hand_h. arrive: a device counter, 0 before the launch (the kernel leaves it 0). 1: it
- * does not apply here (nothing launched). */
-struct cuk_cold;
-int cuk_gemv_hand_mask(const struct cuk_w *w, const float *x, int B, uint8_t *mask, float thr, uint8_t *hmask,
-                       const struct cuk_cold *cold, unsigned *arrive, uint64_t *key, uint64_t seq, void *st);
 /* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1
  * to y1 (B, n1), the rest to y2. */
 int cuk_gemv_split3(const struct cuk_w *w, const float *x, int B, float *y0, int64_t n0, float *y1, int64_t n1,

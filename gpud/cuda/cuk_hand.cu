@@ -13,8 +13,49 @@ extern "C" {
 }
 
 #define OUT_THREADS 1024
+#define OUT_BITMAP_WORDS 2048 /* a layer's hot set as bits in shared memory: n_ff up to 65 536 */
 #define ADD_THREADS 1024
 #define ADD_PER_THREAD 4
+
+/* bits[w] (mapped host memory) = the one token's mask ∧ not hot, 64 neurons a word, bit k = neuron
+ * 64 w + k: hot is the layer's placed neurons (ids ascending, n_hot of n_ff; n_hot == n_ff: all, ids
+ * unused), set in a shared bitmap first */
+__device__ static void put_cold_bits(const uint8_t *mask, int64_t n_ff, const int32_t *hot_ids, int64_t n_hot,
+                                     uint64_t *bits)
+{
+    __shared__ uint32_t hot[OUT_BITMAP_WORDS];
+    const int64_t nw32 = (n_ff + 31) / 32, nw = (n_ff + 63) / 64;
+    for (int64_t i = threadIdx.x; i < nw32; i += blockDim.x)
+        hot[i] = 0;
+    __syncthreads();
+    if (n_hot < n_ff)
+        for (int64_t j = threadIdx.x; j < n_hot; j += blockDim.x) {
+            const int32_t id = hot_ids[j];
+            atomicOr(&hot[id >> 5], 1u << (id & 31));
+        }
+    __syncthreads();
+    for (int64_t w = threadIdx.x; w < nw; w += blockDim.x) {
+        uint64_t on = 0;
+        const uint8_t *m = mask + w * 64;
+        if (w * 64 + 64 <= n_ff && (uintptr_t)m % 16 == 0) { /* a whole word: four 16-byte loads */
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint4 v = ((const uint4 *)m)[q];
+                const uint32_t u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    on |= (uint64_t)((u[i / 4] >> (8 * (i % 4)) & 0xffu) != 0) << (16 * q + i);
+            }
+        } else {
+            for (int k = 0; k < 64 && w * 64 + k < n_ff; k++)
+                on |= (uint64_t)(m[k] != 0) << k;
+        }
+        uint64_t h = n_hot >= n_ff ? ~0ull : hot[2 * w];
+        if (n_hot < n_ff && 2 * w + 1 < nw32)
+            h |= (uint64_t)hot[2 * w + 1] << 32;
+        __stwt((unsigned long long *)bits + w, (unsigned long long)(on & ~h));
+    }
+}
 
 __global__ void __launch_bounds__(OUT_THREADS) k_hand_out(const uint8_t *x, int64_t n_h, const uint8_t *mask,
                                                           int64_t n_mask, uint8_t *h, uint8_t *hmask,
@@ -35,7 +76,7 @@ __global__ void __launch_bounds__(OUT_THREADS) k_hand_out(const uint8_t *x, int6
 extern "C" int cuk_hand_out(const void *x, int64_t n_h, const uint8_t *mask, int64_t n_mask, void *h, uint8_t *hmask,
                             const struct cuk_cold *cold, uint64_t *key, uint64_t seq, void *st)
 {
-    if (cold && (!mask || cold->n_ff < 1 || cold->n_ff > 32 * HAND_BITMAP_WORDS || cold->n_hot < 0 ||
+    if (cold && (!mask || cold->n_ff < 1 || cold->n_ff > 32 * OUT_BITMAP_WORDS || cold->n_hot < 0 ||
                  cold->n_hot > cold->n_ff || (cold->n_hot < cold->n_ff && cold->n_hot > 0 && !cold->hot_ids)))
         return -(int)cudaErrorInvalidValue;
     pdl_launch(k_hand_out, dim3(1), dim3(OUT_THREADS), 0, (cudaStream_t)st, (const uint8_t *)x, n_h, mask,
