@@ -1054,21 +1054,32 @@ static void test_hand_early(void)
     float *x = mmv_dev(sizeof(float) * K), *ya = mmv_dev(sizeof(float) * N), *yb = mmv_dev(sizeof(float) * N);
     void *xq = mmv_dev(cuk_xq_row_bytes(K));
     REQUIRE(cudaMemcpy(x, hx, sizeof(float) * K, cudaMemcpyHostToDevice) == cudaSuccess, "up");
-    struct cuk_w g = pdl_weight(PI_TYPE_Q4_0, K, N, 0.1f);
-    memset(hh, 0, sizeof(float) * K);
-    key[0] = 0;
-    CHECK_OK(cuk_gemv(&g, x, 1, ya, CUK_RELU, 0.0f, xq, NULL));
-    const int rc = cuk_gemv_hand_h(&g, x, 1, yb, CUK_RELU, 0.0f, hh_d, sizeof(float) * K, key_d, 7, NULL);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
-    if (rc == 1) { /* PINFER_CUDA_Q1=0: the two launches, h with the masks */
-        CHECK(key[0] == 0, "fc1 hand_h not taken, yet the key was stored");
-        printf("hand_h: not taken at this PINFER_CUDA_Q1 level\n");
-    } else {
-        CHECK(rc == 0, "fc1 hand_h failed (%d)", rc);
-        CHECK(key[0] == 7, "fc1 hand_h: key %llu, expected 7", (unsigned long long)key[0]);
-        CHECK(memcmp(hh, hx, sizeof(float) * K) == 0, "fc1 hand_h: h != x");
-        CHECK(!mmv_diff(ya, yb, sizeof(float) * N), "fc1 hand_h: the product differs from cuk_gemv's");
+    /* N rows: a block of its own hands x out; NB rows: every SM has rows, the last block hands x out
+     * after them */
+    enum { NB_ROWS = 2200 };
+    float *yc = mmv_dev(sizeof(float) * NB_ROWS), *yd = mmv_dev(sizeof(float) * NB_ROWS);
+    for (int shape = 0; shape < 2; shape++) {
+        const int rows = shape ? NB_ROWS : N;
+        struct cuk_w g = pdl_weight(PI_TYPE_Q4_0, K, rows, 0.1f);
+        memset(hh, 0, sizeof(float) * K);
+        key[0] = 0;
+        CHECK_OK(cuk_gemv(&g, x, 1, yc, CUK_RELU, 0.0f, xq, NULL));
+        const int rc = cuk_gemv_hand_h(&g, x, 1, yd, CUK_RELU, 0.0f, hh_d, sizeof(float) * K, key_d, 7 + shape, NULL);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
+        if (rc == 1) { /* PINFER_CUDA_Q1=0: the two launches, h with the masks */
+            CHECK(key[0] == 0, "fc1 hand_h not taken, yet the key was stored");
+            printf("hand_h: not taken at this PINFER_CUDA_Q1 level\n");
+        } else {
+            CHECK(rc == 0, "fc1 hand_h (%d rows) failed (%d)", rows, rc);
+            CHECK(key[0] == (uint64_t)(7 + shape), "fc1 hand_h (%d rows): key %llu, expected %d", rows,
+                  (unsigned long long)key[0], 7 + shape);
+            CHECK(memcmp(hh, hx, sizeof(float) * K) == 0, "fc1 hand_h (%d rows): h != x", rows);
+            CHECK(!mmv_diff(yc, yd, sizeof(float) * rows), "fc1 hand_h (%d rows): the product differs from cuk_gemv's",
+                  rows);
+        }
+        cudaFree(g.q), cudaFree(g.d);
     }
+    cudaFree(yc), cudaFree(yd);
     /* the cold bits: three hot sets */
     uint8_t *mask = mmv_dev(F);
     int32_t *ids = mmv_dev(sizeof(int32_t) * F);
@@ -1094,8 +1105,9 @@ static void test_hand_early(void)
         CHECK(bad == 0 && key[0] == (uint64_t)(8 + set) && memcmp(hmask, hm, F) == 0,
               "hand_out bits (hot set %d): %d neurons wrong, key %llu", set, bad, (unsigned long long)key[0]);
     }
-    printf("hand-off: fc1 hands h out first (same product, h = x), the cold bits of one token checked\n");
-    cudaFree(g.q), cudaFree(g.d), cudaFree(x), cudaFree(ya), cudaFree(yb), cudaFree(xq), cudaFree(mask), cudaFree(ids);
+    printf("hand-off: fc1 hands h out first (same product, h = x; with a block of its own and without), the "
+           "cold bits of one token checked\n");
+    cudaFree(x), cudaFree(ya), cudaFree(yb), cudaFree(xq), cudaFree(mask), cudaFree(ids);
     cudaFreeHost(hh), cudaFreeHost(key), cudaFreeHost(bits), cudaFreeHost(hmask);
     free(hx), free(hm), free(hot_on), free(hid);
 }

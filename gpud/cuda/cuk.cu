@@ -512,6 +512,7 @@ struct q1_hand {
     int64_t n;
     uint64_t *key;
     uint64_t seq;
+    int extra; /* set by the launch: one more block than the rows need, which hands x out */
 };
 
 #define Q1_THREADS 512
@@ -583,8 +584,12 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     extern __shared__ uint4 q1_sh[]; /* the token's int8 row, then (d, d·Σq) per 32 elements: prep_x's layout */
     uint8_t *xq = (uint8_t *)q1_sh;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t nb = n_in / T::E, units = (n_out + R - 1) / R, step = (int64_t)gridDim.x * Q1_WARPS;
-    int64_t unit = blockIdx.x + (int64_t)gridDim.x * warp;
+    /* hh.extra: the last block only hands x out (the others take the units), so fc1's rows do not
+     * wait for it (a block doing both made fc1 2 µs longer, H200 2026-12-03) */
+    const bool hand_block = hh.h && hh.extra && blockIdx.x == gridDim.x - 1;
+    const int64_t G = (int64_t)gridDim.x - (hh.h && hh.extra ? 1 : 0);
+    const int64_t nb = n_in / T::E, units = (n_out + R - 1) / R, step = G * Q1_WARPS;
+    int64_t unit = hand_block ? units : blockIdx.x + G * warp;
     const uint8_t *qr[R], *dr[R];
     if (unit < units) { /* the first unit's weights on their way before the activation can be read */
         q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
@@ -592,9 +597,10 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     }
     pdl_wait();
     pdl_trigger();
-    if (hh.h && blockIdx.x == gridDim.x - 1) { /* the block with the fewest units hands x out first */
+    if (hand_block) {
         put_bytes(hh.h, (const uint8_t *)x, hh.n);
         put_key(hh.key, hh.seq);
+        return;
     }
     q1_quantize<NORM>(x, nw, eps, n_in, xq, warp, lane);
     for (; unit < units; unit += step) {
@@ -612,6 +618,10 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         for (int i = 0; i < R; i++)
             if (unit * R + i < n_out)
                 gemv_store<MODE>(y, thr, y1, y2, n0, n1, n_out, 0, unit * R + i, acc[i][0]);
+    }
+    if (hh.h && !hh.extra && blockIdx.x == gridDim.x - 1) { /* no block to spare: the last, after its rows */
+        put_bytes(hh.h, (const uint8_t *)x, hh.n);
+        put_key(hh.key, hh.seq);
     }
 }
 
@@ -670,10 +680,13 @@ static int q1_launch_r(const struct cuk_w *w, const float *x, const float *nw, f
     const int64_t units = (w->n_out + R - 1) / R, blocks = (units + Q1_WARPS - 1) / Q1_WARPS,
                   most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count();
     const size_t smem = q1_smem(w->n_in);
-    pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), smem,
-               st, (const uint8_t *)w->q, (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr,
-               sp ? sp->y1 : nullptr, sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0,
-               hh ? *hh : q1_hand{ nullptr, 0, nullptr, 0 });
+    q1_hand h = hh ? *hh : q1_hand{ nullptr, 0, nullptr, 0, 0 };
+    int64_t grid = blocks < most ? blocks : most;
+    if (h.h && grid < most) /* a block of its own for the hand-out, on an SM the rows leave free */
+        grid++, h.extra = 1;
+    pdl_launch(k_gemv_q1<T, MODE, R, NORM>, dim3((unsigned)grid), dim3(Q1_THREADS), smem, st, (const uint8_t *)w->q,
+               (const uint8_t *)w->d, w->n_in, w->n_out, x, nw, eps, y, thr, sp ? sp->y1 : nullptr,
+               sp ? sp->y2 : nullptr, sp ? sp->n0 : (int64_t)0, sp ? sp->n1 : (int64_t)0, h);
     return launched();
 }
 
@@ -880,7 +893,7 @@ extern "C" int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, voi
 {
     if (mode != CUK_RELU && mode != CUK_MASK)
         return 1;
-    const q1_hand hh = { (uint8_t *)h, n_h, key, seq };
+    const q1_hand hh = { (uint8_t *)h, n_h, key, seq, 0 };
     int rc = 1;
     CUK_DISPATCH_OR(w->type, return 1, rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, nullptr, S(st), &hh));
     return rc;
