@@ -252,13 +252,14 @@ void cpud_fini(struct cpud *c)
         for (size_t i = 0; i < n; i++)
             if (c->ph_ffn_sample[i] > 4u * med)
                 slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us waiting "
-                "for the masks after an early h), ffn %.1f us "
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us "
+                "waiting for the masks after an early h), ffn %.1f us "
                 "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps, med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
+                (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
+                med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
                 (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
                 involuntary_switches());
@@ -384,16 +385,21 @@ static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *
     return ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)it->layer * F, 0, mask, it->n_tok, F);
 }
 
+/* xn = the step's RMSNorm of h */
+static void norm_h(struct cpud *c, const struct act_item *it)
+{
+    const struct pi_model *m = c->m;
+    ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, m->hp.n_embd, m->hp.norm_eps);
+}
+
 static void prep_slice(void *arg, int ith, int nth)
 {
     (void)nth;
     struct prep_job *j = arg;
     struct cpud *c = j->c;
-    const struct pi_model *m = c->m;
-    const int64_t E = m->hp.n_embd;
     const uint64_t t = stage_now_ns();
     if (ith == 0) {
-        ops_rmsnorm_rows(c->xn, c->act.h, m->layers[j->it->layer].ffn_norm.data, j->it->n_tok, E, m->hp.norm_eps);
+        norm_h(c, j->it);
         j->norm_ns = stage_now_ns() - t;
     } else {
         j->rc = build_runs(c, j->it, j->mask);
@@ -406,10 +412,8 @@ static void prep_slice(void *arg, int ith, int nth)
  * the same inputs as prep_slice. 1: the masks will never come. */
 static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *mask, struct prep_job *j)
 {
-    const struct pi_model *m = c->m;
-    const int64_t E = m->hp.n_embd;
     uint64_t t = stage_now_ns();
-    ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, E, m->hp.norm_eps);
+    norm_h(c, it);
     j->norm_ns = stage_now_ns() - t;
     t = stage_now_ns();
     if (!act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS))

@@ -266,8 +266,9 @@ static int ffn_step_device(struct gpud *g, struct eval *e, int layer, const stru
      * one token's cold active neurons as bits */
     bool bits = false;
     if (early) {
-        struct be_stage st = { .h = a->h, .mask = a->mask, .bits = a->cold_bits, .key_h = (uint64_t *)&a->hdr->dev_h_seq,
-                               .key = (uint64_t *)&a->hdr->dev_seq, .seq = g->seq };
+        struct be_stage st = { .h = a->h, .mask = a->mask, .bits = a->cold_bits,
+                               .key_h = (uint64_t *)&a->hdr->dev_h_seq, .key = (uint64_t *)&a->hdr->dev_seq,
+                               .seq = g->seq };
         if ((rc = be->predict_out(e->be, layer, B, &st)))
             goto fail;
         bits = st.bits_out;

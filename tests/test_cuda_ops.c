@@ -1051,7 +1051,7 @@ static void test_hand_early(void)
                 cudaHostGetDevicePointer(&bits_d, bits, 0) == cudaSuccess &&
                 cudaHostGetDevicePointer(&hmask_d, hmask, 0) == cudaSuccess,
             "device addresses");
-    float *x = mmv_dev(sizeof(float) * K), *ya = mmv_dev(sizeof(float) * N), *yb = mmv_dev(sizeof(float) * N);
+    float *x = mmv_dev(sizeof(float) * K);
     void *xq = mmv_dev(cuk_xq_row_bytes(K));
     REQUIRE(cudaMemcpy(x, hx, sizeof(float) * K, cudaMemcpyHostToDevice) == cudaSuccess, "up");
     /* N rows: a block of its own hands x out; NB rows: every SM has rows, the last block hands x out
@@ -1107,7 +1107,7 @@ static void test_hand_early(void)
     }
     printf("hand-off: fc1 hands h out first (same product, h = x; with a block of its own and without), the "
            "cold bits of one token checked\n");
-    cudaFree(x), cudaFree(ya), cudaFree(yb), cudaFree(xq), cudaFree(mask), cudaFree(ids);
+    cudaFree(x), cudaFree(xq), cudaFree(mask), cudaFree(ids);
     cudaFreeHost(hh), cudaFreeHost(key), cudaFreeHost(bits), cudaFreeHost(hmask);
     free(hx), free(hm), free(hot_on), free(hid);
 }

@@ -40,7 +40,10 @@ static void *copy_at(size_t n_bytes, int i)
     return pool + (size_t)(i % (int)copies) * n_bytes;
 }
 
-enum kind { K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT, K_HAND_BITS, K_FC1_HAND };
+enum kind {
+    K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT,
+    K_HAND_BITS, K_FC1_HAND
+};
 
 struct kcase {
     const char *name;
@@ -99,8 +102,8 @@ static int launch(const struct kcase *c, int i)
     case K_HAND_ADD: /* the key is there already: the poll's first round sees it */
         return cuk_hand_add(y, act, host_y, host_key, host_y, host_rel, 1, c->n_out, st);
     case K_HAND_OUT:
-        return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, NULL, host_key + 1, 1 + i,
-                            st);
+        return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, NULL, host_key + 1,
+                            1 + i, st);
     case K_HAND_BITS: { /* h went out before (fc1's kernel): the masks and the cold bits, c->active hot ids */
         const struct cuk_cold cold = { .hot_ids = idx, .n_hot = c->active, .n_ff = c->n_in, .bits = host_bits };
         return cuk_hand_out(y, 0, (const uint8_t *)act, c->n_in, host_h, host_mask, &cold, host_key + 1, 1 + i, st);

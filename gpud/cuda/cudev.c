@@ -1162,7 +1162,8 @@ int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *
     const size_t nh = (size_t)n * (size_t)d->m->hp.n_embd * sizeof(float), nm = (size_t)n * (size_t)F,
                  nb = (size_t)(F + 63) / 64 * sizeof(uint64_t);
     void *hd = dev_addr(d, h, nh), *md = dev_addr(d, mask, nm), *kd = dev_addr(d, key, sizeof *key);
-    uint64_t *khd = key_h ? dev_addr(d, key_h, sizeof *key_h) : NULL, *bd = n == 1 && bits ? dev_addr(d, bits, nb) : NULL;
+    uint64_t *khd = key_h ? dev_addr(d, key_h, sizeof *key_h) : NULL;
+    uint64_t *bd = n == 1 && bits ? dev_addr(d, bits, nb) : NULL;
     if (!hd || !md || !kd || (key_h && !khd) || (n == 1 && bits && !bd))
         return pi_fail(PI_E_INVAL, "cuda: predict_out's h, masks, bits and keys must lie in a registered host range");
     bool h_out;
@@ -1172,7 +1173,8 @@ int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *
     const struct cu_layer *c = &d->L[layer];
     if (c->host_masked)
         bd = NULL;
-    const struct cuk_cold cold = { .hot_ids = c->compact ? c->hot_ids : NULL, .n_hot = c->n_hot, .n_ff = F, .bits = bd };
+    const struct cuk_cold cold = { .hot_ids = c->compact ? c->hot_ids : NULL, .n_hot = c->n_hot, .n_ff = F,
+                                   .bits = bd };
     TRY(CK(cuk_hand_out(d->x, h_out ? 0 : (int64_t)nh, d->mask, (int64_t)nm, hd, md, bd ? &cold : NULL, kd, seq,
                         d->st)));
     *bits_out = bd != NULL;

@@ -895,7 +895,8 @@ extern "C" int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, voi
         return 1;
     const q1_hand hh = { (uint8_t *)h, n_h, key, seq, 0 };
     int rc = 1;
-    CUK_DISPATCH_OR(w->type, return 1, rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, nullptr, S(st), &hh));
+    CUK_DISPATCH_OR(w->type, return 1,
+                    rc = q1_gemv<T, false>(w, x, nullptr, 0.0f, B, y, mode, thr, nullptr, S(st), &hh));
     return rc;
 }
 

@@ -61,8 +61,8 @@ size_t cuk_xq_row_bytes(int64_t n_in);
 /* cuk_gemv (mode CUK_RELU or CUK_MASK) that also hands its input out to the host share (cuk_hand.h):
  * h (n_h bytes, mapped host memory) = x, then *key = seq (system-scope release), before the product
  * is done — where one launch does the product (one token of a 32-element Q type: the one-launch
- * kernels, PINFER_CUDA_Q1). 1: it does not apply here (nothing launched: the caller takes cuk_gemv and hands h out
- * with the masks). */
+ * kernels, PINFER_CUDA_Q1). 1: it does not apply here (nothing launched: the caller takes cuk_gemv
+ * and hands h out with the masks). */
 int cuk_gemv_hand_h(const struct cuk_w *w, const float *x, int B, void *y, enum cuk_mode mode, float thr, void *h,
                     int64_t n_h, uint64_t *key, uint64_t seq, void *st);
 /* One launch for three stacked weights (q, k, v): rows [0, n0) of W go to y0 (B, n0), the next n1
