@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache_claim.h"
 #include "dataplane.h"
 #include "futex.h"
 #include "pi_err.h"
@@ -252,13 +253,14 @@ void cpud_fini(struct cpud *c)
         for (size_t i = 0; i < n; i++)
             if (c->ph_ffn_sample[i] > 4u * med)
                 slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us "
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f of which "
+                "%.1f reading the device's bits; then %.1f us "
                 "waiting for the masks after an early h), ffn %.1f us "
                 "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_lines_ns / 1e3 / (double)c->ph_steps, (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
                 med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
                 (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
@@ -362,6 +364,7 @@ struct prep_job {
     const uint8_t *mask;
     uint64_t norm_ns; /* the norm's own time */
     uint64_t runs_ns; /* the runs' */
+    uint64_t lines_ns; /* of runs_ns, the first read of the device's bits (every line at once) */
     uint64_t mwait_ns; /* prep_dev: the wait for the masks after the norm */
     int rc;
 };
@@ -370,16 +373,18 @@ struct prep_job {
  * (ACT_ITEM_COLD_BITS: 1.4 KB of DMA-written lines instead of the mask's and gpu_idx's 22 KB, which
  * set the runs' 6-8 µs on the GPU host), else from the masks — the same runs for one token
  * (ffn_runs_from_bits = ffn_runs_build). */
-static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *mask)
+static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *mask, uint64_t *lines_ns)
 {
     const int64_t F = c->m->hp.n_ff;
     if (it->flags & ACT_ITEM_COLD_BITS) {
-        /* every line of the bits on its way first: the scan's loads depend on each other, and each
-         * line, written by the device, comes from memory (4-5 µs for 22 lines unprefetched, H200
-         * host 2026-12-03) */
-        const char *b = (const char *)c->act.cold_bits;
-        for (size_t o = 0; o < (size_t)act_cold_words(F) * sizeof(uint64_t); o += 64)
-            __builtin_prefetch(b + o);
+        /* every line of the bits read first, the loads independent of each other: the scan's loads
+         * depend on each other, and each line, written by the device, comes from memory (4-5 µs
+         * for the 22 lines unprefetched, H200 host 2026-12-03); timed apart from the scan */
+        const uint64_t t = stage_now_ns();
+        const volatile uint64_t *b = c->act.cold_bits;
+        for (int64_t w = 0; w < act_cold_words(F); w += 64 / sizeof(uint64_t))
+            (void)b[w];
+        *lines_ns = stage_now_ns() - t;
         return ffn_runs_from_bits(&c->cold, c->act.cold_bits, F);
     }
     return ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)it->layer * F, 0, mask, it->n_tok, F);
@@ -402,7 +407,7 @@ static void prep_slice(void *arg, int ith, int nth)
         norm_h(c, j->it);
         j->norm_ns = stage_now_ns() - t;
     } else {
-        j->rc = build_runs(c, j->it, j->mask);
+        j->rc = build_runs(c, j->it, j->mask, &j->lines_ns);
         j->runs_ns = stage_now_ns() - t;
     }
 }
@@ -420,9 +425,27 @@ static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *ma
         return 1;
     j->mwait_ns = stage_now_ns() - t;
     t = stage_now_ns();
-    const int rc = build_runs(c, it, mask);
+    const int rc = build_runs(c, it, mask, &j->lines_ns);
     j->runs_ns = stage_now_ns() - t;
     return rc;
+}
+
+/* Beside a device, after a step: the lines this thread writes first in the next step (xn, the runs,
+ * the FFN's prepared input) were read by the workers in this step's FFN (cache_claim.h: the runs from
+ * the device's 1.4 KB of bits took 5 µs on the H200 host, 2026-12-03, reading those bits 0.1 of it).
+ * Claimed now, while gpud computes the next layer's attention. PINFER_CPUD_CLAIM=0: not (A/B). */
+static void claim_scratch(struct cpud *c, int32_t n_tok)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CPUD_CLAIM");
+        on = !e || atoi(e) != 0;
+    }
+    if (!on)
+        return;
+    cache_claim(c->xn, (size_t)n_tok * (size_t)c->m->hp.n_embd * sizeof(float));
+    cache_claim(c->cold.run, (size_t)c->cold.cap * sizeof *c->cold.run);
+    ffn_scratch_claim(&c->ffn);
 }
 
 /* 0, a negative code, or 1: the step's masks will never come (prep_dev) */
@@ -490,6 +513,8 @@ static int do_step(struct cpud *c, const struct act_item *it)
     c->last_seq = it->seq;
     if (!c->beside_device)
         pool_park(c->pool); /* gpud runs the next attention on these cores */
+    else
+        claim_scratch(c, B);
     const uint64_t t3 = stage_now_ns();
     if (B == 1 && !c->nc) {
         c->ph_steps++;
@@ -497,6 +522,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
         c->ph_mwait_ns += pj.mwait_ns;
         c->ph_norm_ns += pj.norm_ns;
         c->ph_runs_ns += pj.runs_ns;
+        c->ph_lines_ns += pj.lines_ns;
         c->ph_ffn_ns += t2 - t1;
         c->ph_ffn_sample[(c->ph_steps - 1) % CPUD_FFN_SAMPLES] = t2 - t1 < UINT32_MAX ? (uint32_t)(t2 - t1) : UINT32_MAX;
         c->ph_pub_ns += t3 - t2;

@@ -8,6 +8,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "cache_claim.h"
 #include "cpu_relax.h"
 #include "pi_err.h"
 #include "quant.h"
@@ -155,6 +156,14 @@ void ffn_runs_fini(struct ffn_runs *r)
 {
     free(r->run);
     memset(r, 0, sizeof *r);
+}
+
+void ffn_scratch_claim(struct ffn_scratch *s)
+{
+    if (s->xq.buf)
+        cache_claim(s->xq.buf, s->xq_used < s->xq.cap ? s->xq_used : s->xq.cap);
+    if (s->xact.buf)
+        cache_claim((void *)(((uintptr_t)s->xact.buf + 63) & ~(uintptr_t)63), s->xact_used);
 }
 
 void ffn_scratch_fini(struct ffn_scratch *s)
@@ -701,6 +710,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         for (int32_t t = 0; t < B; t++)
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + j.xq_stride * (size_t)t, E);
         j.xq = s->xq.buf;
+        s->xq_used = j.xq_stride * (size_t)B;
     }
     if (l->ffn_down_t.data) {
         /* each token's activation prepared once for every group's gathers (they would each prepare
@@ -714,6 +724,7 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
             for (int32_t t = 0; t < B; t++)
                 quant_gather_act_prepare(gate_type, E, j.xq + j.xq_stride * (size_t)t, xa + j.xact_stride * (size_t)t);
             j.xact = xa;
+            s->xact_used = j.xact_stride * (size_t)B;
         }
         /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */
         const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);

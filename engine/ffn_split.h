@@ -71,11 +71,15 @@ struct ffn_scratch {
     struct ffn_group_rec *grec; /* (n_groups): what each group hands to the column slices (ffn_split.c) */
     int64_t grec_cap;
     uint32_t gstamp;         /* the current pass's stamp (never 0) */
+    size_t xq_used, xact_used; /* bytes of xq and xact (from its aligned start) the last call wrote */
     /* How the down_t AXPYs split over threads (ffn_split.c): FFN_SPLIT_AUTO picks; benchmarks force
      * one. Either gives the same bits. */
     enum ffn_split_mode { FFN_SPLIT_AUTO = 0, FFN_SPLIT_GROUPS, FFN_SPLIT_COLS } split;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
+/* Takes the lines the caller's thread writes at the start of the next ffn_partial (its prepared
+ * input: xq, xact, as many bytes as the last call wrote) into its cache (cache_claim.h) */
+void ffn_scratch_claim(struct ffn_scratch *s);
 
 /* y = the FFN of the layer w views (its rows from the model or a neuron cache) over the neurons in runs, for B tokens (y is overwritten); mask
  * (B, n_ff) or NULL: token b takes only the neurons of runs with mask[b, i] != 0.
