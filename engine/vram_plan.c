@@ -137,8 +137,11 @@ uint64_t vram_hot_bytes(const struct pi_model *m, int layer, int64_t n_hot)
         return vram_ffn_whole_bytes(m, layer);
     return vram_tensor_bytes(l->ffn_gate.type, l->ffn_gate.ne[0], n_hot) +
            vram_tensor_bytes(l->ffn_up.type, l->ffn_up.ne[0], n_hot) +
-           vram_tensor_bytes(l->ffn_down_t.type, l->ffn_down_t.ne[0], n_hot) + al((uint64_t)n_hot * sizeof(int32_t));
+           vram_tensor_bytes(l->ffn_down_t.type, l->ffn_down_t.ne[0], n_hot) + al((uint64_t)n_hot * sizeof(int32_t)) +
+           al(vram_cold_table_bytes(m));
 }
+
+uint64_t vram_cold_table_bytes(const struct pi_model *m) { return (uint64_t)(m->hp.n_ff + 63) / 64 * sizeof(uint64_t); }
 
 uint64_t vram_neuron_bytes(const struct pi_model *m, int layer)
 {
@@ -154,10 +157,11 @@ uint64_t vram_neuron_bytes(const struct pi_model *m, int layer)
 uint64_t vram_hot_slack(const struct pi_model *m, int layer)
 {
     const struct pi_layer *l = &m->layers[layer];
-    /* each array rounds up by less than VRAM_ALIGN: quant and scale arrays of gate, up, down_t, ids */
+    /* each array rounds up by less than VRAM_ALIGN: quant and scale arrays of gate, up, down_t, ids;
+     * and the cold table, whatever the number of neurons */
     const int arrays = (has_scales(l->ffn_gate.type) ? 2 : 1) + (has_scales(l->ffn_up.type) ? 2 : 1) +
                        (l->ffn_down_t.data && has_scales(l->ffn_down_t.type) ? 2 : 1) + 1;
-    return (uint64_t)arrays * (VRAM_ALIGN - 1);
+    return (uint64_t)arrays * (VRAM_ALIGN - 1) + al(vram_cold_table_bytes(m));
 }
 
 static void norm_params(const struct pi_model *m, const struct vram_params *p, struct vram_params *o)

@@ -9,7 +9,8 @@
  *             norms; the whole FFN of a layer held whole (all its neurons on the device, or a file
  *             without ffn_down_t, whose down columns cannot be compacted)
  *   hot       per layer with some but not all neurons on the device: the placed neurons' gate,
- *             up and ffn_down_t rows compacted into three arrays, and their ids (int32) — the
+ *             up and ffn_down_t rows compacted into three arrays, their ids (int32), and the layer's
+ *             cold table (a bit per neuron not placed, for the hybrid hand-off's cold bits) — the
  *             neurons that are not placed are not uploaded at all
  *   pred      the predictors fc1, fc2 (sparse models)
  *   kv        the KV cache: n_layer × {K, V} × n_seq × n_ctx × n_head_kv·head_dim, f16 or f32
@@ -79,13 +80,17 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
 bool vram_layer_compactable(const struct pi_model *m, int layer);
 /* Bytes of layer's FFN held whole (gate, up, down and/or down_t as the file has them). */
 uint64_t vram_ffn_whole_bytes(const struct pi_model *m, int layer);
-/* Bytes of n_hot compacted neurons of a compactable layer (0 < n_hot < n_ff): three row arrays and
- * the id list, each aligned. 0 for n_hot 0; vram_ffn_whole_bytes for n_hot = n_ff. */
+/* Bytes of n_hot compacted neurons of a compactable layer (0 < n_hot < n_ff): three row arrays, the
+ * id list and the cold table (vram_cold_table_bytes), each aligned. 0 for n_hot 0;
+ * vram_ffn_whole_bytes for n_hot = n_ff. */
 uint64_t vram_hot_bytes(const struct pi_model *m, int layer, int64_t n_hot);
 /* The bytes one more neuron of layer costs, without alignment: gate + up + down_t row + its id. */
 uint64_t vram_neuron_bytes(const struct pi_model *m, int layer);
-/* The most alignment padding vram_hot_bytes adds to n × vram_neuron_bytes for any n. */
+/* The most vram_hot_bytes adds to n × vram_neuron_bytes for any n: the arrays' alignment padding and
+ * the cold table (a per-layer cost the split solver reserves like the padding). */
 uint64_t vram_hot_slack(const struct pi_model *m, int layer);
+/* A compacted layer's cold table: one bit per neuron, 64-bit words (unaligned). */
+uint64_t vram_cold_table_bytes(const struct pi_model *m);
 
 /* The plan of a placement: on_device (n_layer × n_ff, 1 = on the device; NULL = all) under the
  * parameters (with whole_layers the placement is ignored). */

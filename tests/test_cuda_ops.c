@@ -1082,7 +1082,7 @@ static void test_hand_early(void)
     cudaFree(yc), cudaFree(yd);
     /* the cold bits: three hot sets */
     uint8_t *mask = mmv_dev(F);
-    int32_t *ids = mmv_dev(sizeof(int32_t) * F);
+    uint64_t *tab = mmv_dev((F + 63) / 64 * 8), *htab = malloc((F + 63) / 64 * 8);
     for (int i = 0; i < F; i++)
         hm[i] = (uint8_t)(rand() % 5 == 0 ? 1 + rand() % 3 : 0); /* any non-zero byte is on */
     REQUIRE(cudaMemcpy(mask, hm, F, cudaMemcpyHostToDevice) == cudaSuccess, "up");
@@ -1093,10 +1093,12 @@ static void test_hand_early(void)
             if (hot_on[i])
                 hid[n_hot++] = i;
         }
-        REQUIRE(cudaMemcpy(ids, hid, sizeof(int32_t) * (n_hot ? n_hot : 1), cudaMemcpyHostToDevice) == cudaSuccess,
-                "up");
+        cuk_cold_table(hid, n_hot, F, htab);
+        REQUIRE(cudaMemcpy(tab, htab, (F + 63) / 64 * 8, cudaMemcpyHostToDevice) == cudaSuccess, "up");
         memset(bits, 0xee, (F + 63) / 64 * 8);
-        const struct cuk_cold cold = { .hot_ids = n_hot ? ids : NULL, .n_hot = n_hot, .n_ff = F, .bits = bits_d };
+        /* the table is only read for a partial hot set (none / all: no table) */
+        const bool partial = n_hot > 0 && n_hot < F;
+        const struct cuk_cold cold = { .cold_tab = partial ? tab : NULL, .n_hot = n_hot, .n_ff = F, .bits = bits_d };
         CHECK_OK(cuk_hand_out(x, 0, mask, F, hh_d, hmask_d, &cold, key_d, 8 + set, NULL));
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess, "sync");
         int bad = 0;
@@ -1107,9 +1109,9 @@ static void test_hand_early(void)
     }
     printf("hand-off: fc1 hands h out first (same product, h = x; with a block of its own and without), the "
            "cold bits of one token checked\n");
-    cudaFree(x), cudaFree(xq), cudaFree(mask), cudaFree(ids);
+    cudaFree(x), cudaFree(xq), cudaFree(mask), cudaFree(tab);
     cudaFreeHost(hh), cudaFreeHost(key), cudaFreeHost(bits), cudaFreeHost(hmask);
-    free(hx), free(hm), free(hot_on), free(hid);
+    free(hx), free(hm), free(hot_on), free(hid), free(htab);
 }
 
 int main(int argc, char **argv)

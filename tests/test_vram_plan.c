@@ -126,13 +126,18 @@ static void test_plan(const char *dir)
     memset(on + 2 * F, 1, F);
     struct vram_plan h;
     CHECK_OK(vram_plan_make(m, &vp, on, &h));
-    const uint64_t hot5 = 3 * al(5 * E * f16) + al(5 * 4);
+    /* three row arrays, the ids, the cold table: a bit per neuron in 64-bit words */
+    const uint64_t tab = al((F + 63) / 64 * 8);
+    CHECK(vram_cold_table_bytes(m) == (F + 63) / 64 * 8, "cold table %llu bytes",
+          (unsigned long long)vram_cold_table_bytes(m));
+    const uint64_t hot5 = 3 * al(5 * E * f16) + al(5 * 4) + tab;
     CHECK(h.hot == hot5 && vram_hot_bytes(m, 0, 5) == hot5, "hot bytes of 5 neurons %llu, by hand %llu",
           (unsigned long long)h.hot, (unsigned long long)hot5);
     CHECK(h.weights == embd + out + L * layer + ffn && h.neurons == 5 + F && h.total == h.fixed + hot5,
           "a full layer holds its whole FFN, an empty one nothing");
     CHECK(vram_hot_bytes(m, 1, 0) == 0 && vram_hot_bytes(m, 1, F) == ffn, "0 and n_ff neurons");
-    CHECK(vram_neuron_bytes(m, 0) == 3 * E * f16 + 4 && vram_hot_slack(m, 0) == 4 * 255, "neuron bytes, slack");
+    CHECK(vram_neuron_bytes(m, 0) == 3 * E * f16 + 4 && vram_hot_slack(m, 0) == 4 * 255 + tab,
+          "neuron bytes, slack (the padding and the cold table)");
     for (int64_t k = 1; k < F; k++)
         CHECK(vram_hot_bytes(m, 0, k) <= (uint64_t)k * vram_neuron_bytes(m, 0) + vram_hot_slack(m, 0) &&
                   vram_hot_bytes(m, 0, k) >= (uint64_t)k * vram_neuron_bytes(m, 0),
@@ -191,9 +196,10 @@ static void test_plan(const char *dir)
     snprintf(path, sizeof path, "%s/q4.gguf", dir);
     const struct pwri_cfg c4 = cfg(PI_TYPE_Q4_0);
     m = make(path, &c4, &w);
-    CHECK(vram_neuron_bytes(m, 0) == 3 * 36 + 4 && vram_hot_slack(m, 0) == 7 * 255, "q4_0 neuron %llu",
+    const uint64_t tab4 = al((uint64_t)(m->hp.n_ff + 63) / 64 * 8);
+    CHECK(vram_neuron_bytes(m, 0) == 3 * 36 + 4 && vram_hot_slack(m, 0) == 7 * 255 + tab4, "q4_0 neuron %llu",
           (unsigned long long)vram_neuron_bytes(m, 0));
-    CHECK(vram_hot_bytes(m, 0, 10) == 3 * (al(10 * 32) + al(10 * 4)) + al(40), "q4_0 10 hot rows");
+    CHECK(vram_hot_bytes(m, 0, 10) == 3 * (al(10 * 32) + al(10 * 4)) + al(40) + tab4, "q4_0 10 hot rows");
     model_free(m);
     pwri_free((struct pwri_cfg *)&c4, &w);
     unlink(path);

@@ -104,8 +104,9 @@ static int launch(const struct kcase *c, int i)
     case K_HAND_OUT:
         return cuk_hand_out(y, c->n_out * 4, (const uint8_t *)act, c->n_in, host_h, host_mask, NULL, host_key + 1,
                             1 + i, st);
-    case K_HAND_BITS: { /* h went out before (fc1's kernel): the masks and the cold bits, c->active hot ids */
-        const struct cuk_cold cold = { .hot_ids = idx, .n_hot = c->active, .n_ff = c->n_in, .bits = host_bits };
+    case K_HAND_BITS: { /* h went out before (fc1's kernel): the masks and the cold bits, c->active hot */
+        const struct cuk_cold cold = { .cold_tab = (const uint64_t *)idx, .n_hot = c->active, .n_ff = c->n_in,
+                                       .bits = host_bits };
         return cuk_hand_out(y, 0, (const uint8_t *)act, c->n_in, host_h, host_mask, &cold, host_key + 1, 1 + i, st);
     }
     case K_FC1_HAND: /* fc1 handing its input out first (hybrid's early h) */
@@ -123,12 +124,14 @@ static int launch(const struct kcase *c, int i)
 
 static int run_case(const struct kcase *c, int reps, double hbm_gbs)
 {
-    if (c->kind == K_HAND_BITS) { /* the hot ids: every 4th neuron */
+    if (c->kind == K_HAND_BITS) { /* the cold table (in idx's memory) of hot ids every 4th neuron */
         int32_t *h = malloc((size_t)c->active * sizeof *h);
+        uint64_t *tab = malloc((size_t)(c->n_in + 63) / 64 * 8);
         for (int64_t j = 0; j < c->active; j++)
             h[j] = (int32_t)(4 * j);
-        cudaMemcpy(idx, h, (size_t)c->active * sizeof *h, cudaMemcpyHostToDevice);
-        free(h);
+        cuk_cold_table(h, c->active, c->n_in, tab);
+        cudaMemcpy(idx, tab, (size_t)(c->n_in + 63) / 64 * 8, cudaMemcpyHostToDevice);
+        free(h), free(tab);
     }
     if (c->kind == K_GLU_IDX) { /* the listed rows: every 10th, as a ~10 % active mask */
         int32_t *h = malloc((size_t)c->n_out * sizeof *h);

@@ -20,6 +20,7 @@
 #include "cuk_place.h"
 #include "cuk_topk.h"
 #include "sampling.h"
+#include "vram_plan.h"
 
 _Static_assert(CUK_TOPK_MAX == SAMP_BEST_MAX, "the device returns as many candidates as the sampler takes");
 #include "pi_err.h"
@@ -110,6 +111,7 @@ struct cu_layer {
     bool host_masked; /* a partial placement of a layer held whole (no ffn_down_t): the caller masks */
     int64_t n_hot;    /* neurons computed on the device (n_ff when held whole) */
     int32_t *hot_ids; /* (n_hot) device: the placed neurons' ids, when compact */
+    uint64_t *cold_tab; /* device, beside hot_ids: the neurons not placed as bits (cuk_cold_table) */
     int32_t *h_hot;   /* (n_hot) host copy, for the upload */
     struct cuk_w wqkv; /* wq, wk, wv stacked (one GEMV launch); q NULL when their shapes differ */
     float *attn_norm, *ffn_norm, *bq, *bk, *bv;
@@ -372,6 +374,7 @@ static int place_all(struct cudev *d)
             TRY(w_place_n(d, &l->ffn_up, &c->up, c->n_hot));
             TRY(w_place_n(d, &l->ffn_down_t, &c->down_t, c->n_hot));
             c->hot_ids = take(d->w_arena, &d->w_used, (size_t)c->n_hot * sizeof(int32_t));
+            c->cold_tab = take(d->w_arena, &d->w_used, vram_cold_table_bytes(m));
             d->hot_used += d->w_used - u0;
         } else {
             memset(&c->gate, 0, sizeof c->gate);
@@ -443,6 +446,19 @@ static int v_upload(struct cudev *d, const struct pi_tensor *t, float *dst)
     return CU(cudaMemcpy(dst, t->data, (size_t)t->ne[0] * sizeof(float), cudaMemcpyHostToDevice));
 }
 
+/* The layer's cold table from its hot ids, through the host */
+static int upload_cold_table(const struct pi_model *m, const struct cu_layer *c)
+{
+    const size_t nb = vram_cold_table_bytes(m);
+    uint64_t *tab = malloc(nb);
+    if (!tab)
+        return pi_fail(PI_E_NOMEM, "cuda: out of memory");
+    cuk_cold_table(c->h_hot, c->n_hot, m->hp.n_ff, tab);
+    const int rc = CU(cudaMemcpy(c->cold_tab, tab, nb, cudaMemcpyHostToDevice));
+    free(tab);
+    return rc;
+}
+
 static int upload_all(struct cudev *d)
 {
     const struct pi_model *m = d->m;
@@ -476,6 +492,8 @@ static int upload_all(struct cudev *d)
         }
         if (!rc && c->hot_ids)
             rc = CU(cudaMemcpy(c->hot_ids, c->h_hot, (size_t)c->n_hot * sizeof(int32_t), cudaMemcpyHostToDevice));
+        if (!rc && c->cold_tab)
+            rc = upload_cold_table(m, c);
         const struct pi_tensor *vs[] = { &l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv };
         float *vd[] = { c->attn_norm, c->ffn_norm, c->bq, c->bk, c->bv };
         for (size_t i = 0; !rc && i < sizeof vs / sizeof vs[0]; i++)
@@ -1173,7 +1191,7 @@ int cudev_predict_out(struct cudev *d, int layer, int32_t n, float *h, uint8_t *
     const struct cu_layer *c = &d->L[layer];
     if (c->host_masked)
         bd = NULL;
-    const struct cuk_cold cold = { .hot_ids = c->compact ? c->hot_ids : NULL, .n_hot = c->n_hot, .n_ff = F,
+    const struct cuk_cold cold = { .cold_tab = c->compact ? c->cold_tab : NULL, .n_hot = c->n_hot, .n_ff = F,
                                    .bits = bd };
     TRY(CK(cuk_hand_out(d->x, h_out ? 0 : (int64_t)nh, d->mask, (int64_t)nm, hd, md, bd ? &cold : NULL, kd, seq,
                         d->st)));

@@ -14,13 +14,18 @@
 #include <stdint.h>
 
 /* One token's cold active neurons as bits, beside its mask: bits (mapped host memory, (n_ff + 63) / 64
- * words) = mask ∧ not hot, hot the layer's placed neurons (hot_ids ascending, n_hot of them; n_hot ==
- * n_ff: every neuron, hot_ids unused). n_ff at most 65 536. */
+ * words) = mask ∧ cold, cold the layer's neurons not placed on the device: cold_tab (device, the same
+ * layout, made once when the layer is placed: cuk_cold_table) when 0 < n_hot < n_ff; n_hot == 0: every
+ * neuron cold, n_hot == n_ff: none (cold_tab unused). */
 struct cuk_cold {
-    const int32_t *hot_ids;
+    const uint64_t *cold_tab;
     int64_t n_hot, n_ff;
     uint64_t *bits;
 };
+
+/* tab[w] (host, (n_ff + 63) / 64 words) = the neurons of 64 w .. 64 w + 63 not among hot_ids (ascending
+ * or not, each < n_ff), bits past n_ff clear */
+void cuk_cold_table(const int32_t *hot_ids, int64_t n_hot, int64_t n_ff, uint64_t *tab);
 
 /* h (n_h bytes, 0: h went out before) = x, hmask (n_mask bytes) = mask, cold->bits when cold is not
  * NULL (one token: mask is its row), then *key = seq: h, hmask, bits and key in mapped host memory
