@@ -260,7 +260,8 @@ void cpud_fini(struct cpud *c)
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_lines_ns / 1e3 / (double)c->ph_steps, (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_lines_ns / 1e3 / (double)c->ph_steps, (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
                 med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
                 (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
@@ -444,7 +445,9 @@ static void claim_scratch(struct cpud *c, int32_t n_tok)
     if (!on)
         return;
     cache_claim(c->xn, (size_t)n_tok * (size_t)c->m->hp.n_embd * sizeof(float));
-    cache_claim(c->cold.run, (size_t)c->cold.cap * sizeof *c->cold.run);
+    /* the runs this step had, and a margin: the array has room for the worst case (n_ff / 2 runs) */
+    const int32_t runs = c->cold.n + 64 < c->cold.cap ? c->cold.n + 64 : c->cold.cap;
+    cache_claim(c->cold.run, (size_t)runs * sizeof *c->cold.run);
     ffn_scratch_claim(&c->ffn);
 }
 

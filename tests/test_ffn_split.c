@@ -105,32 +105,52 @@ static void check_runs_from_bits(void)
 {
     static const int64_t sizes[] = { 1, 63, 64, 65, 127, 128, 200, 11008 };
     static const int dens[] = { 0, 3, 50, 97, 100 };
+    /* sel: 1 = placed elsewhere, for 3 of 4 neurons or none (then long runs cross the word boundaries,
+     * and at 100 % one is still open at n_ff) */
+    static const int cold_every[] = { 4, 1 };
     struct ffn_runs ra = { 0 }, rb = { 0 };
     srand(11);
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-        for (size_t di = 0; di < sizeof dens / sizeof dens[0]; di++) {
-            const int64_t F = sizes[si], W = (F + 63) / 64;
-            uint8_t *sel = malloc((size_t)F), *mask = malloc((size_t)F);
-            uint64_t *bits = malloc((size_t)W * sizeof *bits);
-            memset(bits, 0xa5, (size_t)W * sizeof *bits); /* bits past F are set: they must not count */
-            for (int64_t w = 0; w < W; w++)
-                for (int k = 0; k < 64 && 64 * w + k < F; k++)
-                    bits[w] &= ~(1ull << k);
-            for (int64_t i = 0; i < F; i++) {
-                sel[i] = (uint8_t)(rand() % 4 != 0); /* 1: placed elsewhere */
-                mask[i] = (uint8_t)(rand() % 100 < dens[di]);
-                if (!sel[i] && mask[i])
-                    bits[i / 64] |= 1ull << (i % 64);
+        for (size_t ci = 0; ci < sizeof cold_every / sizeof cold_every[0]; ci++)
+            for (size_t di = 0; di < sizeof dens / sizeof dens[0]; di++) {
+                const int64_t F = sizes[si], W = (F + 63) / 64;
+                uint8_t *sel = malloc((size_t)F), *mask = malloc((size_t)F);
+                uint64_t *bits = malloc((size_t)W * sizeof *bits);
+                memset(bits, 0xa5, (size_t)W * sizeof *bits); /* bits past F are set: they must not count */
+                for (int64_t w = 0; w < W; w++)
+                    for (int k = 0; k < 64 && 64 * w + k < F; k++)
+                        bits[w] &= ~(1ull << k);
+                for (int64_t i = 0; i < F; i++) {
+                    sel[i] = (uint8_t)(rand() % cold_every[ci] != 0);
+                    mask[i] = (uint8_t)(rand() % 100 < dens[di]);
+                    if (!sel[i] && mask[i])
+                        bits[i / 64] |= 1ull << (i % 64);
+                }
+                CHECK_OK(ffn_runs_build(&ra, sel, 0, mask, 1, F));
+                CHECK_OK(ffn_runs_from_bits(&rb, bits, F));
+                /* both against the runs found neuron by neuron */
+                int32_t n_ref = 0, bad = 0;
+                int64_t nn_ref = 0;
+                for (int64_t i = 0; i < F; i++) {
+                    const bool on = !sel[i] && mask[i], prev = i > 0 && !sel[i - 1] && mask[i - 1];
+                    if (on && !prev) {
+                        int64_t e = i;
+                        while (e < F && !sel[e] && mask[e])
+                            e++;
+                        bad += n_ref >= ra.n || ra.run[n_ref][0] != i || ra.run[n_ref][1] != e - i;
+                        n_ref++, nn_ref += e - i;
+                    }
+                }
+                CHECK(!bad && ra.n == n_ref && ra.n_neurons == nn_ref,
+                      "runs from the mask = neuron by neuron (n_ff %lld, %d %%: %d / %d runs, %d wrong)", (long long)F,
+                      dens[di], ra.n, n_ref, bad);
+                bool same = ra.n == rb.n && ra.n_neurons == rb.n_neurons;
+                for (int32_t k = 0; same && k < ra.n; k++)
+                    same = ra.run[k][0] == rb.run[k][0] && ra.run[k][1] == rb.run[k][1];
+                CHECK(same, "runs from bits = runs from the mask (n_ff %lld, %d %%: %d / %d runs)", (long long)F,
+                      dens[di], rb.n, ra.n);
+                free(sel), free(mask), free(bits);
             }
-            CHECK_OK(ffn_runs_build(&ra, sel, 0, mask, 1, F));
-            CHECK_OK(ffn_runs_from_bits(&rb, bits, F));
-            bool same = ra.n == rb.n && ra.n_neurons == rb.n_neurons;
-            for (int32_t k = 0; same && k < ra.n; k++)
-                same = ra.run[k][0] == rb.run[k][0] && ra.run[k][1] == rb.run[k][1];
-            CHECK(same, "runs from bits = runs from the mask (n_ff %lld, %d %%: %d / %d runs)", (long long)F, dens[di],
-                  rb.n, ra.n);
-            free(sel), free(mask), free(bits);
-        }
     ffn_runs_fini(&ra);
     ffn_runs_fini(&rb);
 }
