@@ -90,6 +90,7 @@ mkdir -p "$H/lib" "$W/hyo"
 cp "$G/tools/pictl" "$G/gpud/gpud" "$G/cpud/cpud" "$G/predictord/predictord" "$G/loaderd/loaderd" \
     "$G/tests/test_hybrid" "$H/" 2>/dev/null
 cp bench/gpu/hybrid_kill.py bench/gpu/hybrid_poll.py "$H/"
+cp "$G/bench/bench_kern" "$D/rel/bench/bench_gemv" "$H/" 2>/dev/null # the floors' bandwidths (step 7)
 cp "$D"/lib/* "$H/lib/" 2>/dev/null
 [ -x "$G/bench/ipc_exit" ] && cp "$G/bench/ipc_exit" "$H/"
 OUT="$W/hyo" SKIP_7B=1 DEADLINE=80 timeout 95 bash bench/gpu/hybrid.sh "$H" "$CAL" >"$W/hy.out" 2>&1

@@ -9,7 +9,10 @@
 #   3. 7B shapes (pictl synth, BENCH.md's s16 / s4): sparse hybrid at 8.9 and 12 GiB (F16) and
 #      3.1 GiB (Q4_0), -ngl at llama.cpp's layer counts, all-GPU for reference: decode tok/s
 #   all the while nvidia-smi polls every process's device memory (poll.log: time, pid, name, MiB),
-#   so that each run's peak can be checked against its budget + CUDA context afterwards.
+#   so that each run's peak can be checked against its budget + CUDA context afterwards; each sparse
+#   hybrid run's critical-path floor (hybrid_floor.py) from the device's and the host's read bandwidth
+#   measured in this call (DIR/bench_kern's hbm_read, DIR/bench_gemv's better read at 16 threads:
+#   the call puts them beside pictl; without them no floor is printed).
 #
 #   bench/gpu/hybrid.sh [DIR [TINY]]   DIR: pictl + stages + test_hybrid + ipc_exit + hybrid_kill.py +
 #   lib/ (.device/hybrid2); TINY: the calibrated tiny model (.device/cal.gguf)
@@ -114,6 +117,14 @@ fi # SPEED_ONLY
 # 3. 7B speed
 [ -n "$SYNTH" ] && wait $SYNTH
 log "synth: $(tr '\n' ' ' <"$OUT/synth.log")"
+# the floors' bandwidths, in this call (BENCH.md: floors measured in the same run)
+HBM= HOST=
+[ -x "$D/bench_kern" ] && HBM=$(timeout 60 "$D/bench_kern" --only hbm_read 2>/dev/null |
+    python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["GBs"])' 2>/dev/null)
+[ -x "$D/bench_gemv" ] && HOST=$(timeout 60 "$D/bench_gemv" -t 16 -n 5 -T q4_0 2>/dev/null | python3 -c 'import json,sys
+b=[json.loads(l)["gbps"] for l in sys.stdin if l.startswith("{") and "\"op\":\"read" in l]
+print(max(b) if b else "")' 2>/dev/null)
+log "floors: HBM read ${HBM:-not measured} GB/s, host read ${HOST:-not measured} GB/s"
 ls -l "$SHM" >>"$OUT/run.log"
 big_run() { # tag file args...
     local tag=$1 f=$2
@@ -151,6 +162,15 @@ j=json.load(open(sys.argv[1])); p=j.get("decode_profile") or {}; t=p.get("per_to
 L=p.get("per_layer") or []; cold=sum(r["cpud_mb"]*r["cpud_share_of_gpud_items"] for r in L)
 print("split %s: %.2f tok/s | per token: wall %.3f ms, gpud compute %.3f + wait %.3f ms, cpud compute %.3f + wait %.3f ms | cold %.2f MB/token, PCIe %.3f+%.3f MB/token %.2f GB/s | hot %s neurons cover %s" % (sys.argv[1].split("/")[-1], j["decode_tok_s"], t.get("wall_ms",0), t.get("gpud_compute_ms",0), t.get("gpud_wait_ms",0), t.get("cpud_compute_ms",0), t.get("cpud_wait_ms",0), cold, t.get("pcie_d2h_mb",0), t.get("pcie_h2d_mb",0), p.get("pcie_gb_s",0), v.get("hot_neurons"), v.get("hot_coverage")))' "$j" 2>&1 | tee -a "$OUT/run.log"
 done
+
+# each sparse hybrid run against its critical-path floor (the budgeted runs: TAG-BUDGET[-rK].json)
+if [ -n "$HBM" ] && [ -n "$HOST" ]; then
+    for j in "$OUT"/s*-[0-9]*.json; do
+        [ -e "$j" ] || continue
+        f=$SHM/$(basename "$j" | cut -d- -f1).gguf
+        python3 "$(dirname "$0")/hybrid_floor.py" "$f" "$j" --hbm "$HBM" --host "$HOST" 2>&1 | tee -a "$OUT/run.log"
+    done
+fi
 
 kill $POLL 2>/dev/null
 mkdir -p "$OUT/logs"
