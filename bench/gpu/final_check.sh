@@ -176,7 +176,7 @@ if [ -n "${HYBRID_RUNS:-}" ] && [ "$(left)" -gt 60 ]; then
         ROUNDS=${HYBRID_ROUNDS:-1} RUNS="$HYBRID_RUNS" OUT="$W/hy7" DEADLINE=$(($(left) - 10)) timeout $(($(left) - 5)) bash bench/gpu/hybrid.sh "$H" "$CAL" \
         >"$W/hy7.out" 2>&1
     log "hybrid 7B rc=$?"
-    grep -hE "run s|split" "$W/hy7/run.log" 2>/dev/null | tail -24 | tee -a "$W/final.log"
+    grep -hE "run s|split|floors:|x_floor" "$W/hy7/run.log" 2>/dev/null | tail -24 | tee -a "$W/final.log"
 fi
 
 # 8. issue 14's all-GPU figures (CUDA_SPEED=1): files reused from the steps before where they exist
