@@ -363,7 +363,8 @@ struct prep_job {
     struct cpud *c;
     const struct act_item *it;
     const uint8_t *mask;
-    uint64_t norm_ns; /* the norm's own time */
+    uint64_t norm_ns; /* the norm's own time (and the FFN input's, norm_h) */
+    int norm_rc;      /* norm_h's */
     uint64_t runs_ns; /* the runs' */
     uint64_t lines_ns; /* of runs_ns, the first read of the device's bits (every line at once) */
     uint64_t mwait_ns; /* prep_dev: the wait for the masks after the norm */
@@ -391,11 +392,17 @@ static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *
     return ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)it->layer * F, 0, mask, it->n_tok, F);
 }
 
-/* xn = the step's RMSNorm of h */
-static void norm_h(struct cpud *c, const struct act_item *it)
+/* xn = the step's RMSNorm of h; then, without a disk tier (whose view of the layer comes later), the
+ * FFN's input from it (ffn_input_prepare: xn quantized for the gate rows), which ffn_partial would
+ * otherwise make after the masks: beside a device this runs while they are on their way */
+static int norm_h(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
     ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, m->hp.n_embd, m->hp.norm_eps);
+    if (c->nc)
+        return 0;
+    const struct pi_layer_weights w = model_layer_weights(m, it->layer);
+    return ffn_input_prepare(&c->ffn, m, &w, c->xn, it->n_tok);
 }
 
 static void prep_slice(void *arg, int ith, int nth)
@@ -405,7 +412,7 @@ static void prep_slice(void *arg, int ith, int nth)
     struct cpud *c = j->c;
     const uint64_t t = stage_now_ns();
     if (ith == 0) {
-        norm_h(c, j->it);
+        j->norm_rc = norm_h(c, j->it);
         j->norm_ns = stage_now_ns() - t;
     } else {
         j->rc = build_runs(c, j->it, j->mask, &j->lines_ns);
@@ -419,7 +426,8 @@ static void prep_slice(void *arg, int ith, int nth)
 static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *mask, struct prep_job *j)
 {
     uint64_t t = stage_now_ns();
-    norm_h(c, it);
+    if ((j->norm_rc = norm_h(c, it)))
+        return j->norm_rc;
     j->norm_ns = stage_now_ns() - t;
     t = stage_now_ns();
     if (!act_wait_dev(c->act.hdr, it, dev_gone, c, CPUD_DEV_CHECK_POLLS))
@@ -481,7 +489,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
         prep_slice(&pj, 0, 2);
         prep_slice(&pj, 1, 2);
     }
-    if ((rc = pj.rc))
+    if ((rc = pj.norm_rc) || (rc = pj.rc))
         return rc;
     uint64_t bytes = 0;
     struct pi_layer_weights w = model_layer_weights(m, it->layer);

@@ -72,6 +72,14 @@ struct ffn_scratch {
     int64_t grec_cap;
     uint32_t gstamp;         /* the current pass's stamp (never 0) */
     size_t xq_used, xact_used; /* bytes of xq and xact (from its aligned start) the last call wrote */
+    /* the input ffn_input_prepare made (xq: xn itself for F32 gate rows; xact NULL when unused), and
+     * what for: ffn_partial takes it once when called with the same xn, B and layer */
+    const char *in_xq, *in_xact;
+    size_t in_xq_stride, in_xact_stride;
+    const float *in_xn;
+    int32_t in_B;
+    const struct pi_layer *in_l;
+    bool in_ready;
     /* How the down_t AXPYs split over threads (ffn_split.c): FFN_SPLIT_AUTO picks; benchmarks force
      * one. Either gives the same bits. */
     enum ffn_split_mode { FFN_SPLIT_AUTO = 0, FFN_SPLIT_GROUPS, FFN_SPLIT_COLS } split;
@@ -80,6 +88,13 @@ void ffn_scratch_fini(struct ffn_scratch *s);
 /* Takes the lines the caller's thread writes at the start of the next ffn_partial (its prepared
  * input: xq, xact, as many bytes as the last call wrote) into its cache (cache_claim.h) */
 void ffn_scratch_claim(struct ffn_scratch *s);
+
+/* ffn_partial's input for B tokens of xn through layer w (xn in gate's vec_dot type, and the gathers'
+ * prepared activation), made ahead of the call — beside a device, while the masks are still on their
+ * way: the next ffn_partial with the same xn, B and layer takes it instead of making its own (the same
+ * operations: the same bits). xn must not change in between. */
+int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const struct pi_layer_weights *w,
+                      const float *xn, int32_t B);
 
 /* y = the FFN of the layer w views (its rows from the model or a neuron cache) over the neurons in runs, for B tokens (y is overwritten); mask
  * (B, n_ff) or NULL: token b takes only the neurons of runs with mask[b, i] != 0.
