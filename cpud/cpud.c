@@ -253,15 +253,13 @@ void cpud_fini(struct cpud *c)
         for (size_t i = 0; i < n; i++)
             if (c->ph_ffn_sample[i] > 4u * med)
                 slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f of which "
-                "%.1f reading the device's bits; then %.1f us "
-                "waiting for the masks after an early h), ffn %.1f us "
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us waiting "
+                "for the masks after an early h), ffn %.1f us "
                 "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_lines_ns / 1e3 / (double)c->ph_steps, (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
                 med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
                 (double)c->ph_pub_ns / 1e3 / (double)c->ph_steps, (double)c->ph_gap_ns / 1e3 / (double)c->ph_steps,
@@ -363,10 +361,9 @@ struct prep_job {
     struct cpud *c;
     const struct act_item *it;
     const uint8_t *mask;
-    uint64_t norm_ns; /* the norm's own time (and the FFN input's, norm_h) */
-    int norm_rc;      /* norm_h's */
+    uint64_t norm_ns; /* the norm's own time (and the FFN input's: norm_and_input) */
+    int norm_rc;      /* norm_and_input's */
     uint64_t runs_ns; /* the runs' */
-    uint64_t lines_ns; /* of runs_ns, the first read of the device's bits (every line at once) */
     uint64_t mwait_ns; /* prep_dev: the wait for the masks after the norm */
     int rc;
 };
@@ -375,18 +372,16 @@ struct prep_job {
  * (ACT_ITEM_COLD_BITS: 1.4 KB of DMA-written lines instead of the mask's and gpu_idx's 22 KB, which
  * set the runs' 6-8 µs on the GPU host), else from the masks — the same runs for one token
  * (ffn_runs_from_bits = ffn_runs_build). */
-static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *mask, uint64_t *lines_ns)
+static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *mask)
 {
     const int64_t F = c->m->hp.n_ff;
     if (it->flags & ACT_ITEM_COLD_BITS) {
-        /* every line of the bits read first, the loads independent of each other: the scan's loads
-         * depend on each other, and each line, written by the device, comes from memory (4-5 µs
-         * for the 22 lines unprefetched, H200 host 2026-12-03); timed apart from the scan */
-        const uint64_t t = stage_now_ns();
-        const volatile uint64_t *b = c->act.cold_bits;
-        for (int64_t w = 0; w < act_cold_words(F); w += 64 / sizeof(uint64_t))
-            (void)b[w];
-        *lines_ns = stage_now_ns() - t;
+        /* every line of the bits on its way first (the device wrote them: they come from memory). Read
+         * all at once they took 0.1 µs of the runs' ~5 on the H200 host (2026-12-03, q1): the stores to
+         * the run array, which the workers had read, were the cost (claim_scratch) */
+        const char *b = (const char *)c->act.cold_bits;
+        for (size_t o = 0; o < (size_t)act_cold_words(F) * sizeof(uint64_t); o += 64)
+            __builtin_prefetch(b + o);
         return ffn_runs_from_bits(&c->cold, c->act.cold_bits, F);
     }
     return ffn_runs_build(&c->cold, c->act.gpu_idx + (size_t)it->layer * F, 0, mask, it->n_tok, F);
@@ -395,7 +390,7 @@ static int build_runs(struct cpud *c, const struct act_item *it, const uint8_t *
 /* xn = the step's RMSNorm of h; then, without a disk tier (whose view of the layer comes later), the
  * FFN's input from it (ffn_input_prepare: xn quantized for the gate rows), which ffn_partial would
  * otherwise make after the masks: beside a device this runs while they are on their way */
-static int norm_h(struct cpud *c, const struct act_item *it)
+static int norm_and_input(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
     ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, m->hp.n_embd, m->hp.norm_eps);
@@ -412,10 +407,10 @@ static void prep_slice(void *arg, int ith, int nth)
     struct cpud *c = j->c;
     const uint64_t t = stage_now_ns();
     if (ith == 0) {
-        j->norm_rc = norm_h(c, j->it);
+        j->norm_rc = norm_and_input(c, j->it);
         j->norm_ns = stage_now_ns() - t;
     } else {
-        j->rc = build_runs(c, j->it, j->mask, &j->lines_ns);
+        j->rc = build_runs(c, j->it, j->mask);
         j->runs_ns = stage_now_ns() - t;
     }
 }
@@ -426,7 +421,7 @@ static void prep_slice(void *arg, int ith, int nth)
 static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *mask, struct prep_job *j)
 {
     uint64_t t = stage_now_ns();
-    if ((j->norm_rc = norm_h(c, it)))
+    if ((j->norm_rc = norm_and_input(c, it)))
         return j->norm_rc;
     j->norm_ns = stage_now_ns() - t;
     t = stage_now_ns();
@@ -434,7 +429,7 @@ static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *ma
         return 1;
     j->mwait_ns = stage_now_ns() - t;
     t = stage_now_ns();
-    const int rc = build_runs(c, it, mask, &j->lines_ns);
+    const int rc = build_runs(c, it, mask);
     j->runs_ns = stage_now_ns() - t;
     return rc;
 }
@@ -533,7 +528,6 @@ static int do_step(struct cpud *c, const struct act_item *it)
         c->ph_mwait_ns += pj.mwait_ns;
         c->ph_norm_ns += pj.norm_ns;
         c->ph_runs_ns += pj.runs_ns;
-        c->ph_lines_ns += pj.lines_ns;
         c->ph_ffn_ns += t2 - t1;
         c->ph_ffn_sample[(c->ph_steps - 1) % CPUD_FFN_SAMPLES] = t2 - t1 < UINT32_MAX ? (uint32_t)(t2 - t1) : UINT32_MAX;
         c->ph_pub_ns += t3 - t2;

@@ -35,7 +35,7 @@ struct cpud {
     /* where a decode step's time goes (one-token steps; printed at exit): the norm, masks and runs
      * before the kernels, ffn_partial, the result published, and the gap from one step's end to the
      * next one's start (waiting for gpud) */
-    uint64_t ph_steps, ph_prep_ns, ph_norm_ns, ph_runs_ns, ph_lines_ns, ph_ffn_ns, ph_pub_ns, ph_gap_ns, ph_last_end;
+    uint64_t ph_steps, ph_prep_ns, ph_norm_ns, ph_runs_ns, ph_ffn_ns, ph_pub_ns, ph_gap_ns, ph_last_end;
     uint64_t ph_mwait_ns; /* of prep: the wait for the masks' key after the norm of an early h */
     /* the FFN times of the last CPUD_FFN_SAMPLES one-token steps (ns), for the median and the 90th
      * percentile beside the mean: whether a slow mean is every step or a few stalled ones */

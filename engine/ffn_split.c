@@ -166,10 +166,11 @@ void ffn_runs_fini(struct ffn_runs *r)
 
 void ffn_scratch_claim(struct ffn_scratch *s)
 {
-    if (s->xq.buf)
-        cache_claim(s->xq.buf, s->xq_used < s->xq.cap ? s->xq_used : s->xq.cap);
-    if (s->xact.buf)
-        cache_claim((void *)(((uintptr_t)s->xact.buf + 63) & ~(uintptr_t)63), s->xact_used);
+    /* the last input made: xq unless it was the caller's xn (F32 gate rows), xact where made */
+    if (s->in_xq && s->in_xq == s->xq.buf)
+        cache_claim(s->xq.buf, s->in_xq_stride * (size_t)s->in_B);
+    if (s->in_xact)
+        cache_claim((void *)s->in_xact, s->in_xact_stride * (size_t)s->in_B);
 }
 
 void ffn_scratch_fini(struct ffn_scratch *s)
@@ -674,12 +675,13 @@ static int32_t widen_runs(const struct ffn_runs *r, int64_t blk, int64_t n_ff, i
     return n;
 }
 
-int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const struct pi_layer_weights *w,
+/* ffn_partial's input into s->in_* (ffn_input_prepare without marking it ready) */
+static int input_make(struct ffn_scratch *s, const struct pi_model *m, const struct pi_layer_weights *w,
                       const float *xn, int32_t B)
 {
     const struct pi_layer *l = w->l;
     const int64_t E = m->hp.n_embd;
-    s->in_ready = false;
+    s->in_xq = s->in_xact = NULL; /* nothing to claim (ffn_scratch_claim) if this fails */
     /* n in gate/up's vec_dot_type (gate and up share a type in every file we know; checked) */
     const struct pi_type_traits *gt = quant_traits(l->ffn_gate.type);
     if (l->ffn_up.type != l->ffn_gate.type)
@@ -700,9 +702,7 @@ int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const str
             quant_traits(gt->vec_dot_type)->from_float(xn + (size_t)t * E, (char *)s->xq.buf + s->in_xq_stride * (size_t)t,
                                                         E);
         s->in_xq = s->xq.buf;
-        s->xq_used = s->in_xq_stride * (size_t)B;
     }
-    s->in_xact = NULL;
     s->in_xact_stride = 0;
     if (l->ffn_down_t.data) {
         /* each token's activation prepared once for every group's gathers (they would each prepare
@@ -717,14 +717,20 @@ int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const str
                 quant_gather_act_prepare(gate_type, E, s->in_xq + s->in_xq_stride * (size_t)t,
                                          xa + s->in_xact_stride * (size_t)t);
             s->in_xact = xa;
-            s->xact_used = s->in_xact_stride * (size_t)B;
         }
     }
-    s->in_xn = xn;
     s->in_B = B;
-    s->in_l = l;
-    s->in_ready = true;
     return 0;
+}
+
+int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const struct pi_layer_weights *w,
+                      const float *xn, int32_t B)
+{
+    const int rc = input_make(s, m, w, xn, B);
+    s->in_ready = rc == 0;
+    s->in_xn = xn;
+    s->in_l = w->l;
+    return rc;
 }
 
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
@@ -754,9 +760,8 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
 
     int rc;
     /* else made here: the same operations */
-    if (!ready && (rc = ffn_input_prepare(s, m, w, xn, B)))
+    if (!ready && (rc = input_make(s, m, w, xn, B)))
         return rc;
-    s->in_ready = false;
     j.xq = s->in_xq;
     j.xq_stride = s->in_xq_stride;
     j.xact = s->in_xact;

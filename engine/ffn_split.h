@@ -71,9 +71,9 @@ struct ffn_scratch {
     struct ffn_group_rec *grec; /* (n_groups): what each group hands to the column slices (ffn_split.c) */
     int64_t grec_cap;
     uint32_t gstamp;         /* the current pass's stamp (never 0) */
-    size_t xq_used, xact_used; /* bytes of xq and xact (from its aligned start) the last call wrote */
-    /* the input ffn_input_prepare made (xq: xn itself for F32 gate rows; xact NULL when unused), and
-     * what for: ffn_partial takes it once when called with the same xn, B and layer */
+    /* the last input made for ffn_partial (xq: xn itself for F32 gate rows; xact NULL when unused), for
+     * B tokens; when ffn_input_prepare made it ahead (in_ready), for which xn and layer: ffn_partial
+     * takes it once when called with the same xn, B and layer */
     const char *in_xq, *in_xact;
     size_t in_xq_stride, in_xact_stride;
     const float *in_xn;
@@ -85,8 +85,8 @@ struct ffn_scratch {
     enum ffn_split_mode { FFN_SPLIT_AUTO = 0, FFN_SPLIT_GROUPS, FFN_SPLIT_COLS } split;
 };
 void ffn_scratch_fini(struct ffn_scratch *s);
-/* Takes the lines the caller's thread writes at the start of the next ffn_partial (its prepared
- * input: xq, xact, as many bytes as the last call wrote) into its cache (cache_claim.h) */
+/* Takes the lines the caller's thread writes first in the next ffn_partial or ffn_input_prepare (the
+ * input: xq, xact, as many bytes as the last one made) into its cache (cache_claim.h) */
 void ffn_scratch_claim(struct ffn_scratch *s);
 
 /* ffn_partial's input for B tokens of xn through layer w (xn in gate's vec_dot type, and the gathers'
