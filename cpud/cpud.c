@@ -434,6 +434,33 @@ static int prep_dev(struct cpud *c, const struct act_item *it, const uint8_t *ma
     return rc;
 }
 
+/* A one-token step whose device writes its cold neurons as bits (ACT_ITEM_COLD_BITS), without a disk
+ * tier: the FFN's job is handed to the workers right after the norm, and its slices wait for the
+ * masks' key themselves and take their own words of the bits (ffn_partial_bits). The workers are
+ * then running when the bits come, and no run list is built between the key and the FFN: on the
+ * H200 host that was ~3 µs of runs plus the job's hand-out, every layer, on the critical path. */
+struct bits_wait {
+    struct cpud *c;
+    const struct act_item *it;
+    _Atomic uint64_t at_ns; /* when a slice first saw the key (for the exit line's wait) */
+};
+
+static bool dev_bits_wait(void *arg)
+{
+    struct bits_wait *b = arg;
+    const bool ok = act_wait_dev(b->c->act.hdr, b->it, dev_gone, b->c, CPUD_DEV_CHECK_POLLS);
+    uint64_t none = 0;
+    atomic_compare_exchange_strong_explicit(&b->at_ns, &none, stage_now_ns(), memory_order_relaxed,
+                                            memory_order_relaxed);
+    return ok;
+}
+
+static bool bits_step(const struct cpud *c, const struct act_item *it)
+{
+    const uint32_t want = ACT_ITEM_DEV_KEY | ACT_ITEM_COLD_BITS;
+    return (it->flags & want) == want && !(it->flags & ACT_ITEM_ALL_ACTIVE) && it->n_tok == 1 && !c->nc;
+}
+
 /* Beside a device, after a step: the lines this thread writes first in the next step (xn, the runs,
  * the FFN's prepared input) were read by the workers in this step's FFN (cache_claim.h: the runs from
  * the device's 1.4 KB of bits took 5 µs on the H200 host, 2026-12-03, reading those bits 0.1 of it).
@@ -474,8 +501,14 @@ static int do_step(struct cpud *c, const struct act_item *it)
         ((it->flags & ACT_ITEM_DEV_KEY) || atomic_load_explicit(&a->hdr->mask_seq, memory_order_acquire) == it->seq))
         mask = a->mask;
     struct prep_job pj = { .c = c, .it = it, .mask = mask };
-    /* acquire: pairs with the device's release of dev_seq after the masks */
-    if ((it->flags & ACT_ITEM_DEV_KEY) && atomic_load_explicit(&a->hdr->dev_seq, memory_order_acquire) != it->seq) {
+    const bool by_bits = bits_step(c, it);
+    if (by_bits) { /* the masks' wait and the runs are the FFN job's (below) */
+        const uint64_t t = stage_now_ns();
+        pj.norm_rc = norm_and_input(c, it);
+        pj.norm_ns = stage_now_ns() - t;
+    } else if ((it->flags & ACT_ITEM_DEV_KEY) &&
+               /* acquire: pairs with the device's release of dev_seq after the masks */
+               atomic_load_explicit(&a->hdr->dev_seq, memory_order_acquire) != it->seq) {
         if ((rc = prep_dev(c, it, mask, &pj)))
             return rc;
     } else if (c->beside_device) {
@@ -492,11 +525,23 @@ static int do_step(struct cpud *c, const struct act_item *it)
      * (pi_ctl.weights_trimmed); an unmasked step reads all its cold neurons through the cache */
     if (c->nc && (rc = disk_layer(c, it, mask, &w)))
         return rc;
-    const uint64_t t1 = stage_now_ns();
-    /* the runs from the bits are exactly the one token's active cold neurons: no mask to look up */
-    const uint8_t *ffn_mask = it->flags & ACT_ITEM_COLD_BITS ? NULL : mask;
-    if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, ffn_mask, a->ycold, &bytes)))
-        return rc;
+    uint64_t t1 = stage_now_ns();
+    if (by_bits) {
+        struct bits_wait bw = { .c = c, .it = it };
+        struct ffn_bits src = { .bits = a->cold_bits, .wait = dev_bits_wait, .arg = &bw };
+        if ((rc = ffn_partial_bits(c->pool, &c->ffn, m, &w, c->xn, &src, a->ycold, &bytes)))
+            return rc; /* 1: the masks will never come */
+        const uint64_t at = atomic_load_explicit(&bw.at_ns, memory_order_relaxed);
+        if (at > t1) { /* the FFN's time from the key on, as when the wait came first */
+            pj.mwait_ns = at - t1;
+            t1 = at;
+        }
+    } else {
+        /* the runs from the bits are exactly the one token's active cold neurons: no mask to look up */
+        const uint8_t *ffn_mask = it->flags & ACT_ITEM_COLD_BITS ? NULL : mask;
+        if ((rc = ffn_partial(c->pool, &c->ffn, m, &w, c->xn, B, &c->cold, ffn_mask, a->ycold, &bytes)))
+            return rc;
+    }
     const uint64_t t2 = stage_now_ns();
     if (c->nc && it->layer == m->hp.n_layer - 1) {
         if ((rc = ncache_step(c->nc, B)))

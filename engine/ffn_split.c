@@ -190,7 +190,9 @@ struct ffn_job {
     const struct pi_model *m;
     const struct pi_layer *l;
     const struct pi_layer_weights *w; /* where each neuron's rows are */
-    const struct ffn_runs *runs;
+    const struct ffn_runs *runs; /* NULL: the neurons are src's bits (ffn_partial_bits) */
+    const struct ffn_bits *src;
+    _Atomic int *src_state;      /* SRC_*: whether src's bits have come (the first slice to know says) */
     const uint8_t *mask; /* (B, n_ff) each token's own mask, or NULL: every neuron of runs */
     const char *xq;     /* (B) rows of n in gate's vec_dot_type */
     size_t xq_stride;
@@ -330,6 +332,7 @@ struct ffn_group_rec {
     _Alignas(GREC_ACT_LINE) _Atomic uint32_t done; /* == the pass's stamp: the rest is written */
     int32_t rows;                                   /* live neurons */
     int32_t live[AXPY_GROUP];                       /* ascending */
+    int32_t n_pred;                                 /* the group's neurons computed (for *bytes) */
     _Alignas(GREC_ACT_LINE) float act[AXPY_TOKENS][AXPY_GROUP]; /* act[t][k]: token t0 + t, neuron live[k] */
 };
 /* By columns (FFN_SPLIT_AUTO) while the batch's predicted neurons (the union of the masks' runs)
@@ -355,7 +358,46 @@ struct group_rows {
     float a[AXPY_GROUP];
 };
 
-/* The neurons of runs inside group [lo, hi), into gr (indices and gate, then up rows) */
+/* ffn_partial_bits: whether the bits have come. The first slice to ask waits (src->wait) and says
+ * for all; one that finds the answer given reads the bits after that release. */
+enum { SRC_WAIT, SRC_READY, SRC_NEVER };
+static bool bits_ready(const struct ffn_job *j)
+{
+    /* acquire: pairs with the release (the CAS) of the slice that waited */
+    int st = atomic_load_explicit(j->src_state, memory_order_acquire);
+    if (st == SRC_WAIT) {
+        const int got = j->src->wait(j->src->arg) ? SRC_READY : SRC_NEVER;
+        st = SRC_WAIT;
+        if (atomic_compare_exchange_strong_explicit(j->src_state, &st, got, memory_order_acq_rel,
+                                                    memory_order_acquire))
+            st = got;
+    }
+    return st == SRC_READY;
+}
+
+/* Group [lo, hi)'s word-aligned bits of src (lo is a multiple of 64), the ones past hi cleared */
+static uint64_t group_word(const struct ffn_job *j, int64_t w, int64_t hi)
+{
+    const uint64_t b = j->src->bits[w];
+    const int64_t left = hi - w * 64;
+    return left >= 64 ? b : b & ((1ull << left) - 1);
+}
+
+/* The neurons of group [lo, hi) from src's bits, into gr (indices and gate, then up rows) */
+static void group_collect_bits(const struct ffn_job *j, int64_t lo, int64_t hi, struct group_rows *gr)
+{
+    gr->n = 0;
+    for (int64_t w = lo / 64; w * 64 < hi; w++)
+        for (uint64_t b = group_word(j, w, hi); b; b &= b - 1) {
+            const int64_t i = w * 64 + __builtin_ctzll(b);
+            gr->idx[gr->n] = i;
+            gr->gu[gr->n] = lw_row(j->w, PI_ROW_GATE, i);
+            gr->n++;
+        }
+    for (int32_t r = 0; r < gr->n; r++)
+        gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
+}
+
 static void group_collect(const struct ffn_job *j, int64_t lo, int64_t hi, struct group_rows *gr)
 {
     /* first run that may reach the group (runs are sorted and disjoint): a binary search, as there
@@ -420,7 +462,13 @@ static void group_one(const struct ffn_job *j, int64_t g)
     /* the group's share of act is zeroed here rather than all of it by the caller: off its path */
     for (int32_t t = j->t0; t < j->t1; t++)
         memset(j->act + (size_t)t * F + lo, 0, (size_t)(hi - lo) * sizeof(float));
-    group_collect(j, lo, hi, &gr);
+    if (!j->src)
+        group_collect(j, lo, hi, &gr);
+    else if (bits_ready(j))
+        group_collect_bits(j, lo, hi, &gr);
+    else
+        gr.n = 0; /* the bits never come: the caller drops the step */
+    rec->n_pred = gr.n;
     int64_t rows = 0;
     if (gr.n) {
         for (int32_t t = j->t0; t < j->t1; t++) {
@@ -564,6 +612,29 @@ static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, in
     }
 }
 
+/* The same from src's bits: the cursor's neuron index c->i */
+static void prefetch_predicted_bits(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
+                                    size_t off, size_t len)
+{
+    const int64_t F = j->m->hp.n_ff;
+    int64_t i = c->i > from ? c->i : from;
+    if (until > F)
+        until = F;
+    while (i < until) {
+        const uint64_t b = j->src->bits[i / 64] >> (i % 64);
+        if (!b) {
+            i = (i / 64 + 1) * 64;
+            continue;
+        }
+        i += __builtin_ctzll(b);
+        if (i >= until)
+            break;
+        prefetch_segment(j, i, off, len, 2);
+        i++;
+    }
+    c->i = i < until ? i : until;
+}
+
 /* y[t, e0:e1] by columns: for each group in order (as soon as it is done), token t's live rows of it
  * restricted to the columns, summed in ascending neuron order from zero and added into y
  * (quant_axpy_rows_add): the group accumulator's columns e0..e1, the same operations, never written
@@ -582,6 +653,8 @@ static void col_add(const struct ffn_job *j, int32_t r)
     int64_t near = 0; /* the next group whose live rows are to be prefetched */
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
+    if (j->src && !bits_ready(j))
+        return; /* the caller drops the step */
     for (int64_t g = 0; g < j->n_groups; g++) {
         for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
             const struct ffn_group_rec *rn = &j->grec[near];
@@ -590,7 +663,11 @@ static void col_add(const struct ffn_job *j, int32_t r)
             for (int32_t q = 0; q < rn->rows; q++)
                 prefetch_segment(j, rn->live[q], off, len, 3);
         }
-        if (!group_is_done(j, g))
+        if (group_is_done(j, g))
+            ;
+        else if (j->src)
+            prefetch_predicted_bits(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
+        else
             prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
         group_wait(j, g);
         const struct ffn_group_rec *rec = &j->grec[g];
@@ -733,21 +810,88 @@ int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const str
     return rc;
 }
 
-int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
-                const struct pi_layer_weights *w, const float *xn, int32_t B, const struct ffn_runs *runs,
-                const uint8_t *mask, float *y, uint64_t *bytes)
+/* The down_t path's one pool job a pass of AXPY_TOKENS tokens (j: all but the group fields set):
+ * groups, then the reduction or the column slices. sparse: few neurons a group (by columns where the
+ * type's kernel allows). *bytes: what the groups read. */
+static int down_t_job(struct pi_pool *pool, struct ffn_scratch *s, struct ffn_job *j, bool sparse, uint64_t *bytes)
 {
-    const struct pi_layer *l = w->l;
-    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
-    /* the input ffn_input_prepare made for this call (taken once, whatever happens next) */
-    const bool ready = s->in_ready && s->in_xn == xn && s->in_B == B && s->in_l == l;
-    s->in_ready = false;
-    if (bytes)
-        *bytes = 0;
-    if (runs->n == 0) {
-        memset(y, 0, (size_t)B * E * sizeof *y);
-        return 0;
+    const struct pi_layer *l = j->l;
+    const int64_t E = j->m->hp.n_embd, F = j->m->hp.n_ff;
+    /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */
+    const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
+    if (!tt || !tt->axpy)
+        return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel", l->ffn_down_t.name,
+                       l->ffn_down_t.type);
+    j->dt = &l->ffn_down_t;
+    j->axpy = tt->axpy;
+    j->n_groups = (F + AXPY_GROUP - 1) / AXPY_GROUP;
+    const size_t gneed = (size_t)j->n_groups * AXPY_TOKENS * (size_t)E;
+    if (s->gacc_cap < gneed) {
+        float *p = realloc(s->gacc, gneed * sizeof *p);
+        uint8_t *u = realloc(s->gused, (size_t)j->n_groups * AXPY_TOKENS);
+        if (p)
+            s->gacc = p;
+        if (u)
+            s->gused = u;
+        if (!p || !u)
+            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j->n_groups);
+        s->gacc_cap = gneed;
     }
+    if (s->grec_cap < j->n_groups) {
+        struct ffn_group_rec *r = aligned_alloc(GREC_ACT_LINE, (size_t)j->n_groups * sizeof *r);
+        if (!r)
+            return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j->n_groups);
+        for (int64_t g = 0; g < j->n_groups; g++)
+            atomic_init(&r[g].done, 0);
+        free(s->grec);
+        s->grec = r;
+        s->grec_cap = j->n_groups;
+        s->gstamp = 0;
+    }
+    j->gacc = s->gacc;
+    j->gused = s->gused;
+    j->grec = s->grec;
+    /* reduction (or column) slices: one per thread, of whole cache lines of y; by columns also
+     * of whole blocks of down_t */
+    j->by_cols = s->split == FFN_SPLIT_COLS ||
+                 (s->split == FFN_SPLIT_AUTO && sparse && quant_axpy_rows_add_native(l->ffn_down_t.type));
+    const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
+    const int64_t unit = j->by_cols ? lcm64(line, tt->blck_size) : line;
+    j->n_red = pool_size(pool);
+    j->red_chunk = ((E + j->n_red - 1) / j->n_red + unit - 1) / unit * unit;
+    j->n_red = (int32_t)((E + j->red_chunk - 1) / j->red_chunk);
+    uint64_t rows = 0, pred = 0;
+    for (int32_t t0 = 0; t0 < j->B; t0 += AXPY_TOKENS) {
+        j->t0 = t0;
+        j->t1 = t0 + AXPY_TOKENS < j->B ? t0 + AXPY_TOKENS : j->B;
+        if (++s->gstamp == 0) { /* wrapped: no group may still hold the new stamp */
+            for (int64_t g = 0; g < j->n_groups; g++)
+                atomic_store_explicit(&s->grec[g].done, 0, memory_order_relaxed);
+            s->gstamp = 1;
+        }
+        j->stamp = s->gstamp;
+        /* one slice per group (a thread that finishes its group takes the next one), then the
+         * reduction's slices, in one hand-out */
+        pool_run_n(pool, group_job, j, (int)(j->n_groups + j->n_red));
+        for (int64_t g = 0; g < j->n_groups; g++) {
+            rows += (uint64_t)j->grec[g].rows;
+            pred += t0 == 0 ? (uint64_t)j->grec[g].n_pred : 0;
+        }
+    }
+    if (bytes)
+        *bytes = pred * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) + rows * l->ffn_down_t.row_bytes;
+    return 0;
+}
+
+/* What both entries do first: j for B tokens of xn through layer w into y, the activations' buffer,
+ * and the input (the one ffn_input_prepare made for this call, taken once; else made here: the same
+ * operations) */
+static int job_begin(struct ffn_scratch *s, const struct pi_model *m, const struct pi_layer_weights *w, const float *xn,
+                     int32_t B, float *y, struct ffn_job *j)
+{
+    const int64_t F = m->hp.n_ff;
+    const bool ready = s->in_ready && s->in_xn == xn && s->in_B == B && s->in_l == w->l;
+    s->in_ready = false;
     const int64_t need = 2 * (int64_t)B * F;
     if (s->act_cap < need) {
         float *p = realloc(s->act, (size_t)need * sizeof *p);
@@ -756,81 +900,63 @@ int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_mod
         s->act = p;
         s->act_cap = need;
     }
-    struct ffn_job j = { .t0 = 0, .t1 = B, .m = m, .l = l, .w = w, .runs = runs, .mask = mask, .act = s->act, .up = s->act + (size_t)B * F, .y = y, .B = B };
-
+    *j = (struct ffn_job){ .t0 = 0, .t1 = B, .m = m, .l = w->l, .w = w, .act = s->act, .up = s->act + (size_t)B * F,
+                           .y = y, .B = B };
     int rc;
-    /* else made here: the same operations */
     if (!ready && (rc = input_make(s, m, w, xn, B)))
         return rc;
-    j.xq = s->in_xq;
-    j.xq_stride = s->in_xq_stride;
-    j.xact = s->in_xact;
-    j.xact_stride = s->in_xact_stride;
-    if (l->ffn_down_t.data) {
-        /* down_t: the activations, then each thread AXPYs every live neuron into its slice of y */
-        const struct pi_type_traits *tt = quant_traits(l->ffn_down_t.type);
-        if (!tt || !tt->axpy)
-            return pi_fail(PI_E_UNSUPPORTED, "ffn: tensor '%s' has type %u without an AXPY kernel",
-                           l->ffn_down_t.name, l->ffn_down_t.type);
-        j.dt = &l->ffn_down_t;
-        j.axpy = tt->axpy;
-        j.n_groups = (F + AXPY_GROUP - 1) / AXPY_GROUP;
-        const size_t gneed = (size_t)j.n_groups * AXPY_TOKENS * (size_t)E;
-        if (s->gacc_cap < gneed) {
-            float *p = realloc(s->gacc, gneed * sizeof *p);
-            uint8_t *u = realloc(s->gused, (size_t)j.n_groups * AXPY_TOKENS);
-            if (p)
-                s->gacc = p;
-            if (u)
-                s->gused = u;
-            if (!p || !u)
-                return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
-            s->gacc_cap = gneed;
-        }
-        if (s->grec_cap < j.n_groups) {
-            struct ffn_group_rec *r = aligned_alloc(GREC_ACT_LINE, (size_t)j.n_groups * sizeof *r);
-            if (!r)
-                return pi_fail(PI_E_NOMEM, "ffn: out of memory for %lld neuron groups", (long long)j.n_groups);
-            for (int64_t g = 0; g < j.n_groups; g++)
-                atomic_init(&r[g].done, 0);
-            free(s->grec);
-            s->grec = r;
-            s->grec_cap = j.n_groups;
-            s->gstamp = 0;
-        }
-        j.gacc = s->gacc;
-        j.gused = s->gused;
-        j.grec = s->grec;
-        /* reduction (or column) slices: one per thread, of whole cache lines of y; by columns also
-         * of whole blocks of down_t */
-        j.by_cols = s->split == FFN_SPLIT_COLS ||
-                    (s->split == FFN_SPLIT_AUTO && runs->n_neurons <= COLS_MAX_PER_GROUP * j.n_groups &&
-                     quant_axpy_rows_add_native(l->ffn_down_t.type));
-        const int64_t line = CACHE_LINE / (int64_t)sizeof(float);
-        const int64_t unit = j.by_cols ? lcm64(line, tt->blck_size) : line;
-        j.n_red = pool_size(pool);
-        j.red_chunk = ((E + j.n_red - 1) / j.n_red + unit - 1) / unit * unit;
-        j.n_red = (int32_t)((E + j.red_chunk - 1) / j.red_chunk);
-        uint64_t rows = 0;
-        for (int32_t t0 = 0; t0 < B; t0 += AXPY_TOKENS) {
-            j.t0 = t0;
-            j.t1 = t0 + AXPY_TOKENS < B ? t0 + AXPY_TOKENS : B;
-            if (++s->gstamp == 0) { /* wrapped: no group may still hold the new stamp */
-                for (int64_t g = 0; g < j.n_groups; g++)
-                    atomic_store_explicit(&s->grec[g].done, 0, memory_order_relaxed);
-                s->gstamp = 1;
-            }
-            j.stamp = s->gstamp;
-            /* one slice per group (a thread that finishes its group takes the next one), then the
-             * reduction's slices, in one hand-out */
-            pool_run_n(pool, group_job, &j, (int)(j.n_groups + j.n_red));
-            for (int64_t g = 0; g < j.n_groups; g++)
-                rows += (uint64_t)j.grec[g].rows;
-        }
-        if (bytes)
-            *bytes = (uint64_t)runs->n_neurons * (l->ffn_gate.row_bytes + l->ffn_up.row_bytes) +
-                     rows * l->ffn_down_t.row_bytes;
+    j->xq = s->in_xq;
+    j->xq_stride = s->in_xq_stride;
+    j->xact = s->in_xact;
+    j->xact_stride = s->in_xact_stride;
+    return 0;
+}
+
+int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
+                     const struct pi_layer_weights *w, const float *xn, struct ffn_bits *src, float *y, uint64_t *bytes)
+{
+    if (bytes)
+        *bytes = 0;
+    if (!w->l->ffn_down_t.data) {
+        s->in_ready = false;
+        return pi_fail(PI_E_UNSUPPORTED, "ffn: layer %d has no ffn_down_t: its neurons cannot be given as bits",
+                       w->layer);
+    }
+    struct ffn_job j;
+    int rc;
+    if ((rc = job_begin(s, m, w, xn, 1, y, &j)))
+        return rc;
+    _Atomic int state = SRC_WAIT;
+    j.src = src;
+    j.src_state = &state;
+    /* a hybrid's cold share: a few neurons a group */
+    if ((rc = down_t_job(pool, s, &j, true, bytes)))
+        return rc;
+    return atomic_load_explicit(&state, memory_order_relaxed) == SRC_READY ? 0 : 1;
+}
+
+int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
+                const struct pi_layer_weights *w, const float *xn, int32_t B, const struct ffn_runs *runs,
+                const uint8_t *mask, float *y, uint64_t *bytes)
+{
+    const struct pi_layer *l = w->l;
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    if (bytes)
+        *bytes = 0;
+    if (runs->n == 0) {
+        s->in_ready = false; /* the input made ahead is this call's: taken */
+        memset(y, 0, (size_t)B * E * sizeof *y);
         return 0;
+    }
+    struct ffn_job j;
+    int rc;
+    if ((rc = job_begin(s, m, w, xn, B, y, &j)))
+        return rc;
+    j.runs = runs;
+    j.mask = mask;
+    if (l->ffn_down_t.data) {
+        bool sparse = runs->n_neurons <= COLS_MAX_PER_GROUP * ((F + AXPY_GROUP - 1) / AXPY_GROUP);
+        return down_t_job(pool, s, &j, sparse, bytes);
     }
     /* ffn_down: the activations first, then each thread dots its rows of down with them */
     const struct pi_type_traits *dt = quant_traits(l->ffn_down.type);

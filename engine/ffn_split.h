@@ -34,6 +34,7 @@
 #define PI_FFN_SPLIT_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -107,5 +108,23 @@ int ffn_input_prepare(struct ffn_scratch *s, const struct pi_model *m, const str
 int ffn_partial(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
                 const struct pi_layer_weights *w, const float *xn, int32_t B, const struct ffn_runs *runs,
                 const uint8_t *mask, float *y, uint64_t *bytes);
+
+/* The neurons of one token given as a bitmap still on its way (bit k of bits[w]: neuron 64 w + k, as
+ * ffn_runs_from_bits reads it): a GPU's cold share, whose bits the device writes into host memory
+ * after its predictor. wait(arg) returns true once the bits may be read (it must acquire what their
+ * writer released) and false if they never will be; the pool's threads may call it at once. */
+struct ffn_bits {
+    const uint64_t *bits;
+    bool (*wait)(void *arg);
+    void *arg;
+};
+
+/* ffn_partial for one token over the neurons of src's bits (mask NULL), the pool's job handed out at
+ * once: its group slices wait for the bits and take their own words of them, so the workers are
+ * running and no run list is built when the bits come. The same operations as ffn_partial over
+ * ffn_runs_from_bits' runs: the same bits of y. The layer must have ffn_down_t. Returns 0, a negative
+ * code, or 1: the bits never came (src->wait said so; y is not the result). */
+int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
+                     const struct pi_layer_weights *w, const float *xn, struct ffn_bits *src, float *y, uint64_t *bytes);
 
 #endif

@@ -13,6 +13,7 @@
  *    all-positive predictor gives the dense logits bit for bit; an all-negative one zeroes the FFN;
  *    the counters report neurons, tokens and bytes. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,6 +375,22 @@ static void test_partial(const char *dir, uint32_t type, struct pi_pool *pool)
  * its row of the batch's y bit for bit (the fused group + reduction job, ffn_split.c); and the same
  * with the AXPYs split by columns instead of by groups (ffn_scratch.split), against the same y. */
 #define INV_B 19 /* two passes of AXPY_TOKENS (16) */
+
+/* ffn_partial_bits' wait: the bits come after a few hundred polls (spun in the first caller; the
+ * others find them come or wait too), or never */
+struct bits_arrival {
+    _Atomic int polls;
+    int after; /* < 0: never */
+};
+static bool bits_arrive(void *arg)
+{
+    struct bits_arrival *a = arg;
+    if (a->after < 0)
+        return false;
+    while (atomic_fetch_add(&a->polls, 1) < a->after)
+        ;
+    return true;
+}
 static void test_partial_invariance(const char *dir, uint32_t type)
 {
     char path[512];
@@ -381,7 +398,7 @@ static void test_partial_invariance(const char *dir, uint32_t type)
     struct pwri_cfg c = base_cfg();
     c.ffn_type = type;
     c.n_embd = 128;
-    c.n_ff = 256 * 9 + 64;
+    c.n_ff = 256 * 9 + 96; /* the last group partial, and not whole 64-neuron words of bits */
     c.n_layer = 1;
     c.pred = PRED_RANDOM;
     struct pwri_weights w;
@@ -390,8 +407,12 @@ static void test_partial_invariance(const char *dir, uint32_t type)
     struct pi_model *m = load_ok(path);
     const int64_t E = c.n_embd, F = c.n_ff;
     float *xn = malloc((size_t)(INV_B * E) * sizeof *xn), *y0 = malloc((size_t)(INV_B * E) * sizeof *y0),
-          *y1 = malloc((size_t)(INV_B * E) * sizeof *y1), *yt = malloc((size_t)E * sizeof *yt);
+          *y1 = malloc((size_t)(INV_B * E) * sizeof *y1), *yt = malloc((size_t)E * sizeof *yt),
+          *yb = malloc((size_t)E * sizeof *yb);
     uint8_t *sel = malloc((size_t)F), *mask = malloc((size_t)(INV_B * F));
+    /* bits past n_ff set: they must not count */
+    uint64_t *bits = malloc((size_t)(F + 63) / 64 * sizeof *bits);
+    memset(bits, 0xff, (size_t)(F + 63) / 64 * sizeof *bits);
     for (int64_t i = 0; i < INV_B * E; i++)
         xn[i] = urand();
     for (int64_t i = 0; i < F; i++)
@@ -420,9 +441,25 @@ static void test_partial_invariance(const char *dir, uint32_t type)
             }
             for (int t = 0; t < INV_B; t += 6) {
                 CHECK_OK(ffn_runs_build(&rt, sel, 1, mask + (size_t)t * F, 1, F));
-                CHECK_OK(ffn_partial(p, &s, m, &lw, xn + (size_t)t * E, 1, &rt, mask + (size_t)t * F, yt, NULL));
+                uint64_t br = 0, bb = 0;
+                CHECK_OK(ffn_partial(p, &s, m, &lw, xn + (size_t)t * E, 1, &rt, mask + (size_t)t * F, yt, &br));
                 CHECK(!memcmp(yt, y0 + (size_t)t * E, (size_t)E * sizeof *yt), "%s %s, %d threads: token %d alone "
                       "differs from its row in the batch", quant_traits(type)->name, mode_name[mi], nt, t);
+                /* the same neurons as bits still on their way (ffn_partial_bits): the same y and bytes */
+                for (int64_t i = 0; i < F; i++)
+                    if (sel[i] && mask[(size_t)t * F + i])
+                        bits[i / 64] |= 1ull << (i % 64);
+                    else
+                        bits[i / 64] &= ~(1ull << (i % 64));
+                struct bits_arrival ba = { .after = 300 * t };
+                struct ffn_bits src = { .bits = bits, .wait = bits_arrive, .arg = &ba };
+                CHECK(ffn_partial_bits(p, &s, m, &lw, xn + (size_t)t * E, &src, yb, &bb) == 0, "ffn_partial_bits");
+                CHECK(!memcmp(yb, yt, (size_t)E * sizeof *yt) && bb == br, "%s %s, %d threads: token %d from bits "
+                      "differs from its runs (%llu / %llu bytes)", quant_traits(type)->name, mode_name[mi], nt, t,
+                      (unsigned long long)bb, (unsigned long long)br);
+                ba.after = -1;
+                CHECK(ffn_partial_bits(p, &s, m, &lw, xn + (size_t)t * E, &src, yb, NULL) == 1,
+                      "bits that never come: ffn_partial_bits says so");
             }
             pool_free(p);
         }
@@ -439,7 +476,7 @@ static void test_partial_invariance(const char *dir, uint32_t type)
     pool_free(p1);
     ffn_runs_fini(&r), ffn_runs_fini(&rt);
     ffn_scratch_fini(&s);
-    free(xn), free(y0), free(y1), free(yt), free(sel), free(mask);
+    free(xn), free(y0), free(y1), free(yt), free(yb), free(sel), free(mask), free(bits);
     model_free(m);
     pwri_free(&c, &w);
     unlink(path);
