@@ -572,6 +572,14 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
 #define COL_PF_NEAR 2
 #endif
 #define COL_PF_FAR 8
+/* ... and the group records' lines (the stamp, count and list; the activations) up to COL_PF_REC
+ * groups ahead, done or not: "done up to COL_PF_NEAR ahead" is itself a load of each record, written
+ * by another core, and once every group is done (the column phase's last ~25 µs on the GPU host) those
+ * loads were one cross-core miss after another, one a group. A record prefetched before its group is
+ * done is only read again (its writer takes the line back). 0: off (an A/B build). */
+#ifndef COL_PF_REC
+#define COL_PF_REC 6
+#endif
 
 static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
 {
@@ -650,12 +658,18 @@ static void col_add(const struct ffn_job *j, int32_t r)
     float a[AXPY_GROUP];
     const void *rows[AXPY_GROUP];
     struct col_cursor far = { 0, 0 };
-    int64_t near = 0; /* the next group whose live rows are to be prefetched */
+    int64_t near = 0;   /* the next group whose live rows are to be prefetched */
+    int64_t rec_pf = 0; /* the next group whose record is to be prefetched */
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
     if (j->src && !bits_ready(j))
         return; /* the caller drops the step */
     for (int64_t g = 0; g < j->n_groups; g++) {
+        for (; COL_PF_REC && rec_pf < j->n_groups && rec_pf <= g + COL_PF_REC; rec_pf++) {
+            __builtin_prefetch(&j->grec[rec_pf], 0, 3);
+            for (int32_t t = 0; t < nt; t++)
+                __builtin_prefetch(j->grec[rec_pf].act[t], 0, 3);
+        }
         for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
             const struct ffn_group_rec *rn = &j->grec[near];
             for (int32_t t = 0; t < nt && rn->rows; t++)
