@@ -580,6 +580,10 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
 #ifndef COL_PF_REC
 #define COL_PF_REC 6
 #endif
+/* The near segments' prefetch hint: 3 (into L1, as the AXPYs read them) or 2 (L2: an A/B build) */
+#ifndef COL_PF_NEAR_HINT
+#define COL_PF_NEAR_HINT 3
+#endif
 
 static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
 {
@@ -675,7 +679,7 @@ static void col_add(const struct ffn_job *j, int32_t r)
             for (int32_t t = 0; t < nt && rn->rows; t++)
                 __builtin_prefetch(rn->act[t], 0, 3);
             for (int32_t q = 0; q < rn->rows; q++)
-                prefetch_segment(j, rn->live[q], off, len, 3);
+                prefetch_segment(j, rn->live[q], off, len, COL_PF_NEAR_HINT);
         }
         if (group_is_done(j, g))
             ;
