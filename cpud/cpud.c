@@ -253,12 +253,13 @@ void cpud_fini(struct cpud *c)
         for (size_t i = 0; i < n; i++)
             if (c->ph_ffn_sample[i] > 4u * med)
                 slow++, over_ms += (double)(c->ph_ffn_sample[i] - med) / 1e6;
-        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f, runs %.1f; then %.1f us waiting "
+        fprintf(stderr, "cpud: %llu one-token steps, per step: prep %.1f us (norm %.1f of which the FFN's input %.1f, runs %.1f; then %.1f us waiting "
                 "for the masks after an early h), ffn %.1f us "
                 "(median %.1f, p90 %.1f, p99 %.1f, max %.1f of the last %zu; %zu over 4x the median, %.2f ms "
                 "beyond it), publish %.1f us; gap to the next step %.1f us; involuntary context switches %lld\n",
                 (unsigned long long)c->ph_steps, (double)c->ph_prep_ns / 1e3 / (double)c->ph_steps,
-                (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_norm_ns / 1e3 / (double)c->ph_steps, (double)c->ph_input_ns / 1e3 / (double)c->ph_steps,
+                (double)c->ph_runs_ns / 1e3 / (double)c->ph_steps,
                 (double)c->ph_mwait_ns / 1e3 / (double)c->ph_steps, (double)c->ph_ffn_ns / 1e3 / (double)c->ph_steps,
                 med / 1e3, c->ph_ffn_sample[n * 9 / 10] / 1e3,
                 c->ph_ffn_sample[n * 99 / 100] / 1e3, c->ph_ffn_sample[n - 1] / 1e3, n, slow, over_ms,
@@ -394,10 +395,14 @@ static int norm_and_input(struct cpud *c, const struct act_item *it)
 {
     const struct pi_model *m = c->m;
     ops_rmsnorm_rows(c->xn, c->act.h, m->layers[it->layer].ffn_norm.data, it->n_tok, m->hp.n_embd, m->hp.norm_eps);
+    c->input_ns = 0;
     if (c->nc)
         return 0;
+    const uint64_t t = stage_now_ns();
     const struct pi_layer_weights w = model_layer_weights(m, it->layer);
-    return ffn_input_prepare(&c->ffn, m, &w, c->xn, it->n_tok);
+    const int rc = ffn_input_prepare(&c->ffn, m, &w, c->xn, it->n_tok);
+    c->input_ns = stage_now_ns() - t;
+    return rc;
 }
 
 static void prep_slice(void *arg, int ith, int nth)
@@ -572,6 +577,7 @@ static int do_step(struct cpud *c, const struct act_item *it)
         c->ph_prep_ns += t1 - t0 - pj.mwait_ns;
         c->ph_mwait_ns += pj.mwait_ns;
         c->ph_norm_ns += pj.norm_ns;
+        c->ph_input_ns += c->input_ns;
         c->ph_runs_ns += pj.runs_ns;
         c->ph_ffn_ns += t2 - t1;
         c->ph_ffn_sample[(c->ph_steps - 1) % CPUD_FFN_SAMPLES] = t2 - t1 < UINT32_MAX ? (uint32_t)(t2 - t1) : UINT32_MAX;

@@ -37,6 +37,8 @@ struct cpud {
      * next one's start (waiting for gpud) */
     uint64_t ph_steps, ph_prep_ns, ph_norm_ns, ph_runs_ns, ph_ffn_ns, ph_pub_ns, ph_gap_ns, ph_last_end;
     uint64_t ph_mwait_ns; /* of prep: the wait for the masks' key after the norm of an early h */
+    uint64_t ph_input_ns; /* of the norm: the FFN's input made from it (ffn_input_prepare) */
+    uint64_t input_ns;    /* the last step's */
     /* the FFN times of the last CPUD_FFN_SAMPLES one-token steps (ns), for the median and the 90th
      * percentile beside the mean: whether a slow mean is every step or a few stalled ones */
 #define CPUD_FFN_SAMPLES 4096
