@@ -339,15 +339,19 @@ static inline __attribute__((always_inline)) void prefetch_line_of(const void *c
 
 /* acc[c] (the block's elements 8c..8c+7) += (a * d) * (nibble - 8) for Q4_0 block x: one FMA per
  * element, as q4_0_axpy_avx2 */
-static inline void q4_0_block_fma(__m256 acc[4], const struct block_q4_0 *x, float a, __m256i nib, __m256i off)
+static inline void q4_0_block_fma_sc(__m256 acc[4], const struct block_q4_0 *x, __m256 sc, __m256i nib, __m256i off)
 {
-    const __m256 sc = _mm256_set1_ps(a * f16_to_f32(x->d));
     for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: elements 8h.. (low) and 16+8h.. (high) */
         const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * h)));
         acc[h] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, nib), off)), acc[h]);
         acc[2 + h] =
             _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off)), acc[2 + h]);
     }
+}
+
+static inline void q4_0_block_fma(__m256 acc[4], const struct block_q4_0 *x, float a, __m256i nib, __m256i off)
+{
+    q4_0_block_fma_sc(acc, x, _mm256_set1_ps(a * f16_to_f32(x->d)), nib, off);
 }
 
 /* acc[c] += (a * d) * q[8c..8c+7] for Q8_0 block x, as q8_0_axpy_avx2 */
@@ -461,10 +465,36 @@ static inline void block_add(float *y, const __m256 acc[4])
         _mm256_storeu_ps(y + c * F32_PER_VEC, _mm256_add_ps(_mm256_loadu_ps(y + c * F32_PER_VEC), acc[c]));
 }
 
+/* Rows' scales a[k] · d made 8 blocks at a time (one half-to-float conversion and one multiply for
+ * 8 blocks of a row, the same products as q4_0_block_fma's scalar ones), for up to this many rows */
+#define AXPY_SC_ROWS 64
+#define AXPY_SC_BLOCKS 8
+
 static void q4_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr)
 {
     const __m256i nib = _mm256_set1_epi32(NIBBLE), off = _mm256_set1_epi32(Q4_0_OFFSET);
-    for (int64_t i = 0; i < n / QK4_0; i++) {
+    const int64_t nb = n / QK4_0;
+    int64_t i = 0;
+    if (nr <= AXPY_SC_ROWS) {
+        _Alignas(32) float sc[AXPY_SC_ROWS][AXPY_SC_BLOCKS];
+        for (; i + AXPY_SC_BLOCKS <= nb; i += AXPY_SC_BLOCKS) {
+            for (int k = 0; k < nr; k++) {
+                const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i;
+                const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d,
+                                                                (short)x[3].d, (short)x[4].d, (short)x[5].d,
+                                                                (short)x[6].d, (short)x[7].d));
+                _mm256_store_ps(sc[k], _mm256_mul_ps(_mm256_set1_ps(a[k]), d));
+            }
+            for (int b = 0; b < AXPY_SC_BLOCKS; b++) {
+                __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+                for (int k = 0; k < nr; k++)
+                    q4_0_block_fma_sc(acc, (const struct block_q4_0 *)rows[k] + i + b, _mm256_broadcast_ss(&sc[k][b]),
+                                      nib, off);
+                block_add(y + (i + b) * QK4_0, acc);
+            }
+        }
+    }
+    for (; i < nb; i++) {
         __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
         for (int k = 0; k < nr; k++)
             q4_0_block_fma(acc, (const struct block_q4_0 *)rows[k] + i, a[k], nib, off);
