@@ -466,7 +466,8 @@ static inline void block_add(float *y, const __m256 acc[4])
 }
 
 /* Rows' scales a[k] · d made 8 blocks at a time (one half-to-float conversion and one multiply for
- * 8 blocks of a row, the same products as q4_0_block_fma's scalar ones), for up to this many rows */
+ * 8 blocks of a row, the same products as q4_0_block_fma's scalar ones), for up to this many rows
+ * (the column slices of the sparse FFN add ~5 rows over 9 blocks) */
 #define AXPY_SC_ROWS 64
 #define AXPY_SC_BLOCKS 8
 
@@ -477,15 +478,21 @@ static void q4_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const v
     int64_t i = 0;
     if (nr <= AXPY_SC_ROWS) {
         _Alignas(32) float sc[AXPY_SC_ROWS][AXPY_SC_BLOCKS];
-        for (; i + AXPY_SC_BLOCKS <= nb; i += AXPY_SC_BLOCKS) {
+        for (; i < nb; i += AXPY_SC_BLOCKS) {
+            /* a last, shorter chunk repeats its last block's scale in the lanes past it (never read
+             * past the row) */
+            const int nbk = nb - i < AXPY_SC_BLOCKS ? (int)(nb - i) : AXPY_SC_BLOCKS;
+            int at[AXPY_SC_BLOCKS];
+            for (int b = 0; b < AXPY_SC_BLOCKS; b++)
+                at[b] = b < nbk ? b : nbk - 1;
             for (int k = 0; k < nr; k++) {
                 const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i;
-                const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16((short)x[0].d, (short)x[1].d, (short)x[2].d,
-                                                                (short)x[3].d, (short)x[4].d, (short)x[5].d,
-                                                                (short)x[6].d, (short)x[7].d));
+                const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(
+                    (short)x[at[0]].d, (short)x[at[1]].d, (short)x[at[2]].d, (short)x[at[3]].d, (short)x[at[4]].d,
+                    (short)x[at[5]].d, (short)x[at[6]].d, (short)x[at[7]].d));
                 _mm256_store_ps(sc[k], _mm256_mul_ps(_mm256_set1_ps(a[k]), d));
             }
-            for (int b = 0; b < AXPY_SC_BLOCKS; b++) {
+            for (int b = 0; b < nbk; b++) {
                 __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
                 for (int k = 0; k < nr; k++)
                     q4_0_block_fma_sc(acc, (const struct block_q4_0 *)rows[k] + i + b, _mm256_broadcast_ss(&sc[k][b]),
