@@ -354,6 +354,27 @@ static inline void q4_0_block_fma(__m256 acc[4], const struct block_q4_0 *x, flo
     q4_0_block_fma_sc(acc, x, _mm256_set1_ps(a * f16_to_f32(x->d)), nib, off);
 }
 
+/* sc[k][b] = a[k] · d of block i0 + b of row k, for the nr rows and the (up to) Q4_SC_BLOCKS blocks
+ * from i0 on (of nb): one half-to-float conversion and one multiply for 8 blocks of a row, the same
+ * products as q4_0_block_fma's scalar ones; lanes past the row repeat its last block (no read past
+ * it) */
+#define Q4_SC_BLOCKS 8
+static inline void q4_0_scales(const void *const *rows, const float *a, int nr, int64_t i0, int64_t nb,
+                               float (*sc)[Q4_SC_BLOCKS])
+{
+    const int nbk = nb - i0 < Q4_SC_BLOCKS ? (int)(nb - i0) : Q4_SC_BLOCKS;
+    int at[Q4_SC_BLOCKS];
+    for (int b = 0; b < Q4_SC_BLOCKS; b++)
+        at[b] = b < nbk ? b : nbk - 1;
+    for (int k = 0; k < nr; k++) {
+        const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i0;
+        const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16((short)x[at[0]].d, (short)x[at[1]].d, (short)x[at[2]].d,
+                                                        (short)x[at[3]].d, (short)x[at[4]].d, (short)x[at[5]].d,
+                                                        (short)x[at[6]].d, (short)x[at[7]].d));
+        _mm256_store_ps(sc[k], _mm256_mul_ps(_mm256_set1_ps(a[k]), d));
+    }
+}
+
 /* acc[c] += (a * d) * q[8c..8c+7] for Q8_0 block x, as q8_0_axpy_avx2 */
 static inline void q8_0_block_fma(__m256 acc[4], const struct block_q8_0 *x, float a)
 {
@@ -373,7 +394,11 @@ static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
         if (k0 == 0)
             for (int k = 0; k < k1; k++)
                 prefetch_row_head(rows[k], quant_row_size(PI_TYPE_Q4_0, n));
-        for (int64_t i = 0; i < n / QK4_0; i++) {
+        const int64_t nb = n / QK4_0;
+        _Alignas(32) float sc[AXPY_CHUNK][Q4_SC_BLOCKS];
+        for (int64_t i = 0; i < nb; i++) {
+            if (i % Q4_SC_BLOCKS == 0)
+                q4_0_scales(rows + k0, a + k0, k1 - k0, i, nb, sc);
             const size_t at = (size_t)i * sizeof(struct block_q4_0);
             if (at % CACHE_LINE < sizeof(struct block_q4_0)) /* this block starts a new line */
                 prefetch_line_of(rows, k1, p1, at - at % CACHE_LINE);
@@ -382,7 +407,8 @@ static void q4_0_axpy_rows_avx2(int64_t n, float *y, const float *a, const void 
             for (int c = 0; c < 4; c++)
                 acc[c] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(yb + c * F32_PER_VEC);
             for (int k = k0; k < k1; k++)
-                q4_0_block_fma(acc, (const struct block_q4_0 *)rows[k] + i, a[k], nib, off);
+                q4_0_block_fma_sc(acc, (const struct block_q4_0 *)rows[k] + i,
+                                  _mm256_broadcast_ss(&sc[k - k0][i % Q4_SC_BLOCKS]), nib, off);
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
         }
@@ -465,11 +491,9 @@ static inline void block_add(float *y, const __m256 acc[4])
         _mm256_storeu_ps(y + c * F32_PER_VEC, _mm256_add_ps(_mm256_loadu_ps(y + c * F32_PER_VEC), acc[c]));
 }
 
-/* Rows' scales a[k] · d made 8 blocks at a time (one half-to-float conversion and one multiply for
- * 8 blocks of a row, the same products as q4_0_block_fma's scalar ones), for up to this many rows
- * (the column slices of the sparse FFN add ~5 rows over 9 blocks) */
+/* rows_add takes its rows' scales from q4_0_scales for up to this many rows (the column slices of the
+ * sparse FFN add ~5 rows over 9 blocks), one at a time beyond */
 #define AXPY_SC_ROWS 64
-#define AXPY_SC_BLOCKS 8
 
 static void q4_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const void *const *rows, int nr)
 {
@@ -477,21 +501,10 @@ static void q4_0_axpy_rows_add_avx2(int64_t n, float *y, const float *a, const v
     const int64_t nb = n / QK4_0;
     int64_t i = 0;
     if (nr <= AXPY_SC_ROWS) {
-        _Alignas(32) float sc[AXPY_SC_ROWS][AXPY_SC_BLOCKS];
-        for (; i < nb; i += AXPY_SC_BLOCKS) {
-            /* a last, shorter chunk repeats its last block's scale in the lanes past it (never read
-             * past the row) */
-            const int nbk = nb - i < AXPY_SC_BLOCKS ? (int)(nb - i) : AXPY_SC_BLOCKS;
-            int at[AXPY_SC_BLOCKS];
-            for (int b = 0; b < AXPY_SC_BLOCKS; b++)
-                at[b] = b < nbk ? b : nbk - 1;
-            for (int k = 0; k < nr; k++) {
-                const struct block_q4_0 *x = (const struct block_q4_0 *)rows[k] + i;
-                const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(
-                    (short)x[at[0]].d, (short)x[at[1]].d, (short)x[at[2]].d, (short)x[at[3]].d, (short)x[at[4]].d,
-                    (short)x[at[5]].d, (short)x[at[6]].d, (short)x[at[7]].d));
-                _mm256_store_ps(sc[k], _mm256_mul_ps(_mm256_set1_ps(a[k]), d));
-            }
+        _Alignas(32) float sc[AXPY_SC_ROWS][Q4_SC_BLOCKS];
+        for (; i < nb; i += Q4_SC_BLOCKS) {
+            const int nbk = nb - i < Q4_SC_BLOCKS ? (int)(nb - i) : Q4_SC_BLOCKS;
+            q4_0_scales(rows, a, nr, i, nb, sc);
             for (int b = 0; b < nbk; b++) {
                 __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
                 for (int k = 0; k < nr; k++)
