@@ -383,6 +383,13 @@ static uint64_t group_word(const struct ffn_job *j, int64_t w, int64_t hi)
     return left >= 64 ? b : b & ((1ull << left) - 1);
 }
 
+/* gr's up rows after its n gate rows (one gather for both) */
+static void collect_up_rows(const struct ffn_job *j, struct group_rows *gr)
+{
+    for (int32_t r = 0; r < gr->n; r++)
+        gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
+}
+
 /* The neurons of group [lo, hi) from src's bits, into gr (indices and gate, then up rows) */
 static void group_collect_bits(const struct ffn_job *j, int64_t lo, int64_t hi, struct group_rows *gr)
 {
@@ -394,8 +401,7 @@ static void group_collect_bits(const struct ffn_job *j, int64_t lo, int64_t hi, 
             gr->gu[gr->n] = lw_row(j->w, PI_ROW_GATE, i);
             gr->n++;
         }
-    for (int32_t r = 0; r < gr->n; r++)
-        gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
+    collect_up_rows(j, gr);
 }
 
 static void group_collect(const struct ffn_job *j, int64_t lo, int64_t hi, struct group_rows *gr)
@@ -420,8 +426,7 @@ static void group_collect(const struct ffn_job *j, int64_t lo, int64_t hi, struc
             gr->n++;
         }
     }
-    for (int32_t r = 0; r < gr->n; r++)
-        gr->gu[gr->n + r] = lw_row(j->w, PI_ROW_UP, gr->idx[r]);
+    collect_up_rows(j, gr);
 }
 
 /* Token t0 + t's live neurons of group record rec (ascending): their activations into a, their down_t
@@ -572,18 +577,6 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
 #define COL_PF_NEAR 2
 #endif
 #define COL_PF_FAR 8
-/* ... and the group records' lines (the stamp, count and list; the activations) up to COL_PF_REC
- * groups ahead, done or not: "done up to COL_PF_NEAR ahead" is itself a load of each record, written
- * by another core, and once every group is done (the column phase's last ~25 µs on the GPU host) those
- * loads were one cross-core miss after another, one a group. A record prefetched before its group is
- * done is only read again (its writer takes the line back). 0: off (an A/B build). */
-#ifndef COL_PF_REC
-#define COL_PF_REC 6
-#endif
-/* The near segments' prefetch hint: 3 (into L1, as the AXPYs read them) or 2 (L2: an A/B build) */
-#ifndef COL_PF_NEAR_HINT
-#define COL_PF_NEAR_HINT 3
-#endif
 
 static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
 {
@@ -603,7 +596,7 @@ struct col_cursor {
 
 /* Prefetch into L2 the segments of the down_t rows of the neurons of runs in [from, until), the
  * cursor moved past them (it never goes back: a neuron is prefetched once) */
-static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
+static void prefetch_predicted_runs(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
                                size_t off, size_t len)
 {
     const struct ffn_runs *r = j->runs;
@@ -647,6 +640,16 @@ static void prefetch_predicted_bits(const struct ffn_job *j, struct col_cursor *
     c->i = i < until ? i : until;
 }
 
+/* The predicted neurons' segments in [from, until): from the runs, or from src's bits */
+static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
+                               size_t off, size_t len)
+{
+    if (j->src)
+        prefetch_predicted_bits(j, c, from, until, off, len);
+    else
+        prefetch_predicted_runs(j, c, from, until, off, len);
+}
+
 /* y[t, e0:e1] by columns: for each group in order (as soon as it is done), token t's live rows of it
  * restricted to the columns, summed in ascending neuron order from zero and added into y
  * (quant_axpy_rows_add): the group accumulator's columns e0..e1, the same operations, never written
@@ -662,30 +665,20 @@ static void col_add(const struct ffn_job *j, int32_t r)
     float a[AXPY_GROUP];
     const void *rows[AXPY_GROUP];
     struct col_cursor far = { 0, 0 };
-    int64_t near = 0;   /* the next group whose live rows are to be prefetched */
-    int64_t rec_pf = 0; /* the next group whose record is to be prefetched */
+    int64_t near = 0; /* the next group whose live rows are to be prefetched */
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
     if (j->src && !bits_ready(j))
         return; /* the caller drops the step */
     for (int64_t g = 0; g < j->n_groups; g++) {
-        for (; COL_PF_REC && rec_pf < j->n_groups && rec_pf <= g + COL_PF_REC; rec_pf++) {
-            __builtin_prefetch(&j->grec[rec_pf], 0, 3);
-            for (int32_t t = 0; t < nt; t++)
-                __builtin_prefetch(j->grec[rec_pf].act[t], 0, 3);
-        }
         for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
             const struct ffn_group_rec *rn = &j->grec[near];
             for (int32_t t = 0; t < nt && rn->rows; t++)
                 __builtin_prefetch(rn->act[t], 0, 3);
             for (int32_t q = 0; q < rn->rows; q++)
-                prefetch_segment(j, rn->live[q], off, len, COL_PF_NEAR_HINT);
+                prefetch_segment(j, rn->live[q], off, len, 3);
         }
-        if (group_is_done(j, g))
-            ;
-        else if (j->src)
-            prefetch_predicted_bits(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
-        else
+        if (!group_is_done(j, g))
             prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
         group_wait(j, g);
         const struct ffn_group_rec *rec = &j->grec[g];
@@ -931,7 +924,7 @@ static int job_begin(struct ffn_scratch *s, const struct pi_model *m, const stru
 }
 
 int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
-                     const struct pi_layer_weights *w, const float *xn, struct ffn_bits *src, float *y, uint64_t *bytes)
+                     const struct pi_layer_weights *w, const float *xn, const struct ffn_bits *src, float *y, uint64_t *bytes)
 {
     if (bytes)
         *bytes = 0;

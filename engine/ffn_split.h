@@ -125,6 +125,7 @@ struct ffn_bits {
  * ffn_runs_from_bits' runs: the same bits of y. The layer must have ffn_down_t. Returns 0, a negative
  * code, or 1: the bits never came (src->wait said so; y is not the result). */
 int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct pi_model *m,
-                     const struct pi_layer_weights *w, const float *xn, struct ffn_bits *src, float *y, uint64_t *bytes);
+                     const struct pi_layer_weights *w, const float *xn, const struct ffn_bits *src, float *y,
+                     uint64_t *bytes);
 
 #endif
