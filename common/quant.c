@@ -60,7 +60,7 @@ static void quant_init_once(void)
 #if defined(PI_HAVE_AVX512_UNIT)
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vnni")) {
+            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi")) {
             memcpy(traits_lv[PI_CPU_AVX512], traits_lv[PI_CPU_AVX2], sizeof traits_ref);
             quant_avx512_install(traits_lv[PI_CPU_AVX512], PI_TYPE_COUNT);
             level_max = PI_CPU_AVX512;
@@ -186,6 +186,22 @@ static const struct pi_type_traits *traits_at(uint32_t type, enum pi_cpu_level l
     return type < PI_TYPE_COUNT && traits_ref[type].name ? &traits_lv[l][type] : NULL;
 }
 
+/* Whether level l computes type's dots (resp. AXPYs) with the AVX2 unit's kernels: at AVX2, and at
+ * AVX-512 for the types whose kernels it keeps from the AVX2 table (quant_avx512_install patches only
+ * its own). Such a level takes the AVX2 unit's multi-row paths for them too, as they give that
+ * vec_dot's (axpy's) bits: a row's value does not depend on the path, at every level. */
+static bool avx2_dots(uint32_t type, enum pi_cpu_level l)
+{
+    return l == PI_CPU_AVX2 ||
+           (l > PI_CPU_AVX2 && type < PI_TYPE_COUNT && traits_lv[l][type].vec_dot == traits_lv[PI_CPU_AVX2][type].vec_dot);
+}
+
+static bool avx2_axpys(uint32_t type, enum pi_cpu_level l)
+{
+    return l == PI_CPU_AVX2 ||
+           (l > PI_CPU_AVX2 && type < PI_TYPE_COUNT && traits_lv[l][type].axpy == traits_lv[PI_CPU_AVX2][type].axpy);
+}
+
 /* The loader rejects tensors without kernels; if one slips through, poison the output rather than crash. */
 static void poison(float *y, int64_t n)
 {
@@ -209,7 +225,7 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
         return;
 #endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && (quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
+    if (avx2_dots(type, l) && (quant_avx2_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
                              quant_avx2_kdot_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1) ||
                              quant_avx2_v32_gemv_rows(type, W, row_bytes, n, x_vd, y, r0, r1)))
         return;
@@ -228,22 +244,33 @@ void quant_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
 
 size_t quant_gather_act_bytes(uint32_t type, int64_t n)
 {
+    const enum pi_cpu_level l = level_now();
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gather_act_bytes(type, n))
+        return quant_avx512_gather_act_bytes(type, n);
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (level_now() == PI_CPU_AVX2)
+    if (avx2_dots(type, l))
         return quant_avx2_gather_act_bytes(type, n);
 #endif
-    (void)type, (void)n;
+    (void)type, (void)n, (void)l;
     return 0;
 }
 
 void quant_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act)
 {
-#if defined(PI_HAVE_AVX2_UNIT)
-    if (level_now() == PI_CPU_AVX2 && quant_avx2_gather_act_bytes(type, n))
-        quant_avx2_gather_act_prepare(type, n, x_vd, act);
-#else
-    (void)type, (void)n, (void)x_vd, (void)act;
+    const enum pi_cpu_level l = level_now();
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gather_act_bytes(type, n)) {
+        quant_avx512_gather_act_prepare(type, n, x_vd, act);
+        return;
+    }
 #endif
+#if defined(PI_HAVE_AVX2_UNIT)
+    if (avx2_dots(type, l) && quant_avx2_gather_act_bytes(type, n))
+        quant_avx2_gather_act_prepare(type, n, x_vd, act);
+#endif
+    (void)type, (void)n, (void)x_vd, (void)act, (void)l;
 }
 
 void quant_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *const *rows, int64_t nrows, float *y)
@@ -260,8 +287,12 @@ void quant_gemv_gather_act(uint32_t type, int64_t n, const void *x_vd, const voi
         poison(y, nrows);
         return;
     }
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_gemv_gather(type, n, x_vd, act, rows, nrows, y))
+        return;
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_gemv_gather(type, n, x_vd, act, rows, nrows, y))
+    if (avx2_dots(type, l) && quant_avx2_gemv_gather(type, n, x_vd, act, rows, nrows, y))
         return;
 #else
     (void)act;
@@ -292,8 +323,12 @@ void quant_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const v
     const struct pi_type_traits *t = axpy_traits(type, l, y, n);
     if (t == NULL)
         return;
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_axpy_rows(type, n, y, a, rows, nr, init))
+        return;
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_axpy_rows(type, n, y, a, rows, nr, init))
+    if (avx2_axpys(type, l) && quant_avx2_axpy_rows(type, n, y, a, rows, nr, init))
         return;
 #endif
     if (init)
@@ -312,8 +347,12 @@ void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, con
     const struct pi_type_traits *t = axpy_traits(type, l, y, n);
     if (t == NULL)
         return;
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_axpy_rows_add(type, n, y, a, rows, nr))
+        return;
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_axpy_rows_add(type, n, y, a, rows, nr))
+    if (avx2_axpys(type, l) && quant_avx2_axpy_rows_add(type, n, y, a, rows, nr))
         return;
 #endif
     float tile[AXPY_ADD_TILE];
@@ -330,10 +369,15 @@ void quant_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, con
 
 bool quant_axpy_rows_add_native(uint32_t type)
 {
+    const enum pi_cpu_level l = level_now();
+#if defined(PI_HAVE_AVX512_UNIT)
+    if (l == PI_CPU_AVX512 && quant_avx512_has_axpy_rows_add(type))
+        return true;
+#endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    return level_now() == PI_CPU_AVX2 && quant_avx2_has_axpy_rows_add(type);
+    return avx2_axpys(type, l) && quant_avx2_has_axpy_rows_add(type);
 #else
-    (void)type;
+    (void)type, (void)l;
     return false;
 #endif
 }
@@ -354,7 +398,7 @@ void quant_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, 
         return;
 #endif
 #if defined(PI_HAVE_AVX2_UNIT)
-    if (l == PI_CPU_AVX2 && quant_avx2_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
+    if (avx2_dots(type, l) && quant_avx2_gemm_rows(type, W, row_bytes, n, X_vd, x_stride, B, Y, y_stride, r0, r1))
         return;
 #endif
     (void)l;

@@ -169,11 +169,20 @@ bool quant_avx2_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, co
 bool quant_avx2_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
 /* whether it has that kernel for type */
 bool quant_avx2_has_axpy_rows_add(uint32_t type);
-/* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same two
- * entry points; only after cpuid has reported AVX-512 F/BW/VL/DQ/VNNI (quant_init does). */
+/* Internal, for quant.c: the AVX-512 unit (quant_avx512.c, compiled with its ISA flags), the same
+ * entry points as the AVX2 unit's (false, computing nothing, for the types it lacks); only after cpuid
+ * has reported AVX-512 F/BW/VL/DQ/VNNI/VBMI (quant_init does). */
 void quant_avx512_install(struct pi_type_traits *traits, size_t count);
 bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                             float *y, int64_t r0, int64_t r1);
+bool quant_avx512_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const void *act, const void *const *rows,
+                              int64_t nrows, float *y);
+size_t quant_avx512_gather_act_bytes(uint32_t type, int64_t n);
+void quant_avx512_gather_act_prepare(uint32_t type, int64_t n, const void *x_vd, void *act);
+bool quant_avx512_axpy_rows(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr,
+                            bool init);
+bool quant_avx512_axpy_rows_add(uint32_t type, int64_t n, float *y, const float *a, const void *const *rows, int nr);
+bool quant_avx512_has_axpy_rows_add(uint32_t type);
 bool quant_avx512_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
                             size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1);
 /* and the AVX2 unit's GEMM tile (Q8_0/Q4_0; false, computing nothing, for the other types) */
