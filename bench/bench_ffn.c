@@ -1,7 +1,7 @@
 /* bench_ffn — the sparse FFN (ffn_partial) of a model's layers on its own, against read bandwidth.
  *
  *   bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] [-g GAP_US] [-s SPIN_US]
- *             [-r] [-m auto|groups|cols] [--no-mmap]
+ *             [-r] [-m auto|groups|cols] [--no-mmap] [-T]
  *
  * Each iteration runs every layer's FFN once (layer after layer, so the weights stream from DRAM as
  * in decode) over random masks keeping FRACTION of the neurons (default 0.1), new masks every
@@ -17,6 +17,10 @@
  * -r: the same masks every iteration (with -L 1 the live rows then stay in the caches: the fixed
  * overhead of a layer without its DRAM reads). -m: how the down_t AXPYs split over threads
  * (ffn_scratch.split; auto: ffn_partial's choice).
+ * -T: the down_t job's timeline (ffn_trace), averaged over the timed layers, as "trace": µs from the
+ * hand-out to the first slice's start, to the last group's end and to the last slice's end; the
+ * threads that ran slices; per slice [start, end, wait] (means, µs from the hand-out: a column
+ * slice's wait is the time it spun on groups still being computed).
  * "runs_us_mean": the runs' build (in the timed region; cpud builds them before ffn_partial);
  * "noop_job_us_mean": a pool job of as many empty slices as a layer's down_t job, after the same gap
  * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y
@@ -68,6 +72,64 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
+/* -T: the timelines' sums over the timed layers, per slice index */
+#define TRACE_SLICES 256
+struct trace_sum {
+    int64_t jobs;
+    int32_t n_slices, n_groups;
+    double first, groups_end, end, threads;
+    double start[TRACE_SLICES], stop[TRACE_SLICES], wait[TRACE_SLICES];
+};
+
+static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
+{
+    const int32_t n = t->n_slices < TRACE_SLICES ? t->n_slices : TRACE_SLICES;
+    uint64_t first = UINT64_MAX, gend = 0, end = 0, seen = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const struct ffn_slice_trace *s = &t->slice[k];
+        first = s->start < first ? s->start : first;
+        end = s->end > end ? s->end : end;
+        if (k < t->n_groups)
+            gend = s->end > gend ? s->end : gend;
+        if (s->tid < 64)
+            seen |= 1ull << s->tid;
+        ts->start[k] += (double)(s->start - t->handout);
+        ts->stop[k] += (double)(s->end - t->handout);
+        ts->wait[k] += (double)s->wait;
+    }
+    ts->first += (double)(first - t->handout);
+    ts->groups_end += (double)(gend - t->handout);
+    ts->end += (double)(end - t->handout);
+    ts->threads += __builtin_popcountll(seen);
+    ts->n_slices = n;
+    ts->n_groups = t->n_groups;
+    ts->jobs++;
+}
+
+/* the trace clock's ticks per µs, against the monotonic clock over 20 ms */
+static double trace_ticks_per_us(void)
+{
+    const double t0 = now_us();
+    const uint64_t c0 = ffn_trace_now();
+    while (now_us() - t0 < 20000)
+        ;
+    return (double)(ffn_trace_now() - c0) / (now_us() - t0);
+}
+
+static void trace_print(const struct trace_sum *ts)
+{
+    if (!ts->jobs)
+        return;
+    const double k = 1.0 / (trace_ticks_per_us() * (double)ts->jobs);
+    printf("{\"trace\":{\"jobs\":%lld,\"group_slices\":%d,\"slices\":%d,\"first_start_us\":%.2f,\"groups_end_us\":%.2f,"
+           "\"end_us\":%.2f,\"threads\":%.1f,\"per_slice\":[",
+           (long long)ts->jobs, ts->n_groups, ts->n_slices, ts->first * k, ts->groups_end * k, ts->end * k,
+           ts->threads / (double)ts->jobs);
+    for (int32_t i = 0; i < ts->n_slices; i++)
+        printf("%s[%.2f,%.2f,%.2f]", i ? "," : "", ts->start[i] * k, ts->stop[i] * k, ts->wait[i] * k);
+    printf("]}}\n");
+}
+
 int main(int argc, char **argv)
 {
     int threads = 1, iters = 5;
@@ -76,6 +138,7 @@ int main(int argc, char **argv)
     int gap_us = 0, spin_us = 0;
     double frac = 0.1;
     bool repeat = false; /* -r: one set of masks for every iteration */
+    bool tracing = false; /* -T: the job's timeline */
     enum ffn_split_mode split = FFN_SPLIT_AUTO;
     const char *path = NULL;
     enum model_weights weights = MODEL_WEIGHTS_MAP;
@@ -103,13 +166,15 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "-r"))
             repeat = true;
+        else if (!strcmp(argv[i], "-T"))
+            tracing = true;
         else if (!strcmp(argv[i], "--no-mmap")) /* the weights read into huge pages, as pictl run --no-mmap */
             weights = MODEL_WEIGHTS_READ;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
             fprintf(stderr, "usage: bench_ffn MODEL.gguf [-t THREADS] [-n ITERS] [-p FRACTION] [-B TOKENS] [-L LAYERS] "
-                            "[-g GAP_US] [-s SPIN_US] [-r] [-m auto|groups|cols] [--no-mmap]\n");
+                            "[-g GAP_US] [-s SPIN_US] [-r] [-m auto|groups|cols] [--no-mmap] [-T]\n");
             return 2;
         }
     }
@@ -157,6 +222,11 @@ int main(int argc, char **argv)
     }
     (void)sink;
     struct ffn_scratch s = { .split = split };
+    struct trace_sum ts = { 0 };
+    struct ffn_slice_trace tslices[TRACE_SLICES];
+    struct ffn_trace tr = { .cap = TRACE_SLICES, .slice = tslices };
+    if (tracing)
+        ffn_trace_set(&tr);
     double best = 1e300, sum = 0;
     uint64_t bytes_total = 0, y_hash = FNV_OFFSET;
     double runs_sum = 0; /* the runs' build, inside the timed region (cpud builds them in its prep) */
@@ -179,6 +249,8 @@ int main(int argc, char **argv)
             }
             bytes_it += b;
             dt += now_us() - t0;
+            if (tracing && it >= 0)
+                trace_add(&ts, &tr);
             if (it >= 0) {
                 y_hash = fnv1a(y_hash, y, (size_t)B * E * sizeof *y);
                 runs_sum += t1 - t0;
@@ -190,6 +262,7 @@ int main(int argc, char **argv)
         sum += dt;
         bytes_total = bytes_it;
     }
+    ffn_trace_set(NULL);
     struct pool_stats ps; /* the pool's own view: runs it did alone (oversubscribed), straggles, sleeps */
     pool_get_stats(pool, &ps);
     /* what a job of as many empty slices as a layer's down_t job costs (the groups and a slice a
@@ -212,6 +285,8 @@ int main(int argc, char **argv)
            repeat ? "true" : "false",
            split == FFN_SPLIT_GROUPS ? "groups" : split == FFN_SPLIT_COLS ? "cols" : "auto", ps.solo_runs, ps.straggles,
            ps.sleeps, (unsigned long long)y_hash);
+    if (tracing)
+        trace_print(&ts);
     ffn_scratch_fini(&s);
     ffn_runs_fini(runs);
     pool_free(pool);

@@ -8,6 +8,12 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#else
+#include <time.h>
+#endif
+
 #include "cache_claim.h"
 #include "cpu_relax.h"
 #include "pi_err.h"
@@ -516,6 +522,28 @@ static void group_one(const struct ffn_job *j, int64_t g)
     atomic_store_explicit(&rec->done, j->stamp, memory_order_release);
 }
 
+/* bench_ffn -T's timeline (ffn_split.h): the trace, each thread's id in it and its slice's wait so far */
+static struct ffn_trace *trace_on;
+static _Atomic int32_t trace_tids;
+static _Thread_local int32_t trace_tid = -1;
+static _Thread_local uint64_t trace_wait;
+
+void ffn_trace_set(struct ffn_trace *t)
+{
+    trace_on = t;
+}
+
+uint64_t ffn_trace_now(void)
+{
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+}
+
 #define GROUP_WAIT_YIELD 64 /* pauses between yields while a group is still being computed */
 
 /* Wait until group g of this pass is done. Group slices come before every reduction slice, so g is
@@ -528,11 +556,16 @@ static bool group_is_done(const struct ffn_job *j, int64_t g)
 
 static void group_wait(const struct ffn_job *j, int64_t g)
 {
+    if (group_is_done(j, g))
+        return;
+    const uint64_t t0 = trace_on ? ffn_trace_now() : 0;
     for (unsigned i = 1; !group_is_done(j, g); i++) {
         cpu_relax();
         if (i % GROUP_WAIT_YIELD == 0)
             sched_yield();
     }
+    if (trace_on)
+        trace_wait += ffn_trace_now() - t0;
 }
 
 /* The columns [*e0, *e1) of reduction or column slice r */
@@ -696,6 +729,10 @@ static void col_add(const struct ffn_job *j, int32_t r)
 static void group_job(void *arg, int ith, int nth)
 {
     const struct ffn_job *j = arg;
+    struct ffn_trace *tr = trace_on;
+    const uint64_t t0 = tr ? ffn_trace_now() : 0;
+    if (tr)
+        trace_wait = 0;
     (void)nth;
     if (ith < j->n_groups)
         group_one(j, ith);
@@ -703,6 +740,11 @@ static void group_job(void *arg, int ith, int nth)
         col_add(j, (int32_t)(ith - j->n_groups));
     else
         group_reduce(j, (int32_t)(ith - j->n_groups));
+    if (tr && ith < tr->cap) {
+        if (trace_tid < 0)
+            trace_tid = atomic_fetch_add_explicit(&trace_tids, 1, memory_order_relaxed);
+        tr->slice[ith] = (struct ffn_slice_trace){ t0, ffn_trace_now(), trace_wait, trace_tid };
+    }
 }
 
 /* y[b, e] = Σ over runs of down[e, run] · act[b, run] for this thread's rows e */
@@ -883,6 +925,11 @@ static int down_t_job(struct pi_pool *pool, struct ffn_scratch *s, struct ffn_jo
         j->stamp = s->gstamp;
         /* one slice per group (a thread that finishes its group takes the next one), then the
          * reduction's slices, in one hand-out */
+        if (trace_on) {
+            trace_on->n_groups = (int32_t)j->n_groups;
+            trace_on->n_slices = (int32_t)(j->n_groups + j->n_red);
+            trace_on->handout = ffn_trace_now();
+        }
         pool_run_n(pool, group_job, j, (int)(j->n_groups + j->n_red));
         for (int64_t g = 0; g < j->n_groups; g++) {
             rows += (uint64_t)j->grec[g].rows;

@@ -128,4 +128,22 @@ int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct p
                      const struct pi_layer_weights *w, const float *xn, const struct ffn_bits *src, float *y,
                      uint64_t *bytes);
 
+/* The down_t job's timeline, for a benchmark (bench_ffn -T): while a trace is set, each pass of the
+ * down_t job records when it was handed out and, per slice, the thread that ran it (a small id per
+ * thread), its start and end and the time it spent waiting for groups still being computed (column and
+ * reduction slices), in ffn_trace_now's clock (the TSC on x86-64). Off (NULL) by default: one load a
+ * slice. Set it only while no job runs. */
+struct ffn_slice_trace {
+    uint64_t start, end, wait;
+    int32_t tid;
+};
+struct ffn_trace {
+    uint64_t handout;              /* the last pass's hand-out to the pool */
+    int32_t n_groups, n_slices;    /* its group slices, and all its slices */
+    int32_t cap;
+    struct ffn_slice_trace *slice; /* (cap) slices beyond cap are not recorded */
+};
+void ffn_trace_set(struct ffn_trace *t);
+uint64_t ffn_trace_now(void);
+
 #endif
