@@ -68,10 +68,12 @@ static void quant_init_once(void)
 #endif
     }
 #endif
-    /* AVX-512 is opt-in (PINFER_CPU_LEVEL=avx512): measured on the GPU machine's host (Xeon, 16
-     * threads, 7B Q4_0, 2026-12-01 13:35 UTC, docs/BENCHMARKS.md) its kernels decoded at 0.5-0.75x
-     * the AVX2 ones, so the fastest level there is AVX2 */
-    level_default = level_max > PI_CPU_AVX2 ? PI_CPU_AVX2 : level_max;
+    /* the best level the CPU has. AVX-512 needs VBMI too (Ice Lake, Sapphire Rapids, Zen 4 and later):
+     * its Q4_0 kernels take eight blocks a step with byte permutes. On the GPU machine's host (Xeon,
+     * 2026-12-03, docs/BENCHMARKS.md) they ran one core's Q4_0 GEMV at 1.2-1.9x the AVX2 kernels and
+     * hybrid s4 decode at +7-8 % in three rounds of three; the two-block kernels they replaced decoded
+     * at 0.5-0.75x AVX2, which is why AVX-512 was opt-in until then. */
+    level_default = level_max;
     enum pi_cpu_level want = level_default;
     const char *env = getenv("PINFER_CPU_LEVEL");
     const char *scalar = getenv("PINFER_SCALAR");

@@ -1,26 +1,24 @@
-/* quant_avx512.c — AVX-512 kernels (F, BW, VL, DQ, VNNI, with F16C/FMA): the float types, Q8_0, Q4_0
- * and the K-quants Q4_K, Q5_K, Q6_K. This file alone is compiled with those flags; nothing here runs
- * before quant_init() has checked cpuid, so it is only reached through the table that
- * quant_avx512_install() patches (a copy of the AVX2 table: the types not named here keep their AVX2
- * kernels) and through quant_avx512_gemv_rows().
+/* quant_avx512.c — AVX-512 kernels (F, BW, VL, DQ, VNNI, VBMI, with F16C/FMA): Q4_0 (dot, dense and
+ * gathered GEMV, GEMM tile, AXPYs) and the K-quant dots Q4_K, Q5_K, Q6_K. This file alone is compiled
+ * with those flags; nothing here runs before quant_init() has checked cpuid, so it is only reached
+ * through the table that quant_avx512_install() patches (a copy of the AVX2 table: the types not named
+ * here keep their AVX2 kernels, and quant.c then takes the AVX2 unit's multi-row paths for them) and
+ * through the entry points below. The float types and Q8_0 keep their AVX2 kernels at this level: the
+ * GEMV of those is bound by the weights' bytes either way, and the AVX2 unit has their gathers and
+ * multi-row AXPYs (the sparse FFN's paths).
  *
  * Invariance: a row's dot is the same bits through the single-row vec_dot and through the
- * multi-row GEMV, which only prepares what depends on the activation once per call (its scales as
- * f32, its quants in the order the weights unpack in, the offset corrections as int32 lanes): the
+ * multi-row GEMV, which only prepares what depends on the activation once per call (its quants in the
+ * order the weights unpack in, the offset corrections as int32 lanes, its scales per lane): the
  * prepared values are the very integers and floats the single-row kernel computes on the fly, and both
- * run one body (row_q8_0 / row_q4_0 ... with or without a prepared activation), so the float
- * operations and their order are the same. The K-quant dots do the reference's integer sums exactly
- * and its float operations per super-block in its order: they equal the scalar reference bit for bit
- * (as the AVX2 ones do). The AXPYs and dequantizers do the reference's float operation per element.
+ * run one body (q4_rows, with or without a prepared activation), so the float operations and their
+ * order are the same. The K-quant dots do the reference's integer sums exactly and its float
+ * operations per super-block in its order: they equal the scalar reference bit for bit (as the AVX2
+ * ones do). The AXPYs and dequantizers do the reference's float operation per element.
  *
- * Integer dots: vpdpbusd takes an unsigned operand; Q8_0 weights are made unsigned by adding 128
- * (x ^ 0x80), Q4_0 nibbles already are, and the offset comes back as an int32 correction per lane,
- * c = -off * Σy over the lane's four bytes (exact). The K-quants use vpmaddubsw (pairs to int16:
- * at most 2 * 63 * 128) and vpdpwssd against the sub-block scales.
- *
- * BF16: vdpbf16ps would round the f32 activation to bf16 (an error far above float rounding, and one
- * the oracle does not make); bf16 weights widen exactly with a shift instead, and the GEMV is bound
- * by the weights' bytes either way. */
+ * Integer dots: vpdpbusd takes an unsigned operand; Q4_0 nibbles are, and the offset comes back as
+ * an int32 correction per lane, c = -8 * Σy over the lane's bytes (exact). The K-quants use
+ * vpmaddubsw (pairs to int16: at most 2 * 63 * 128) and vpdpwssd against the sub-block scales. */
 #if defined(PI_AVX512_EMULATE)
 #include "quant_avx512_emu.h"
 #define quant_avx512_install quant_avx512emu_install
@@ -43,13 +41,8 @@
 #include <string.h>
 
 #define F32_PER_VEC 16    /* floats in a __m512 */
-#define UNROLL 4          /* independent accumulators: covers FMA latency x throughput */
-#define F32_PER_ITER (F32_PER_VEC * UNROLL)
-#define BF16_SHIFT 16
 #define NIBBLE 0x0f
-#define Q8_0_OFFSET 128   /* q + 128 is unsigned: vpdpbusd's first operand */
 #define Q4_0_OFFSET 8
-#define F16_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define CACHE_LINE 64
 #define CHUNKS (QK_K / 32)
 #define GEMV_MAX_BLOCKS 2048 /* 32-element blocks of a prepared activation: rows up to 65536 */
@@ -96,258 +89,6 @@ static inline __m512i join256(const void *lo, const void *hi)
                               _mm256_loadu_si256((const __m256i *)hi), 1);
 }
 
-static inline __mmask16 tail_mask(int64_t r)
-{
-    return (__mmask16)((1u << r) - 1u);
-}
-
-/* ---- float types ----------------------------------------------------------------------------- */
-
-static inline __m512 load16_f32(const void *p, int64_t i) { return _mm512_loadu_ps((const float *)p + i); }
-static inline __m512 load16_f16(const void *p, int64_t i)
-{
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const pi_f16 *)p + i)));
-}
-/* bf16 is the top half of an f32: widen to 32 bits and shift into place (exact) */
-static inline __m512 load16_bf16(const void *p, int64_t i)
-{
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const pi_bf16 *)p + i)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, BF16_SHIFT));
-}
-/* the first popcount(m) elements, zeros after */
-static inline __m512 loadm_f32(const void *p, int64_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, (const float *)p + i); }
-static inline __m512 loadm_f16(const void *p, int64_t i, __mmask16 m)
-{
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const pi_f16 *)p + i));
-}
-static inline __m512 loadm_bf16(const void *p, int64_t i, __mmask16 m)
-{
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const pi_bf16 *)p + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, BF16_SHIFT));
-}
-
-#define ELEM_f32 4 /* bytes per element, for the prefetch address */
-#define ELEM_f16 2
-#define ELEM_bf16 2
-
-/* s = Σ x[i]*y[i]: UNROLL accumulators, then 16-wide, then one masked step; the GEMV runs this per
- * row, so it is the batch path's arithmetic too */
-#define VEC_DOT_F(T)                                                                               \
-    static void T##_vec_dot_avx512(int64_t n, float *s, const void *x, const void *vy)            \
-    {                                                                                              \
-        const float *y = vy;                                                                       \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                             \
-        __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();                             \
-        int64_t i = 0;                                                                             \
-        for (; i + F32_PER_ITER <= n; i += F32_PER_ITER) {                                         \
-            for (int k = 0; k < F32_PER_ITER * ELEM_##T; k += CACHE_LINE)                          \
-                _mm_prefetch((const char *)x + i * ELEM_##T + PREFETCH_BYTES + k, _MM_HINT_T0);    \
-            acc0 = _mm512_fmadd_ps(load16_##T(x, i), _mm512_loadu_ps(y + i), acc0);                \
-            acc1 = _mm512_fmadd_ps(load16_##T(x, i + 16), _mm512_loadu_ps(y + i + 16), acc1);      \
-            acc2 = _mm512_fmadd_ps(load16_##T(x, i + 32), _mm512_loadu_ps(y + i + 32), acc2);      \
-            acc3 = _mm512_fmadd_ps(load16_##T(x, i + 48), _mm512_loadu_ps(y + i + 48), acc3);      \
-        }                                                                                          \
-        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
-            acc0 = _mm512_fmadd_ps(load16_##T(x, i), _mm512_loadu_ps(y + i), acc0);                \
-        if (i < n) {                                                                               \
-            const __mmask16 m = tail_mask(n - i);                                                  \
-            acc1 = _mm512_fmadd_ps(loadm_##T(x, i, m), _mm512_maskz_loadu_ps(m, y + i), acc1);     \
-        }                                                                                          \
-        *s = hsum_f32x16(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));     \
-    }
-
-VEC_DOT_F(f32)
-VEC_DOT_F(f16)
-VEC_DOT_F(bf16)
-
-/* y[i] += a * x[i]: one FMA per element, as the reference */
-#define AXPY_F(T)                                                                                  \
-    static void T##_axpy_avx512(int64_t n, float *y, float a, const void *x)                       \
-    {                                                                                              \
-        const __m512 va = _mm512_set1_ps(a);                                                       \
-        int64_t i = 0;                                                                             \
-        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
-            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load16_##T(x, i), _mm512_loadu_ps(y + i))); \
-        if (i < n) {                                                                               \
-            const __mmask16 m = tail_mask(n - i);                                                  \
-            _mm512_mask_storeu_ps(y + i, m,                                                        \
-                                  _mm512_fmadd_ps(va, loadm_##T(x, i, m), _mm512_maskz_loadu_ps(m, y + i))); \
-        }                                                                                          \
-    }
-
-AXPY_F(f32)
-AXPY_F(f16)
-AXPY_F(bf16)
-
-/* dst[i] = f32(src[i]), exact: the row gather (embeddings, dequantized rows) */
-#define TO_FLOAT_F(T)                                                                              \
-    static void T##_to_float_avx512(const void *src, float *dst, int64_t n)                        \
-    {                                                                                              \
-        int64_t i = 0;                                                                             \
-        for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)                                             \
-            _mm512_storeu_ps(dst + i, load16_##T(src, i));                                         \
-        if (i < n) {                                                                               \
-            const __mmask16 m = tail_mask(n - i);                                                  \
-            _mm512_mask_storeu_ps(dst + i, m, loadm_##T(src, i, m));                               \
-        }                                                                                          \
-    }
-
-TO_FLOAT_F(f16)
-TO_FLOAT_F(bf16)
-
-/* dst[i] = f16(src[i]), round to nearest even (vcvtps2ph), as the reference */
-static void f16_from_float_avx512(const float *src, void *vdst, int64_t n)
-{
-    pi_f16 *dst = vdst;
-    int64_t i = 0;
-    for (; i + F32_PER_VEC <= n; i += F32_PER_VEC)
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), F16_RNE));
-    if (i < n) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), F16_RNE));
-    }
-}
-
-/* ---- Q8_0: two blocks per 512-bit vector -------------------------------------------------------
- *
- * A pair of blocks (b, b+1) is one vector of 64 weight bytes + 128 against the activation's 64 bytes
- * [y_b | y_b+1]; lanes 0-7 are block b. The pair's int32 lanes times a scale vector (dx dy of the
- * lane's block) accumulate into one of two f32 accumulators (pairs alternate). An odd last block runs
- * as a pair whose second block is zero. */
-
-struct act512 {
-    int8_t *qs;  /* per pair; 64-byte aligned */
-    int32_t *c;  /* per pair, -128 * Σy per lane; 64-byte aligned */
-    float *dy;   /* activation scale per block */
-};
-
-/* bytes of one prepared activation of nb blocks (pairs rounded up), laid out in buf by act_bind */
-static size_t act_bytes(int64_t nb)
-{
-    const size_t pairs = (size_t)(nb + 1) / 2;
-    return pairs * 2 * 64 + ((size_t)nb * sizeof(float) + 63) / 64 * 64;
-}
-
-static void act_bind(struct act512 *a, char *buf, int64_t nb)
-{
-    const size_t pairs = (size_t)(nb + 1) / 2;
-    a->qs = (int8_t *)buf;
-    a->c = (int32_t *)(buf + pairs * 64);
-    a->dy = (float *)(buf + pairs * 128);
-}
-
-#define ACT_MAX_BYTES (GEMV_MAX_BLOCKS / 2 * 128 + GEMV_MAX_BLOCKS * 4)
-
-/* activation pair (b, b+1) as 64 bytes in natural order; a lone last block: zeros after it */
-static inline __m512i q8_pair_y(const struct block_q8_0 *y, bool two)
-{
-    return two ? join256(y[0].qs, y[1].qs) : zext256(_mm256_loadu_si256((const __m256i *)y[0].qs));
-}
-
-/* -off * Σy over each lane's four bytes */
-static inline __m512i offset_corr(__m512i yv, int off)
-{
-    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), yv);
-    return _mm512_sub_epi32(_mm512_setzero_si512(), s);
-}
-
-/* Q8_0 weights of a pair + 128 */
-static inline __m512i q8_pair_x(const struct block_q8_0 *x, bool two)
-{
-    const __m512i v = two ? join256(x[0].qs, x[1].qs) : zext256(_mm256_loadu_si256((const __m256i *)x[0].qs));
-    const __m512i u = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    return two ? u : zext256(_mm512_castsi512_si256(u)); /* a missing block stays 0, not 128 */
-}
-
-#define Q8_PAIR_MASK 0xff00 /* lanes of block b+1 in a Q8_0 pair */
-
-/* dx dy of each lane's block */
-static inline __m512 pair_scale(float s0, float s1)
-{
-    return _mm512_mask_blend_ps(Q8_PAIR_MASK, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
-}
-
-/* One Q8_0 row against a Q8_0 activation: a prepared one (pa, from act_prepare) or y read on the fly;
- * both give the same lanes, scales and order, so the same bits. */
-static inline __attribute__((always_inline)) float row_q8_0(const struct block_q8_0 *x, const struct block_q8_0 *y,
-                                                           const struct act512 *pa, int64_t nb)
-{
-    __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool two = b + 1 < nb;
-        for (size_t k = 0; k < 2 * sizeof *x; k += CACHE_LINE)
-            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
-        __m512i yv, c;
-        float dy0, dy1;
-        if (pa) {
-            yv = _mm512_load_si512((const void *)(pa->qs + b * QK8_0));
-            c = _mm512_load_si512((const void *)(pa->c + b / 2 * F32_PER_VEC));
-            dy0 = pa->dy[b];
-            dy1 = two ? pa->dy[b + 1] : 0.0f;
-        } else {
-            yv = q8_pair_y(&y[b], two);
-            c = offset_corr(yv, Q8_0_OFFSET);
-            dy0 = _cvtsh_ss(y[b].d);
-            dy1 = two ? _cvtsh_ss(y[b + 1].d) : 0.0f;
-        }
-        const __m512i isum = _mm512_dpbusd_epi32(c, q8_pair_x(&x[b], two), yv);
-        const float dx0 = _cvtsh_ss(x[b].d);
-        const float dx1 = two ? _cvtsh_ss(x[b + 1].d) : 0.0f;
-        const __m512 s = pair_scale(dx0 * dy0, dx1 * dy1);
-        acc[(b / 2) & 1] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[(b / 2) & 1]);
-    }
-    return hsum_f32x16(_mm512_add_ps(acc[0], acc[1]));
-}
-
-/* The GEMM tile's body: one weight row against nt <= GEMM_TOKENS prepared activations, each weight
- * pair unpacked once for all of them; per token exactly row_q8_0's operations (so each result is
- * that row's GEMV and vec_dot value, bit for bit). */
-#define GEMM_TOKENS 4
-static inline __attribute__((always_inline)) void rows_q8_0(int nt, const struct block_q8_0 *x,
-                                                           const struct act512 *const *pa, int64_t nb, float *out)
-{
-    __m512 acc[GEMM_TOKENS][2];
-    for (int t = 0; t < nt; t++)
-        acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool two = b + 1 < nb;
-        for (size_t k = 0; k < 2 * sizeof *x; k += CACHE_LINE)
-            _mm_prefetch((const char *)&x[b] + PREFETCH_BYTES + k, _MM_HINT_T0);
-        const __m512i xv = q8_pair_x(&x[b], two);
-        const float dx0 = _cvtsh_ss(x[b].d);
-        const float dx1 = two ? _cvtsh_ss(x[b + 1].d) : 0.0f;
-        for (int t = 0; t < nt; t++) {
-            const __m512i yv = _mm512_load_si512((const void *)(pa[t]->qs + b * QK8_0));
-            const __m512i c = _mm512_load_si512((const void *)(pa[t]->c + b / 2 * F32_PER_VEC));
-            const float dy0 = pa[t]->dy[b], dy1 = two ? pa[t]->dy[b + 1] : 0.0f;
-            const __m512i isum = _mm512_dpbusd_epi32(c, xv, yv);
-            const __m512 s = pair_scale(dx0 * dy0, dx1 * dy1);
-            acc[t][(b / 2) & 1] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[t][(b / 2) & 1]);
-        }
-    }
-    for (int t = 0; t < nt; t++)
-        out[t] = hsum_f32x16(_mm512_add_ps(acc[t][0], acc[t][1]));
-}
-
-/* the activation-only parts of row_q8_0, once per GEMV call */
-static void act_prepare(struct act512 *a, const struct block_q8_0 *y, int64_t nb)
-{
-    for (int64_t b = 0; b < nb; b += 2) {
-        const bool two = b + 1 < nb;
-        const __m512i yv = q8_pair_y(&y[b], two);
-        _mm512_store_si512((void *)(a->qs + b * QK8_0), yv);
-        _mm512_store_si512((void *)(a->c + b / 2 * F32_PER_VEC), offset_corr(yv, Q8_0_OFFSET));
-        a->dy[b] = _cvtsh_ss(y[b].d);
-        if (two)
-            a->dy[b + 1] = _cvtsh_ss(y[b + 1].d);
-    }
-}
-
-static void q8_0_vec_dot_avx512(int64_t n, float *s, const void *vx, const void *vy)
-{
-    *s = row_q8_0(vx, vy, NULL, n / QK8_0);
-}
-
 /* ---- Q4_0: eight blocks a step ------------------------------------------------------------------
  *
  * Eight Q4_0 blocks are 144 contiguous bytes. Three 64-byte loads (at 0, 64 and 80) and byte permutes
@@ -365,6 +106,7 @@ static void q8_0_vec_dot_avx512(int64_t n, float *s, const void *vx, const void 
 #define Q4_STEP 8                                           /* blocks a step */
 #define Q4_STEP_BYTES (Q4_STEP * (int)sizeof(struct block_q4_0)) /* 144 */
 #define Q4_ACT_STEP 512 /* prepared bytes a step: A0 B0 A1 B1 (64 each), C0 C1 (16 int32 each), dy (32 f32) */
+#define GEMM_TOKENS 4   /* activations a weight step is unpacked once for (the GEMM tile) */
 
 /* each block's scale (bytes 18k, 18k+1 of [x | x+64]) repeated over its 4 lanes */
 static const uint8_t Q4_IDX_D[64] __attribute__((aligned(64))) = {
@@ -533,20 +275,6 @@ static inline __attribute__((always_inline)) void q4_rows_range(const uint8_t *w
     }
 }
 
-/* y[j] += (a * d) * q[j] per block (one FMA per element, as the reference) */
-static void q8_0_axpy_avx512(int64_t n, float *y, float a, const void *vx)
-{
-    const struct block_q8_0 *x = vx;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 s = _mm512_set1_ps(a * _cvtsh_ss(x[i].d));
-        float *yb = y + i * QK8_0;
-        for (int k = 0; k < QK8_0; k += F32_PER_VEC) {
-            const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + k))));
-            _mm512_storeu_ps(yb + k, _mm512_fmadd_ps(s, q, _mm512_loadu_ps(yb + k)));
-        }
-    }
-}
-
 /* y[j] += (a * d) * (nibble - 8): the 16 bytes widened once give elements 0..15 (low nibbles) and
  * 16..31 (high nibbles) */
 static void q4_0_axpy_avx512(int64_t n, float *y, float a, const void *vx)
@@ -680,19 +408,6 @@ bool quant_avx512_axpy_rows_add(uint32_t type, int64_t n, float *y, const float 
 bool quant_avx512_has_axpy_rows_add(uint32_t type)
 {
     return type == PI_TYPE_Q4_0;
-}
-
-/* x[j] = q[j] * d (a multiply, as the reference) */
-static void q8_0_to_float_avx512(const void *src, float *dst, int64_t n)
-{
-    const struct block_q8_0 *x = src;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(x[i].d));
-        for (int k = 0; k < QK8_0; k += F32_PER_VEC) {
-            const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(x[i].qs + k))));
-            _mm512_storeu_ps(dst + i * QK8_0 + k, _mm512_mul_ps(q, d));
-        }
-    }
 }
 
 /* x[j] = (nibble - 8) * d */
@@ -913,18 +628,6 @@ bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int6
     const uint8_t *w = W;
     if (type == PI_TYPE_Q4_0)
         return q4_gemv(W, row_bytes, NULL, n, x_vd, NULL, y, r0, r1);
-    if (type == PI_TYPE_Q8_0) {
-        const int64_t nb = n / QK8_0;
-        if (nb > GEMV_MAX_BLOCKS)
-            return false;
-        _Alignas(64) char buf[ACT_MAX_BYTES]; /* 136 KiB on the stack: threads have megabytes */
-        struct act512 act;
-        act_bind(&act, buf, nb);
-        act_prepare(&act, x_vd, nb);
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = row_q8_0((const struct block_q8_0 *)(w + (size_t)r * row_bytes), x_vd, &act, nb);
-        return true;
-    }
     if (type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K) {
         const int64_t nsb = n / QK_K;
         if (nsb > GEMV_MAX_SUPER)
@@ -939,76 +642,38 @@ bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int6
     return false;
 }
 
-/* The GEMM tile: rows [r0, r1) against B activations, all prepared once per call (on the heap), then
- * tiles of GEMM_ROW_TILE rows (which stay in L1/L2 while every token passes) against GEMM_TOKENS
- * tokens at a time (each weight block unpacked once for them). */
+/* The GEMM tile (Q4_0): rows [r0, r1) against B activations, all prepared once per call (on the
+ * heap), then tiles of GEMM_ROW_TILE rows (which stay in L1/L2 while every token passes) against
+ * GEMM_TOKENS tokens at a time (each weight step unpacked once for them). */
 #define GEMM_ROW_TILE 16
-static void tile_q8_0(const uint8_t *w, size_t row_bytes, int64_t nb, int nt, const struct act512 *const *pa,
-                      float *Y, size_t y_stride, int64_t t0, int64_t t1)
-{
-    for (int64_t r = t0; r < t1; r++) {
-        float out[GEMM_TOKENS] = { 0 };
-        if (nt == GEMM_TOKENS)
-            rows_q8_0(GEMM_TOKENS, (const struct block_q8_0 *)(w + (size_t)r * row_bytes), pa, nb, out);
-        else
-            rows_q8_0(1, (const struct block_q8_0 *)(w + (size_t)r * row_bytes), pa, nb, out);
-        for (int t = 0; t < nt; t++)
-            Y[(size_t)t * y_stride + (size_t)r] = out[t];
-    }
-}
-
-static void tile_q4_0(const uint8_t *w, size_t row_bytes, int64_t nb, int nt, const int8_t *const *act, float *Y,
-                      size_t y_stride, int64_t t0, int64_t t1)
-{
-    if (nt == GEMM_TOKENS)
-        q4_rows_range(w, row_bytes, NULL, nb, GEMM_TOKENS, act, Y, y_stride, t0, t1);
-    else
-        q4_rows_range(w, row_bytes, NULL, nb, 1, act, Y, y_stride, t0, t1);
-}
-
 bool quant_avx512_gemm_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *X_vd,
                             size_t x_stride, int B, float *Y, size_t y_stride, int64_t r0, int64_t r1)
 {
-    const int64_t nb = n / QK8_0;
-    if ((type != PI_TYPE_Q4_0 && type != PI_TYPE_Q8_0) || nb > GEMV_MAX_BLOCKS)
+    const int64_t nb = n / QK4_0;
+    if (type != PI_TYPE_Q4_0 || nb > GEMV_MAX_BLOCKS)
         return false;
-    const bool q4 = type == PI_TYPE_Q4_0;
-    const size_t per = q4 ? quant_avx512_gather_act_bytes(type, n) : act_bytes(nb);
-    char *buf = aligned_alloc(64, per * (size_t)B);
-    struct act512 *act = malloc((size_t)B * sizeof *act);
-    const struct act512 **pa = malloc((size_t)B * sizeof *pa);
-    const int8_t **p4 = malloc((size_t)B * sizeof *p4);
-    if (!buf || !act || !pa || !p4) { /* no memory for the prepared activations: the same values one by one */
-        free(buf), free(act), free(pa), free(p4);
+    const size_t per = quant_avx512_gather_act_bytes(type, n);
+    int8_t *buf = aligned_alloc(64, per * (size_t)B);
+    const int8_t **act = malloc((size_t)B * sizeof *act);
+    if (!buf || !act) { /* no memory for the prepared activations: the same values one by one */
+        free(buf), free(act);
         return false;
     }
     for (int t = 0; t < B; t++) {
-        const struct block_q8_0 *x = (const void *)((const char *)X_vd + (size_t)t * x_stride);
-        char *at = buf + (size_t)t * per;
-        if (q4) {
-            q4_act_prepare((int8_t *)at, x, nb);
-            p4[t] = (const int8_t *)at;
-        } else {
-            act_bind(&act[t], at, nb);
-            act_prepare(&act[t], x, nb);
-            pa[t] = &act[t];
-        }
+        act[t] = buf + (size_t)t * per;
+        q4_act_prepare(buf + (size_t)t * per, (const void *)((const char *)X_vd + (size_t)t * x_stride), nb);
     }
-    const uint8_t *w = W;
     for (int64_t t0 = r0; t0 < r1; t0 += GEMM_ROW_TILE) {
         const int64_t t1 = t0 + GEMM_ROW_TILE < r1 ? t0 + GEMM_ROW_TILE : r1;
         for (int b0 = 0; b0 < B; b0 += GEMM_TOKENS) {
-            const int nt = B - b0 >= GEMM_TOKENS ? GEMM_TOKENS : 1;
-            for (int t = b0; t < B && t < b0 + GEMM_TOKENS; t += nt) {
-                float *Yt = Y + (size_t)t * y_stride;
-                if (q4)
-                    tile_q4_0(w, row_bytes, nb, nt, p4 + t, Yt, y_stride, t0, t1);
-                else
-                    tile_q8_0(w, row_bytes, nb, nt, pa + t, Yt, y_stride, t0, t1);
-            }
+            if (B - b0 >= GEMM_TOKENS)
+                q4_rows_range(W, row_bytes, NULL, nb, GEMM_TOKENS, act + b0, Y + (size_t)b0 * y_stride, y_stride, t0, t1);
+            else
+                for (int t = b0; t < B; t++)
+                    q4_rows_range(W, row_bytes, NULL, nb, 1, act + t, Y + (size_t)t * y_stride, y_stride, t0, t1);
         }
     }
-    free(buf), free(act), free(pa), free(p4);
+    free(buf), free(act);
     return true;
 }
 
@@ -1016,18 +681,6 @@ void quant_avx512_install(struct pi_type_traits *traits, size_t count)
 {
     if (count < PI_TYPE_COUNT)
         return; /* not the table quant.c owns */
-    traits[PI_TYPE_F32].vec_dot = f32_vec_dot_avx512;
-    traits[PI_TYPE_F32].axpy = f32_axpy_avx512;
-    traits[PI_TYPE_F16].to_float = f16_to_float_avx512;
-    traits[PI_TYPE_F16].from_float = f16_from_float_avx512;
-    traits[PI_TYPE_F16].vec_dot = f16_vec_dot_avx512;
-    traits[PI_TYPE_F16].axpy = f16_axpy_avx512;
-    traits[PI_TYPE_BF16].to_float = bf16_to_float_avx512;
-    traits[PI_TYPE_BF16].vec_dot = bf16_vec_dot_avx512;
-    traits[PI_TYPE_BF16].axpy = bf16_axpy_avx512;
-    traits[PI_TYPE_Q8_0].to_float = q8_0_to_float_avx512;
-    traits[PI_TYPE_Q8_0].vec_dot = q8_0_vec_dot_avx512;
-    traits[PI_TYPE_Q8_0].axpy = q8_0_axpy_avx512;
     traits[PI_TYPE_Q4_0].to_float = q4_0_to_float_avx512;
     traits[PI_TYPE_Q4_0].vec_dot = q4_0_vec_dot_avx512;
     traits[PI_TYPE_Q4_0].axpy = q4_0_axpy_avx512;
