@@ -71,7 +71,7 @@ struct pi_type_traits {
 };
 
 /* Kernel levels, each a complete table: the scalar reference (the oracle), AVX2 (+FMA, F16C), and
- * AVX-512 (F, BW, VL, DQ, VNNI, VBMI: Q4_0 and the K-quant dots; the other types keep their AVX2
+ * AVX-512 (F, BW, VL, DQ, VNNI, VBMI: Q4_0 and the Q6_K dot; the other types keep their AVX2
  * kernels and multi-row paths). For one level a row's dot is the same bits whether computed by
  * vec_dot, quant_gemv_rows, quant_gemv_gather or quant_gemm_rows. */
 enum pi_cpu_level { PI_CPU_SCALAR = 0, PI_CPU_AVX2 = 1, PI_CPU_AVX512 = 2, PI_CPU_LEVELS = 3 };

@@ -1,5 +1,5 @@
 /* quant_avx512.c — AVX-512 kernels (F, BW, VL, DQ, VNNI, VBMI, with F16C/FMA): Q4_0 (dot, dense and
- * gathered GEMV, GEMM tile, AXPYs) and the K-quant dots Q4_K, Q5_K, Q6_K. This file alone is compiled
+ * gathered GEMV, GEMM tile, AXPYs) and the Q6_K dot. This file alone is compiled
  * with those flags; nothing here runs before quant_init() has checked cpuid, so it is only reached
  * through the table that quant_avx512_install() patches (a copy of the AVX2 table: the types not named
  * here keep their AVX2 kernels, and quant.c then takes the AVX2 unit's multi-row paths for them) and
@@ -12,13 +12,13 @@
  * order the weights unpack in, the offset corrections as int32 lanes, its scales per lane): the
  * prepared values are the very integers and floats the single-row kernel computes on the fly, and both
  * run one body (q4_rows, with or without a prepared activation), so the float operations and their
- * order are the same. The K-quant dots do the reference's integer sums exactly and its float
- * operations per super-block in its order: they equal the scalar reference bit for bit (as the AVX2
- * ones do). The AXPYs and dequantizers do the reference's float operation per element.
+ * order are the same. The Q6_K dot does the reference's integer sums exactly and its float
+ * operations per super-block in its order: it equals the scalar reference bit for bit (as the AVX2
+ * one does). The AXPYs and dequantizers do the reference's float operation per element.
  *
  * Integer dots: vpdpbusd takes an unsigned operand; Q4_0 nibbles are, and the offset comes back as
- * an int32 correction per lane, c = -8 * Σy over the lane's bytes (exact). The K-quants use
- * vpmaddubsw (pairs to int16: at most 2 * 63 * 128) and vpdpwssd against the sub-block scales. */
+ * an int32 correction per lane, c = -8 * Σy over the lane's bytes (exact). Q6_K uses vpmaddubsw
+ * (pairs to int16: at most 2 * 63 * 128) and vpdpwssd against the sub-block scales. */
 #if defined(PI_AVX512_EMULATE)
 #include "quant_avx512_emu.h"
 #define quant_avx512_install quant_avx512emu_install
@@ -44,7 +44,6 @@
 #define NIBBLE 0x0f
 #define Q4_0_OFFSET 8
 #define CACHE_LINE 64
-#define CHUNKS (QK_K / 32)
 #define GEMV_MAX_BLOCKS 2048 /* 32-element blocks of a prepared activation: rows up to 65536 */
 
 /* ---- reductions: explicit halvings, so that every build (and the emulation) adds in one order -- */
@@ -80,13 +79,6 @@ static inline int32_t hsum_i32x16(__m512i v)
 static inline __m512i zext256(__m256i v)
 {
     return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0);
-}
-
-/* [lo | hi] from two 32-byte halves */
-static inline __m512i join256(const void *lo, const void *hi)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
-                              _mm256_loadu_si256((const __m256i *)hi), 1);
 }
 
 /* ---- Q4_0: eight blocks a step ------------------------------------------------------------------
@@ -423,120 +415,13 @@ static void q4_0_to_float_avx512(const void *src, float *dst, int64_t n)
     }
 }
 
-/* ---- K-quants: Q4_K, Q5_K, Q6_K against Q8_K, bitwise the reference ----------------------------
+/* ---- Q6_K against Q8_K, bitwise the reference ------------------------------------------------
  *
  * Per super-block the integer sum Σ_sub sc Σ q y is computed exactly (vpmaddubsw pairs, then
- * vpdpwssd against the scales spread over the words of their sub-block), the min / offset sum from
- * the activation's bsums, and then the reference's float expression. Q4_K/Q5_K quants unpack per
- * 64 bytes to [chunk c | chunk c+2] (low nibbles) and [c+1 | c+3] (high), so the activation is read
- * in that order; Q6_K's unpack in element order. */
-
-/* the 8 six-bit scales and mins of Q4_K/Q5_K, as in the reference */
-static inline void k4_scales(const uint8_t *q, int16_t sc[8], int16_t m[8])
-{
-    for (int j = 0; j < 4; j++) {
-        sc[j] = q[j] & 63;
-        m[j] = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (int16_t)((q[j + 4] & NIBBLE) | ((q[j - 4] >> 6) << 4));
-        m[j] = (int16_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
-/* word lanes of zmm k (k = 0..3) of a Q4_K/Q5_K super-block: chunks (c, c+2) with c = 0, 1, 4, 5 */
-static const int k45_chunk[4] = { 0, 1, 4, 5 };
-
-/* sc[c0] over words 0-15, sc[c0 + 2] over 16-31 */
-static inline __m512i k45_scale_words(__m512i sc16, int c0)
-{
-    const __m512i idx = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)c0), _mm512_set1_epi16((short)(c0 + 2)));
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
-
-/* activation bytes of zmm k in the weights' order: [y 32c0.. | y 32(c0+2)..] */
-static inline __m512i k45_y(const struct block_q8_K *y, int c0)
-{
-    return join256(y->qs + 32 * c0, y->qs + 32 * (c0 + 2));
-}
-
-/* The prepared K activation: quants in the weights' order (Q4_K/Q5_K), per-32 sums of bsums. */
-#define GEMV_MAX_SUPER (GEMV_MAX_BLOCKS / (QK_K / QK8_0))
-struct kact512 {
-    _Alignas(64) int8_t qs[GEMV_MAX_SUPER * QK_K];
-    int32_t ys32[GEMV_MAX_SUPER * CHUNKS]; /* Σy per 32 elements */
-};
-
-/* one Q4_K (hbits: Q5_K with its qh) super-block's integer sums */
-static inline __attribute__((always_inline)) float k45_block(bool q5, const void *vb, const struct block_q8_K *y,
-                                                            const struct kact512 *pa, int64_t i)
-{
-    const struct block_q4_K *b4 = vb;
-    const struct block_q5_K *b5 = vb;
-    const uint8_t *qs = q5 ? b5->qs : b4->qs;
-    const uint8_t *scales = q5 ? b5->scales : b4->scales;
-    int16_t sc[8], m[8];
-    k4_scales(scales, sc, m);
-    const __m512i sc16 = zext256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)sc)));
-    const __m512i qh = q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b5->qh)) : _mm512_setzero_si512();
-    __m512i acc = _mm512_setzero_si512();
-    for (int k = 0; k < 4; k++) {
-        const int c0 = k45_chunk[k];
-        const __m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * (k / 2)));
-        __m512i q = (k & 1) ? _mm512_srli_epi16(raw, 4) : raw;
-        q = _mm512_and_si512(q, _mm512_set1_epi8(NIBBLE));
-        if (q5) {
-            /* chunk c's 5th bit is bit c of qh[l]: shift each half by its chunk, keep bit 0, move to 4 */
-            const __m512i cnt = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)c0), _mm512_set1_epi16((short)(c0 + 2)));
-            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, cnt), _mm512_set1_epi8(1));
-            q = _mm512_or_si512(q, _mm512_slli_epi16(hb, 4));
-        }
-        const __m512i yv = pa ? _mm512_load_si512((const void *)(pa->qs + i * QK_K + 64 * k)) : k45_y(&y[i], c0);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, yv), k45_scale_words(sc16, c0));
-    }
-    const int32_t isum = hsum_i32x16(acc);
-    int32_t msum = 0;
-    for (int j = 0; j < CHUNKS; j++) {
-        const int32_t ys = pa ? pa->ys32[i * CHUNKS + j] : y[i].bsums[2 * j] + y[i].bsums[2 * j + 1];
-        msum += m[j] * ys;
-    }
-    const float d = _cvtsh_ss(q5 ? b5->d : b4->d), dmin = _cvtsh_ss(q5 ? b5->dmin : b4->dmin);
-    return (d * y[i].d) * (float)isum - (dmin * y[i].d) * (float)msum;
-}
-
-static inline __attribute__((always_inline)) float row_k45(bool q5, const void *vx, const struct block_q8_K *y,
-                                                          const struct kact512 *pa, int64_t nsb)
-{
-    const size_t bsize = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nsb; i++) {
-        const char *xb = (const char *)vx + (size_t)i * bsize;
-        for (size_t k = 0; k < bsize; k += CACHE_LINE)
-            _mm_prefetch(xb + PREFETCH_BYTES + k, _MM_HINT_T0);
-        sumf += k45_block(q5, xb, y, pa, i);
-    }
-    return sumf;
-}
-
-static void kact_prepare(struct kact512 *a, const struct block_q8_K *y, int64_t nsb)
-{
-    for (int64_t i = 0; i < nsb; i++) {
-        for (int k = 0; k < 4; k++)
-            _mm512_store_si512((void *)(a->qs + i * QK_K + 64 * k), k45_y(&y[i], k45_chunk[k]));
-        for (int j = 0; j < CHUNKS; j++)
-            a->ys32[i * CHUNKS + j] = y[i].bsums[2 * j] + y[i].bsums[2 * j + 1];
-    }
-}
-
-static void q4_K_vec_dot_avx512(int64_t n, float *s, const void *vx, const void *vy)
-{
-    *s = row_k45(false, vx, vy, NULL, n / QK_K);
-}
-
-static void q5_K_vec_dot_avx512(int64_t n, float *s, const void *vx, const void *vy)
-{
-    *s = row_k45(true, vx, vy, NULL, n / QK_K);
-}
+ * vpdpwssd against the scales spread over the words of their sub-block), the offset sum from the
+ * activation's bsums, and then the reference's float expression. (Q4_K and Q5_K keep their AVX2 dots
+ * at this level: on the GPU host this unit's versions ran their GEMV at 0.27-0.45x the AVX2 ones,
+ * 2026-12-03, docs/BENCHMARKS.md.) */
 
 #define Q6_OFFSET 32
 /* Q6_K: per 128 elements h, 64 bytes of ql give [e 0..31 | 32..63] (low nibbles) and [64..95 |
@@ -625,20 +510,8 @@ bool quant_avx512_gemv_gather(uint32_t type, int64_t n, const void *x_vd, const 
 bool quant_avx512_gemv_rows(uint32_t type, const void *W, size_t row_bytes, int64_t n, const void *x_vd,
                             float *y, int64_t r0, int64_t r1)
 {
-    const uint8_t *w = W;
     if (type == PI_TYPE_Q4_0)
         return q4_gemv(W, row_bytes, NULL, n, x_vd, NULL, y, r0, r1);
-    if (type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K) {
-        const int64_t nsb = n / QK_K;
-        if (nsb > GEMV_MAX_SUPER)
-            return false;
-        struct kact512 kact; /* 72 KiB */
-        kact_prepare(&kact, x_vd, nsb);
-        for (int64_t r = r0; r < r1; r++)
-            y[r] = type == PI_TYPE_Q5_K ? row_k45(true, w + (size_t)r * row_bytes, x_vd, &kact, nsb)
-                                        : row_k45(false, w + (size_t)r * row_bytes, x_vd, &kact, nsb);
-        return true;
-    }
     return false;
 }
 
@@ -684,7 +557,5 @@ void quant_avx512_install(struct pi_type_traits *traits, size_t count)
     traits[PI_TYPE_Q4_0].to_float = q4_0_to_float_avx512;
     traits[PI_TYPE_Q4_0].vec_dot = q4_0_vec_dot_avx512;
     traits[PI_TYPE_Q4_0].axpy = q4_0_axpy_avx512;
-    traits[PI_TYPE_Q4_K].vec_dot = q4_K_vec_dot_avx512;
-    traits[PI_TYPE_Q5_K].vec_dot = q5_K_vec_dot_avx512;
     traits[PI_TYPE_Q6_K].vec_dot = q6_K_vec_dot_avx512;
 }
