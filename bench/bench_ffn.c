@@ -19,8 +19,10 @@
  * (ffn_scratch.split; auto: ffn_partial's choice).
  * -T: the down_t job's timeline (ffn_trace), averaged over the timed layers, as "trace": µs from the
  * hand-out to the first slice's start, to the last group's end and to the last slice's end; the
- * threads that ran slices; per slice [start, end, wait] (means, µs from the hand-out: a column
- * slice's wait is the time it spun on groups still being computed).
+ * threads that ran slices; per slice [start, end, wait, prefetch, axpy] (means, µs; start and end from
+ * the hand-out; a column slice's wait is the time it spun on groups still being computed, prefetch and
+ * axpy its time in its prefetch loops and in its AXPY calls: the rest of it is walking the groups'
+ * records).
  * "runs_us_mean": the runs' build (in the timed region; cpud builds them before ffn_partial);
  * "noop_job_us_mean": a pool job of as many empty slices as a layer's down_t job, after the same gap
  * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y
@@ -78,7 +80,7 @@ struct trace_sum {
     int64_t jobs;
     int32_t n_slices, n_groups;
     double first, groups_end, end, threads;
-    double start[TRACE_SLICES], stop[TRACE_SLICES], wait[TRACE_SLICES];
+    double start[TRACE_SLICES], stop[TRACE_SLICES], wait[TRACE_SLICES], pf[TRACE_SLICES], axpy[TRACE_SLICES];
 };
 
 static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
@@ -96,6 +98,8 @@ static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
         ts->start[k] += (double)(s->start - t->handout);
         ts->stop[k] += (double)(s->end - t->handout);
         ts->wait[k] += (double)s->wait;
+        ts->pf[k] += (double)s->prefetch;
+        ts->axpy[k] += (double)s->axpy;
     }
     ts->first += (double)(first - t->handout);
     ts->groups_end += (double)(gend - t->handout);
@@ -126,7 +130,8 @@ static void trace_print(const struct trace_sum *ts)
            (long long)ts->jobs, ts->n_groups, ts->n_slices, ts->first * k, ts->groups_end * k, ts->end * k,
            ts->threads / (double)ts->jobs);
     for (int32_t i = 0; i < ts->n_slices; i++)
-        printf("%s[%.2f,%.2f,%.2f]", i ? "," : "", ts->start[i] * k, ts->stop[i] * k, ts->wait[i] * k);
+        printf("%s[%.2f,%.2f,%.2f,%.2f,%.2f]", i ? "," : "", ts->start[i] * k, ts->stop[i] * k, ts->wait[i] * k,
+               ts->pf[i] * k, ts->axpy[i] * k);
     printf("]}}\n");
 }
 

@@ -526,7 +526,7 @@ static void group_one(const struct ffn_job *j, int64_t g)
 static struct ffn_trace *trace_on;
 static _Atomic int32_t trace_tids;
 static _Thread_local int32_t trace_tid = -1;
-static _Thread_local uint64_t trace_wait;
+static _Thread_local uint64_t trace_wait, trace_pf, trace_axpy;
 
 void ffn_trace_set(struct ffn_trace *t)
 {
@@ -703,7 +703,9 @@ static void col_add(const struct ffn_job *j, int32_t r)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
     if (j->src && !bits_ready(j))
         return; /* the caller drops the step */
+    const bool tracing = trace_on != NULL;
     for (int64_t g = 0; g < j->n_groups; g++) {
+        const uint64_t tp = tracing ? ffn_trace_now() : 0;
         for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
             const struct ffn_group_rec *rn = &j->grec[near];
             for (int32_t t = 0; t < nt && rn->rows; t++)
@@ -713,13 +715,18 @@ static void col_add(const struct ffn_job *j, int32_t r)
         }
         if (!group_is_done(j, g))
             prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
+        if (tracing)
+            trace_pf += ffn_trace_now() - tp;
         group_wait(j, g);
         const struct ffn_group_rec *rec = &j->grec[g];
         for (int32_t t = 0; t < nt && rec->rows; t++) {
             const int32_t nl = rec_rows(j, rec, t, off, a, rows);
             if (!nl)
                 continue;
+            const uint64_t ta = tracing ? ffn_trace_now() : 0;
             quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + t) * E + e0, a, rows, nl);
+            if (tracing)
+                trace_axpy += ffn_trace_now() - ta;
         }
     }
 }
@@ -732,7 +739,7 @@ static void group_job(void *arg, int ith, int nth)
     struct ffn_trace *tr = trace_on;
     const uint64_t t0 = tr ? ffn_trace_now() : 0;
     if (tr)
-        trace_wait = 0;
+        trace_wait = trace_pf = trace_axpy = 0;
     (void)nth;
     if (ith < j->n_groups)
         group_one(j, ith);
@@ -743,7 +750,7 @@ static void group_job(void *arg, int ith, int nth)
     if (tr && ith < tr->cap) {
         if (trace_tid < 0)
             trace_tid = atomic_fetch_add_explicit(&trace_tids, 1, memory_order_relaxed);
-        tr->slice[ith] = (struct ffn_slice_trace){ t0, ffn_trace_now(), trace_wait, trace_tid };
+        tr->slice[ith] = (struct ffn_slice_trace){ t0, ffn_trace_now(), trace_wait, trace_pf, trace_axpy, trace_tid };
     }
 }
 
