@@ -3,8 +3,9 @@
  *   bench_gemv [-t THREADS] [-n ITERS] [-T TYPE[,TYPE...]] [-L LEVEL[,LEVEL...]]
  *
  * TYPE: only those weight types (e.g. q4_0,q4_K); LEVEL: the kernel levels to time, each in turn on
- * the same matrix (scalar, avx2, avx512; default: the best this CPU has). -R ROWS: a matrix of that
- * many rows, not replicated: what the kernels cost when memory is not the limit. -B TOKENS: that many
+ * the same matrix (scalar, avx2, avx512; default: the best this CPU has; a level may repeat, up to 12
+ * entries: interleaved rounds). -R ROWS: a matrix of that many rows, not replicated: what the kernels
+ * cost when memory is not the limit. -B TOKENS: that many
  * activations per matmul, through quant_gemm_rows in 16-row tiles (the batched matmul's path).
  *
  * First a STREAM-like read and copy of a 1 GiB buffer (the same thread count), then for each type a
@@ -284,11 +285,14 @@ static int bench_level(struct pi_pool *pool, int threads, int iters, uint32_t ty
     return 0;
 }
 
+/* -L's entries: a level may repeat (avx2,avx512,avx2,avx512: interleaved rounds on one matrix) */
+#define LEVEL_RUNS_MAX 12
+
 int main(int argc, char **argv)
 {
     int threads = 2, iters = 20, opt;
     bool only[PI_TYPE_COUNT] = { false }, any_only = false;
-    int levels[PI_CPU_LEVELS] = { (int)quant_level() }, n_levels = 1;
+    int levels[LEVEL_RUNS_MAX] = { (int)quant_level() }, n_levels = 1;
     while ((opt = getopt(argc, argv, "t:n:T:L:R:B:")) != -1) {
         if (opt == 'B') {
             if ((batch = atoi(optarg)) < 1)
@@ -313,7 +317,7 @@ int main(int argc, char **argv)
                     only[ty] = any_only = true;
                 } else {
                     const int l = quant_level_from_name(tok);
-                    if (l < 0 || n_levels == PI_CPU_LEVELS)
+                    if (l < 0 || n_levels == LEVEL_RUNS_MAX)
                         goto usage;
                     if (l > (int)quant_level_max()) {
                         fprintf(stderr, "bench_gemv: level %s not supported on this CPU or build\n", tok);
