@@ -248,8 +248,9 @@ size_t quant_gather_act_bytes(uint32_t type, int64_t n)
 {
     const enum pi_cpu_level l = level_now();
 #if defined(PI_HAVE_AVX512_UNIT)
-    if (l == PI_CPU_AVX512 && quant_avx512_gather_act_bytes(type, n))
-        return quant_avx512_gather_act_bytes(type, n);
+    const size_t own = l == PI_CPU_AVX512 ? quant_avx512_gather_act_bytes(type, n) : 0;
+    if (own)
+        return own;
 #endif
 #if defined(PI_HAVE_AVX2_UNIT)
     if (avx2_dots(type, l))

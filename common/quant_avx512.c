@@ -267,26 +267,9 @@ static inline __attribute__((always_inline)) void q4_rows_range(const uint8_t *w
     }
 }
 
-/* y[j] += (a * d) * (nibble - 8): the 16 bytes widened once give elements 0..15 (low nibbles) and
- * 16..31 (high nibbles) */
-static void q4_0_axpy_avx512(int64_t n, float *y, float a, const void *vx)
-{
-    const struct block_q4_0 *x = vx;
-    const __m512i nib = _mm512_set1_epi32(NIBBLE), off = _mm512_set1_epi32(Q4_0_OFFSET);
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        const __m512 s = _mm512_set1_ps(a * _cvtsh_ss(x[i].d));
-        float *yb = y + i * QK4_0;
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)x[i].qs));
-        const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(b, nib), off));
-        const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), off));
-        _mm512_storeu_ps(yb, _mm512_fmadd_ps(s, lo, _mm512_loadu_ps(yb)));
-        _mm512_storeu_ps(yb + 16, _mm512_fmadd_ps(s, hi, _mm512_loadu_ps(yb + 16)));
-    }
-}
-
 /* ---- Q4_0 multi-row AXPYs: the sparse FFN's down_t rows ------------------------------------------
  * Every element gets the reference's one FMA per row, y = fma(a · d, q - 8, y), in row order (the
- * single-row axpy above does the same): q - 8 as a float comes from one permute of a 16-float table
+ * single-row axpy is one row of it): q - 8 as a float comes from one permute of a 16-float table
  * by the nibble (vpermps reads an index's low 4 bits, so the high nibble needs only a shift), and the
  * rows' a · d from one permute of 8 blocks' bytes, one conversion and one multiply. */
 #define AXPY_CHUNK 4    /* rows whose FMAs a block of y takes in registers, as the AVX2 kernels */
@@ -354,6 +337,12 @@ static void q4_0_axpy_rows_avx512(int64_t n, float *y, const float *a, const voi
                 _mm512_storeu_ps(yb + c * F32_PER_VEC, acc[c]);
         }
     }
+}
+
+/* the single-row AXPY: one row of the multi-row one (the same operations per element) */
+static void q4_0_axpy_avx512(int64_t n, float *y, float a, const void *vx)
+{
+    q4_0_axpy_rows_avx512(n, y, &a, &vx, 1, false);
 }
 
 /* y += the rows summed from zero per block in registers (quant_axpy_rows_add's contract) */
