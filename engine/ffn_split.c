@@ -600,12 +600,41 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
     }
 }
 
-/* A column slice reads a few lines of each live down_t row, at addresses no hardware prefetcher
- * guesses, so it prefetches its segments of them itself: the live rows (glive) of the groups already
- * done up to COL_PF_NEAR ahead of the one it adds, into L1; and while it waits for a group still being
- * computed, the rows of the neurons of runs (predicted active: the live ones and any ReLU zeros) of
- * the groups up to COL_PF_FAR ahead, into L2, so that the waits of the groups' in-order hand-over
- * cover the DRAM latency of the rows after them. */
+/* A column slice walks the groups in order, and each group's record is a line (two with its act) that
+ * another core wrote: read one group at a time, with the group's AXPYs between them, those transfers
+ * came one after the other (~290 ns a group: ~12 µs of a slice's 15-25 on the GPU host, bench_ffn -T,
+ * 2026-12-03 k3 / k4). So a slice takes every group already done, up to COL_BATCH of them, reads
+ * their records into one list first — independent loads the core overlaps — and then makes their
+ * AXPYs, each group's as before (summed from zero in ascending neuron order and added into y in
+ * group order: the same operations, the same bits). The prefetches the walk made (the live rows of
+ * the next groups into L1, the predicted rows of the groups still computed into L2) are gone: without
+ * them the FFN from DRAM was ~4 µs faster (k4, 3 of 3 rounds). */
+#define COL_BATCH 8
+
+/* rows a batch holds (48 KiB on the slice's stack): any one group for every token of a pass, or more
+ * groups while their rows fit */
+#define COL_BATCH_ROWS (AXPY_GROUP * AXPY_TOKENS)
+
+/* A batch: the (token, row count) of each non-empty AXPY in order, and their rows and activations */
+struct col_batch {
+    int32_t n_seg, n_rows;
+    int32_t seg_tok[COL_BATCH * AXPY_TOKENS], seg_rows[COL_BATCH * AXPY_TOKENS];
+    float a[COL_BATCH_ROWS];
+    const void *rows[COL_BATCH_ROWS];
+};
+
+/* Temporary A/B switch (PINFER_FFN_COL_WALK: 0 the old walk, 1 batched, 2 batched with the next
+ * segment's rows prefetched): removed once measured on the GPU host */
+static int col_walk(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_FFN_COL_WALK");
+        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 1;
+    }
+    return v;
+}
+
 #ifndef COL_PF_NEAR /* an A/B build may set it */
 #define COL_PF_NEAR 2
 #endif
@@ -683,11 +712,7 @@ static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, in
         prefetch_predicted_runs(j, c, from, until, off, len);
 }
 
-/* y[t, e0:e1] by columns: for each group in order (as soon as it is done), token t's live rows of it
- * restricted to the columns, summed in ascending neuron order from zero and added into y
- * (quant_axpy_rows_add): the group accumulator's columns e0..e1, the same operations, never written
- * out. */
-static void col_add(const struct ffn_job *j, int32_t r)
+static void col_add_old(const struct ffn_job *j, int32_t r)
 {
     const int64_t E = j->m->hp.n_embd;
     const int32_t nt = j->t1 - j->t0;
@@ -728,6 +753,77 @@ static void col_add(const struct ffn_job *j, int32_t r)
             if (tracing)
                 trace_axpy += ffn_trace_now() - ta;
         }
+    }
+}
+
+/* Group g's non-empty AXPYs (one a token) into the batch; false, and nothing added, if they would
+ * not fit after what the batch holds */
+static bool batch_take(const struct ffn_job *j, int64_t g, size_t off, struct col_batch *b)
+{
+    const struct ffn_group_rec *rec = &j->grec[g];
+    const int32_t nt = j->t1 - j->t0, rows = rec->rows;
+    if (!rows)
+        return true;
+    if (b->n_rows + (int64_t)rows * nt > COL_BATCH_ROWS && b->n_seg)
+        return false;
+    for (int32_t t = 0; t < nt; t++) {
+        const int32_t nl = rec_rows(j, rec, t, off, b->a + b->n_rows, b->rows + b->n_rows);
+        if (!nl)
+            continue;
+        b->seg_tok[b->n_seg] = t;
+        b->seg_rows[b->n_seg++] = nl;
+        b->n_rows += nl;
+    }
+    return true;
+}
+
+/* y[t, e0:e1] by columns: for each group in order (as soon as it is done), token t's live rows of it
+ * restricted to the columns, summed in ascending neuron order from zero and added into y
+ * (quant_axpy_rows_add): the group accumulator's columns e0..e1, the same operations, never written
+ * out. The groups are read a batch at a time (above). */
+static void col_add(const struct ffn_job *j, int32_t r)
+{
+    if (col_walk() == 0) {
+        col_add_old(j, r);
+        return;
+    }
+    const int64_t E = j->m->hp.n_embd;
+    const int32_t nt = j->t1 - j->t0;
+    int64_t e0, e1;
+    slice_cols(j, r, &e0, &e1);
+    const size_t off = quant_row_size(j->dt->type, e0); /* e0 is a whole number of blocks */
+    const size_t len = quant_row_size(j->dt->type, e1 - e0);
+    const bool pf = col_walk() == 2;
+    struct col_batch b;
+    for (int32_t t = 0; t < nt; t++)
+        memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
+    if (j->src && !bits_ready(j))
+        return; /* the caller drops the step */
+    const bool tracing = trace_on != NULL;
+    for (int64_t g = 0; g < j->n_groups;) {
+        group_wait(j, g);
+        const uint64_t tp = tracing ? ffn_trace_now() : 0;
+        b.n_seg = b.n_rows = 0;
+        int64_t h = g;
+        /* group g is done; those after it that are done too come in the same batch */
+        while (h < j->n_groups && h < g + COL_BATCH && (h == g || group_is_done(j, h)) && batch_take(j, h, off, &b))
+            h++;
+        if (tracing)
+            trace_pf += ffn_trace_now() - tp;
+        for (int32_t s = 0, at = 0; s < b.n_seg; at += b.seg_rows[s], s++) {
+            if (pf && s + 1 < b.n_seg)
+                for (int32_t q = 0; q < b.seg_rows[s + 1]; q++) {
+                    const uintptr_t p = (uintptr_t)b.rows[at + b.seg_rows[s] + q];
+                    for (uintptr_t c = p & ~(uintptr_t)(CACHE_LINE - 1); c < p + len; c += CACHE_LINE)
+                        __builtin_prefetch((const void *)c, 0, 3);
+                }
+            const uint64_t ta = tracing ? ffn_trace_now() : 0;
+            quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + b.seg_tok[s]) * E + e0, b.a + at,
+                                b.rows + at, b.seg_rows[s]);
+            if (tracing)
+                trace_axpy += ffn_trace_now() - ta;
+        }
+        g = h;
     }
 }
 

@@ -17,7 +17,8 @@
 #   bench/gpu/hybrid.sh [DIR [TINY]]   DIR: pictl + stages + test_hybrid + ipc_exit + hybrid_kill.py +
 #   lib/ (.device/hybrid2); TINY: the calibrated tiny model (.device/cal.gguf)
 #   env: OUT (results), DEADLINE (seconds of the whole script, default 225), SKIP_7B=1: parts 1-2 only;
-#   ROUNDS=N: part 3's runs N times, interleaved.
+#   ROUNDS=N: part 3's runs N times, interleaved. VARIANTS="A=1 A=2,B=3 ...": each round runs every
+#   part-3 run once per variant, with that variant's comma-separated environment (tags -v1, -v2, ...).
 #   SPEED_ONLY=1: part 3 only, RUNS="TAG ..." (e.g. "s16-8.39 s4-2.59"): only those 7B runs, S4=FILE: an
 #   existing s4 file instead of synthesizing one
 #   Results: $OUT/run.log, $OUT/poll.log and everything else packed in $OUT/results.tgz (the device
@@ -135,9 +136,9 @@ big_run() { # tag file args...
         log "skip $tag: $(left) s left"
         return 0
     fi
-    local n=$tag$RSUF
-    log "run $n: $*"
-    timeout $(($(left) - 5)) "$P" run -m "$SHM/$f.gguf" -p "$PROMPT" -n 128 --temp 0 --ignore-eos -c 512 -t 16 \
+    local n=$tag$RSUF$VSUF
+    log "run $n: ${VENV:+$VENV }$*"
+    env ${VENV//,/ } timeout $(($(left) - 5)) "$P" run -m "$SHM/$f.gguf" -p "$PROMPT" -n 128 --temp 0 --ignore-eos -c 512 -t 16 \
         --json-stats "$OUT/$n.json" "$@" >"$OUT/$n.txt" 2>"$OUT/$n.err"
     log "run $n rc=$? $(grep -h '\[perf\]' "$OUT/$n.err" | tail -1)"
 }
@@ -146,6 +147,10 @@ big_run() { # tag file args...
 # ROUNDS=N: the whole list N times, interleaved (the runs of round k named TAG-rk)
 for k in $(seq "${ROUNDS:-1}"); do
     RSUF=""; [ "${ROUNDS:-1}" -gt 1 ] && RSUF=-r$k
+    vi=0
+    for VENV in ${VARIANTS:-none}; do
+    VSUF=""; [ -n "${VARIANTS:-}" ] && vi=$((vi + 1)) && VSUF=-v$vi
+    [ "$VENV" = none ] && VENV=
     big_run s16-8.39 s16 --backend cuda --vram-budget 8.39
     big_run s4-2.59 s4 --backend cuda --vram-budget 2.59
     big_run s16-12 s16 --backend cuda --vram-budget 12
@@ -154,6 +159,7 @@ for k in $(seq "${ROUNDS:-1}"); do
     big_run s16-gpu-dense s16 --backend cuda --dense
     big_run s16-gpu s16 --backend cuda
     big_run s4-gpu s4 --backend cuda
+    done
 done
 # the per-layer split of each hybrid run (decode only: --json-stats' decode_profile)
 for j in "$OUT"/s*.json; do
