@@ -64,6 +64,53 @@ template <int NM, int S = deep_s(NM)> struct Ring {
 };
 #define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
 
+/* ---- the ring filled by the bulk-copy engine (TM > 0: PINFER_CUDA_MMV_TMA) ----
+ * Why: the products stream at 0.71-0.79 of the HBM read floor with the cp.async ring at any depth,
+ * while the same bytes loaded straight into registers reach 0.83-0.90 (bench/gpu/NOTES.md, "The
+ * one-token F16 products alone"): each byte passes the SM's load path twice. Here lanes of each warp
+ * issue one cp.async.bulk a row (the warp's K range of the tile's 16 rows, TM chunks of it an item,
+ * one contiguous run each) into the warp's stage, and an mbarrier a stage counts the bytes in; the
+ * warp's lanes then read their words as before. A row's TM × 128 bytes sit contiguous, so rows g and
+ * g + 1 (one quarter-warp) would read the same banks: odd rows read their two words in the other
+ * order. The values in each thread's registers are the cp.async ring's: the same bits. */
+__device__ static inline uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ static inline void mbar_init(uint64_t *b, uint32_t n)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+__device__ static inline void mbar_expect(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ static inline void mbar_wait(uint64_t *b, uint32_t parity)
+{
+    uint32_t ok;
+    do
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    while (!ok);
+}
+__device__ static inline void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+}
+/* 0: the cp.async ring; 1: bulk copies a chunk an item; 2: two chunks an item for one matrix (gate +
+ * up keep one). Read once (a captured graph must not change kernels). */
+static int mmv_tma(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMV_TMA");
+        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 0;
+    }
+    return v;
+}
+
 /* Blocks of the streamed kernel an SM: one with the deep ring, or two, each with a shallower ring
  * (where both fit): twice the warps to hide each chunk's wait, and an SM whose block is done can
  * start the next product's block while the other still runs. The tiles are the same, each computed
@@ -105,14 +152,18 @@ __device__ static float block_sum(float v, float *sh)
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
 __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                   int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
 {
     constexpr int SLOTS = Ring<NM, S>::SLOTS;
     static_assert(S >= 2, "the ring needs a stage beside the one in use");
-    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH], then the token's row, K floats */
+    /* TM: a warp's stage is NM × 16 rows × TM chunks (TM × 128 bytes a row), warp w's S stages
+     * together; the same bytes as the cp.async ring when S · TM is its S */
+    constexpr int TSTAGE = NM * 16 * (TM ? TM : 1) * CH * 2;
+    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH] (TM: [KS][S][TSTAGE bytes]), then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
+    __shared__ uint64_t bar[TM ? KS : 1][TM ? S : 1];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
@@ -139,7 +190,40 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
             rp[m][0] = w + rg * K * 2, rp[m][1] = w + rh * K * 2;
         }
     };
+    const int ipt = TM ? (nw + (TM ? TM : 1) - 1) / (TM ? TM : 1) : nw; /* items a tile */
+    const int total_items = nt_blk * ipt;
+    const uint8_t *trp = nullptr; /* TM: this lane's row (lane % 16 of matrix lane / 16) */
+    auto trow = [&](int it) {
+        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16, jr = j0 + (lane & 15);
+        const int64_t jc = jr < n ? jr : n - 1, rr = IDX ? o.idx[tok0 * o.idx_stride + jc] : jc;
+        trp = (NM == 2 && lane >= 16 ? w1 : w0) + rr * K * 2;
+    };
+    uint8_t *tring = (uint8_t *)ring + (size_t)warp * S * TSTAGE;
+    auto produce_tma = [&]() {
+        if (p < total_items) {
+            const int st = p % S, pe = pc + TM < c1 ? pc + TM : c1;
+            const int64_t e0 = (int64_t)pc * CH, e1 = (int64_t)pe * CH < K ? (int64_t)pe * CH : K;
+            const uint32_t bytes = (uint32_t)(e1 - e0) * 2;
+            __syncwarp(); /* every lane has read the stage (item p − S) */
+            if (lane == 0) {
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                mbar_expect(&bar[warp][st], (uint32_t)(NM * 16) * bytes);
+            }
+            if (lane < NM * 16)
+                bulk_copy(tring + (size_t)st * TSTAGE + (size_t)lane * TM * CH * 2, trp + e0 * 2, bytes, &bar[warp][st]);
+            if ((pc = pe) == c1) {
+                pc = c0, pit++;
+                if (pit < nt_blk)
+                    trow(pit);
+            }
+        }
+        p++;
+    };
     auto produce = [&]() {
+        if constexpr (TM) {
+            produce_tma();
+            return;
+        }
         if (p < total) {
             uint4 *st = ring + (size_t)(p % S) * SLOTS * NTH + tid;
 #pragma unroll
@@ -162,7 +246,15 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
         p++;
     };
 
-    if (nw > 0)
+    if constexpr (TM) {
+        if (lane == 0)
+            for (int k = 0; k < S; k++)
+                mbar_init(&bar[warp][k], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        __syncwarp();
+        if (nw > 0)
+            trow(0);
+    } else if (nw > 0)
         rows(0);
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
@@ -170,7 +262,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
     pdl_wait();
     pdl_trigger();
-    float *xs = (float *)(ring + (size_t)S * SLOTS * NTH);
+    float *xs = (float *)((uint8_t *)ring + (TM ? (size_t)KS * S * TSTAGE : (size_t)S * SLOTS * NTH * 16));
     const float *xt = x + (int64_t)tok0 * K;
     if constexpr (NORM) { /* cuk_rmsnorm's operations, while the first chunks load */
         __shared__ float sh[NTH / 32];
@@ -195,16 +287,39 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
             for (int k = 0; k < 4; k++)
                 acc[m][k] = 0.0f;
         for (int k = 0; k < nw; k++, i++) {
-            cp_wait<S - 2>(); /* item i has landed */
-            const uint4 *st = ring + (size_t)(i % S) * SLOTS * NTH + tid;
             uint4 a[NM][2][2];
+            if constexpr (TM) {
+                const int sub = k % TM, q = it * ipt + k / TM; /* item q, its chunk sub */
+                if (sub == 0) {
+                    mbar_wait(&bar[warp][q % S], (uint32_t)(q / S) & 1u);
+                    produce(); /* item q + S − 1, into the stage item q − 1 left */
+                }
+                const uint8_t *sb = tring + (size_t)(q % S) * TSTAGE + (size_t)sub * CH * 2 + 16 * t;
+                const int odd = g & 1;
 #pragma unroll
-            for (int m = 0; m < NM; m++)
+                for (int m = 0; m < NM; m++)
 #pragma unroll
-                for (int r = 0; r < 2; r++)
+                    for (int r = 0; r < 2; r++) {
+                        const uint8_t *rb = sb + (size_t)(m * 16 + g + 8 * r) * TM * CH * 2;
+                        const uint4 v0 = *(const uint4 *)(rb + (odd ? 64 : 0)), v1 = *(const uint4 *)(rb + (odd ? 0 : 64));
+                        a[m][r][0] = odd ? v1 : v0;
+                        a[m][r][1] = odd ? v0 : v1;
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        a[m][r][h] = st[((m * 2 + r) * 2 + h) * NTH];
+                        for (int h = 0; h < 2; h++)
+                            if (elem(c0 + k, t, h) + 8 > K) /* past K: no byte was copied there */
+                                a[m][r][h] = make_uint4(0u, 0u, 0u, 0u);
+                    }
+            } else {
+                cp_wait<S - 2>(); /* item i has landed */
+                const uint4 *st = ring + (size_t)(i % S) * SLOTS * NTH + tid;
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            a[m][r][h] = st[((m * 2 + r) * 2 + h) * NTH];
+            }
             float4 xv[2][2];
 #pragma unroll
             for (int h = 0; h < 2; h++)
@@ -214,7 +329,8 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                     xv[h][q] = xg && e + 8 <= K ? *(const float4 *)(xs + e + 4 * q)
                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
-            produce(); /* item i + S − 1, into the stage item i − 1 left */
+            if constexpr (!TM)
+                produce(); /* item i + S − 1, into the stage item i − 1 left */
             uint32_t hw[8], lw[8];
 #pragma unroll
             for (int h = 0; h < 2; h++)
@@ -278,26 +394,27 @@ static size_t sm_smem(void)
     return n;
 }
 
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
 static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                        const mvo &o, cudaStream_t st)
 {
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>,
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, MMV_SMEM_MAX);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>,
+            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>,
                                      cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }();
     if (attr != cudaSuccess)
         return -(int)attr;
-    const size_t smem = Ring<NM, S>::bytes + (size_t)K * sizeof(float);
+    const size_t ring = TM ? (size_t)KS * S * NM * 16 * TM * CH * 2 : Ring<NM, S>::bytes;
+    const size_t smem = ring + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * cuk_sm_count();
     const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
-    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
+    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
                K, n_out, x, B, o);
     return launched();
 }
@@ -311,6 +428,11 @@ template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
+    if constexpr (NM == 1)
+        if (mmv_tma() == 2) /* the same ring bytes as the deep cp.async ring */
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM) / 2, 1, 2>(w0, w1, K, n_out, x, B, o, st);
+    if (mmv_tma())
+        return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1, 1>(w0, w1, K, n_out, x, B, o, st);
     if constexpr (NM == 1) {
         const size_t row = (size_t)K * sizeof(float);
         auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
