@@ -10,6 +10,7 @@
  * barrier is needed inside the stream. At a tile's end each warp leaves its range's four
  * accumulators in shared memory; after one barrier a warp (rotating) adds the ranges in range order
  * and writes the outputs, while the rings already hold the next tile's first chunks. */
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -64,15 +65,17 @@ template <int NM, int S = deep_s(NM)> struct Ring {
 };
 #define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
 
-/* ---- the ring filled by the bulk-copy engine (TM > 0: PINFER_CUDA_MMV_TMA) ----
+/* ---- the ring filled by the tensor-copy engine (TM > 0: PINFER_CUDA_MMV_TMA) ----
  * Why: the products stream at 0.71-0.79 of the HBM read floor with the cp.async ring at any depth,
  * while the same bytes loaded straight into registers reach 0.83-0.90 (bench/gpu/NOTES.md, "The
- * one-token F16 products alone"): each byte passes the SM's load path twice. Here lanes of each warp
- * issue one cp.async.bulk a row (the warp's K range of the tile's 16 rows, TM chunks of it an item,
- * one contiguous run each) into the warp's stage, and an mbarrier a stage counts the bytes in; the
- * warp's lanes then read their words as before. A row's TM × 128 bytes sit contiguous, so rows g and
- * g + 1 (one quarter-warp) would read the same banks: odd rows read their two words in the other
- * order. The values in each thread's registers are the cp.async ring's: the same bits. */
+ * one-token F16 products alone"). Here one lane of each warp copies the warp's K range of the tile's
+ * 16 rows, TM chunks of it an item, as one 2D box of a tensor map (rows beyond the matrix and
+ * columns beyond K come as zeros) into the warp's stage, and an mbarrier a stage counts the bytes
+ * in; the lanes then read their words as before. (One 1D bulk copy a row was measured first: 128 or
+ * 256 bytes a copy streamed at 0.45-0.68 of the floor, bound by the copies' count.) A row's TM × 128
+ * bytes sit contiguous, so rows g and g + 1 (one quarter-warp) would read the same banks: odd rows
+ * read their two words in the other order. The values in each thread's registers are the cp.async
+ * ring's: the same bits. */
 __device__ static inline uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ static inline void mbar_init(uint64_t *b, uint32_t n)
 {
@@ -92,15 +95,16 @@ __device__ static inline void mbar_wait(uint64_t *b, uint32_t parity)
                      : "memory");
     while (!ok);
 }
-__device__ static inline void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b)
+/* the box of map m at column x, row y into dst; its bytes counted on b */
+__device__ static inline void box_copy(void *dst, const CUtensorMap *m, int x, int y, uint64_t *b)
 {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
                      smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 "l"((uint64_t)m), "r"(x), "r"(y), "r"(smem_u32(b))
                  : "memory");
 }
-/* 0: the cp.async ring; 1: bulk copies a chunk an item; 2: two chunks an item for one matrix (gate +
- * up keep one). Read once (a captured graph must not change kernels). */
+/* 0: the cp.async ring; 1: boxes of two chunks (S 4 for one matrix, 2 for gate + up); 2: four chunks
+ * for one matrix (S 2), one for gate + up (S 5). Read once (a captured graph must not change kernels). */
 static int mmv_tma(void)
 {
     static int v = -1;
@@ -154,16 +158,19 @@ __device__ static float block_sum(float v, float *sh)
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
 template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
 __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
-                                                  int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o)
+                                                  int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o,
+                                                  const __grid_constant__ CUtensorMap tm0,
+                                                  const __grid_constant__ CUtensorMap tm1)
 {
     constexpr int SLOTS = Ring<NM, S>::SLOTS;
     static_assert(S >= 2, "the ring needs a stage beside the one in use");
     /* TM: a warp's stage is NM × 16 rows × TM chunks (TM × 128 bytes a row), warp w's S stages
      * together; the same bytes as the cp.async ring when S · TM is its S */
     constexpr int TSTAGE = NM * 16 * (TM ? TM : 1) * CH * 2;
-    extern __shared__ uint4 ring[]; /* [S][SLOTS][NTH] (TM: [KS][S][TSTAGE bytes]), then the token's row, K floats */
+    extern __shared__ __align__(1024) uint4 ring[]; /* [S][SLOTS][NTH] (TM: [KS][S][TSTAGE bytes]), then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
     __shared__ uint64_t bar[TM ? KS : 1][TM ? S : 1];
+    static_assert(!(IDX && TM), "a tensor map's boxes are whole tiles of consecutive rows");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
@@ -192,30 +199,21 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     };
     const int ipt = TM ? (nw + (TM ? TM : 1) - 1) / (TM ? TM : 1) : nw; /* items a tile */
     const int total_items = nt_blk * ipt;
-    const uint8_t *trp = nullptr; /* TM: this lane's row (lane % 16 of matrix lane / 16) */
-    auto trow = [&](int it) {
-        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16, jr = j0 + (lane & 15);
-        const int64_t jc = jr < n ? jr : n - 1, rr = IDX ? o.idx[tok0 * o.idx_stride + jc] : jc;
-        trp = (NM == 2 && lane >= 16 ? w1 : w0) + rr * K * 2;
-    };
     uint8_t *tring = (uint8_t *)ring + (size_t)warp * S * TSTAGE;
     auto produce_tma = [&]() {
         if (p < total_items) {
             const int st = p % S, pe = pc + TM < c1 ? pc + TM : c1;
-            const int64_t e0 = (int64_t)pc * CH, e1 = (int64_t)pe * CH < K ? (int64_t)pe * CH : K;
-            const uint32_t bytes = (uint32_t)(e1 - e0) * 2;
+            const int j0 = (int)(((int64_t)blockIdx.x + (int64_t)pit * gridDim.x) * 16);
             __syncwarp(); /* every lane has read the stage (item p − S) */
             if (lane == 0) {
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                mbar_expect(&bar[warp][st], (uint32_t)(NM * 16) * bytes);
+                mbar_expect(&bar[warp][st], (uint32_t)TSTAGE);
+                box_copy(tring + (size_t)st * TSTAGE, &tm0, pc * CH, j0, &bar[warp][st]);
+                if constexpr (NM == 2)
+                    box_copy(tring + (size_t)st * TSTAGE + TSTAGE / 2, &tm1, pc * CH, j0, &bar[warp][st]);
             }
-            if (lane < NM * 16)
-                bulk_copy(tring + (size_t)st * TSTAGE + (size_t)lane * TM * CH * 2, trp + e0 * 2, bytes, &bar[warp][st]);
-            if ((pc = pe) == c1) {
+            if ((pc = pe) == c1)
                 pc = c0, pit++;
-                if (pit < nt_blk)
-                    trow(pit);
-            }
         }
         p++;
     };
@@ -252,8 +250,6 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                 mbar_init(&bar[warp][k], 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         __syncwarp();
-        if (nw > 0)
-            trow(0);
     } else if (nw > 0)
         rows(0);
 #pragma unroll
@@ -394,6 +390,30 @@ static size_t sm_smem(void)
     return n;
 }
 
+/* the tensor map of an n_rows × K F16 / BF16 matrix at w, boxes of TM chunks × 16 rows (mmv_tma) */
+static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
+{
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static encode_fn fn = nullptr;
+    if (!fn) {
+        cudaDriverEntryPointQueryResult q;
+        void *f = nullptr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !f)
+            return -(int)cudaErrorNotSupported;
+        fn = (encode_fn)f;
+    }
+    const cuuint64_t dim[2] = { (cuuint64_t)K, (cuuint64_t)n_rows }, stride[1] = { (cuuint64_t)K * 2 };
+    const cuuint32_t box[2] = { (cuuint32_t)(tm * CH), 16 }, es[2] = { 1, 1 };
+    const CUresult r = fn(m, bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w, dim,
+                          stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -(int)cudaErrorInvalidValue;
+}
+
 template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
 static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                        const mvo &o, cudaStream_t st)
@@ -414,8 +434,17 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * cuk_sm_count();
     const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
+    CUtensorMap m0, m1;
+    memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1);
+    if constexpr (TM > 0) {
+        int rc = tmap_encode(&m0, w0, K, n_out, BF, TM);
+        if (!rc && NM == 2)
+            rc = tmap_encode(&m1, w1, K, n_out, BF, TM);
+        if (rc)
+            return rc;
+    }
     pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
-               K, n_out, x, B, o);
+               K, n_out, x, B, o, m0, m1);
     return launched();
 }
 
@@ -428,11 +457,13 @@ template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
-    if constexpr (NM == 1)
-        if (mmv_tma() == 2) /* the same ring bytes as the deep cp.async ring */
-            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM) / 2, 1, 2>(w0, w1, K, n_out, x, B, o, st);
-    if (mmv_tma())
-        return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1, 1>(w0, w1, K, n_out, x, B, o, st);
+    if constexpr (!IDX) {
+        if (mmv_tma() == 1) /* the same ring bytes as the deep cp.async ring */
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : 2, 1, 2>(w0, w1, K, n_out, x, B, o, st);
+        if (mmv_tma() == 2)
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 2 : 5, 1, NM == 1 ? 4 : 1>(w0, w1, K, n_out, x, B,
+                                                                                              o, st);
+    }
     if constexpr (NM == 1) {
         const size_t row = (size_t)K * sizeof(float);
         auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
