@@ -19,10 +19,10 @@
  * (ffn_scratch.split; auto: ffn_partial's choice).
  * -T: the down_t job's timeline (ffn_trace), averaged over the timed layers, as "trace": µs from the
  * hand-out to the first slice's start, to the last group's end and to the last slice's end; the
- * threads that ran slices; per slice [start, end, wait, prefetch, axpy] (means, µs; start and end from
- * the hand-out; a column slice's wait is the time it spun on groups still being computed, prefetch and
- * axpy its time in its prefetch loops and in its AXPY calls: the rest of it is walking the groups'
- * records).
+ * threads that ran slices; per slice [start, end, wait, records, axpy] (means, µs; start and end from
+ * the hand-out; a column slice's wait is the time it spun on groups still being computed, records and
+ * axpy its time reading its batches' records and in its AXPY calls: the rest of it is the prefetch of
+ * the next AXPY's rows and the loop).
  * "runs_us_mean": the runs' build (in the timed region; cpud builds them before ffn_partial);
  * "noop_job_us_mean": a pool job of as many empty slices as a layer's down_t job, after the same gap
  * (the hand-out to the workers and back alone). "y_hash" is an FNV-1a hash of the bits of every y
@@ -98,7 +98,7 @@ static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
         ts->start[k] += (double)(s->start - t->handout);
         ts->stop[k] += (double)(s->end - t->handout);
         ts->wait[k] += (double)s->wait;
-        ts->pf[k] += (double)s->prefetch;
+        ts->pf[k] += (double)s->records;
         ts->axpy[k] += (double)s->axpy;
     }
     ts->first += (double)(first - t->handout);

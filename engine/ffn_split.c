@@ -526,7 +526,7 @@ static void group_one(const struct ffn_job *j, int64_t g)
 static struct ffn_trace *trace_on;
 static _Atomic int32_t trace_tids;
 static _Thread_local int32_t trace_tid = -1;
-static _Thread_local uint64_t trace_wait, trace_pf, trace_axpy;
+static _Thread_local uint64_t trace_wait, trace_rec, trace_axpy;
 
 void ffn_trace_set(struct ffn_trace *t)
 {
@@ -601,14 +601,16 @@ static void group_reduce(const struct ffn_job *j, int32_t r)
 }
 
 /* A column slice walks the groups in order, and each group's record is a line (two with its act) that
- * another core wrote: read one group at a time, with the group's AXPYs between them, those transfers
- * came one after the other (~290 ns a group: ~12 µs of a slice's 15-25 on the GPU host, bench_ffn -T,
+ * another core wrote. Read one group at a time with the group's AXPYs between them, those transfers
+ * came one after the other (~290 ns a group: ~12 µs of a slice's 15–25 on the GPU host, bench_ffn -T,
  * 2026-12-03 k3 / k4). So a slice takes every group already done, up to COL_BATCH of them, reads
  * their records into one list first — independent loads the core overlaps — and then makes their
  * AXPYs, each group's as before (summed from zero in ascending neuron order and added into y in
- * group order: the same operations, the same bits). The prefetches the walk made (the live rows of
- * the next groups into L1, the predicted rows of the groups still computed into L2) are gone: without
- * them the FFN from DRAM was ~4 µs faster (k4, 3 of 3 rounds). */
+ * group order: the same operations, the same bits), the next AXPY's row segments prefetched into L1
+ * while one runs. The prefetches of the walk before (the live rows of the next groups, the predicted
+ * rows of the groups still computed) are gone. GPU host, hybrid s4 at 2.59 GiB, three interleaved
+ * rounds (docs/BENCHMARKS.md, 2026-12-03 c3): 291.3 → 298.5 tok/s by the means; without the next
+ * AXPY's prefetch the batch lost (264.8: its AXPYs waited for every segment line). */
 #define COL_BATCH 8
 
 /* rows a batch holds (48 KiB on the slice's stack): any one group for every token of a pass, or more
@@ -622,139 +624,6 @@ struct col_batch {
     float a[COL_BATCH_ROWS];
     const void *rows[COL_BATCH_ROWS];
 };
-
-/* Temporary A/B switch (PINFER_FFN_COL_WALK: 0 the old walk, 1 batched, 2 batched with the next
- * segment's rows prefetched): removed once measured on the GPU host */
-static int col_walk(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PINFER_FFN_COL_WALK");
-        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 1;
-    }
-    return v;
-}
-
-#ifndef COL_PF_NEAR /* an A/B build may set it */
-#define COL_PF_NEAR 2
-#endif
-#define COL_PF_FAR 8
-
-static void prefetch_segment(const struct ffn_job *j, int64_t i, size_t off, size_t len, int locality)
-{
-    const uintptr_t p = (uintptr_t)lw_row(j->w, PI_ROW_DOWN_T, i) + off;
-    for (uintptr_t q = p & ~(uintptr_t)(CACHE_LINE - 1); q < p + len; q += CACHE_LINE)
-        if (locality == 3)
-            __builtin_prefetch((const void *)q, 0, 3);
-        else
-            __builtin_prefetch((const void *)q, 0, 2);
-}
-
-/* A cursor over the neurons of runs, ascending: run k, neuron i */
-struct col_cursor {
-    int32_t k;
-    int64_t i;
-};
-
-/* Prefetch into L2 the segments of the down_t rows of the neurons of runs in [from, until), the
- * cursor moved past them (it never goes back: a neuron is prefetched once) */
-static void prefetch_predicted_runs(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
-                               size_t off, size_t len)
-{
-    const struct ffn_runs *r = j->runs;
-    if (c->i < from)
-        c->i = from;
-    while (c->k < r->n) {
-        const int64_t s = r->run[c->k][0], e = s + r->run[c->k][1];
-        if (c->i >= e) {
-            c->k++;
-            continue;
-        }
-        if (c->i < s)
-            c->i = s;
-        if (c->i >= until)
-            return;
-        prefetch_segment(j, c->i, off, len, 2);
-        c->i++;
-    }
-}
-
-/* The same from src's bits: the cursor's neuron index c->i */
-static void prefetch_predicted_bits(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
-                                    size_t off, size_t len)
-{
-    const int64_t F = j->m->hp.n_ff;
-    int64_t i = c->i > from ? c->i : from;
-    if (until > F)
-        until = F;
-    while (i < until) {
-        const uint64_t b = j->src->bits[i / 64] >> (i % 64);
-        if (!b) {
-            i = (i / 64 + 1) * 64;
-            continue;
-        }
-        i += __builtin_ctzll(b);
-        if (i >= until)
-            break;
-        prefetch_segment(j, i, off, len, 2);
-        i++;
-    }
-    c->i = i < until ? i : until;
-}
-
-/* The predicted neurons' segments in [from, until): from the runs, or from src's bits */
-static void prefetch_predicted(const struct ffn_job *j, struct col_cursor *c, int64_t from, int64_t until,
-                               size_t off, size_t len)
-{
-    if (j->src)
-        prefetch_predicted_bits(j, c, from, until, off, len);
-    else
-        prefetch_predicted_runs(j, c, from, until, off, len);
-}
-
-static void col_add_old(const struct ffn_job *j, int32_t r)
-{
-    const int64_t E = j->m->hp.n_embd;
-    const int32_t nt = j->t1 - j->t0;
-    int64_t e0, e1;
-    slice_cols(j, r, &e0, &e1);
-    const size_t off = quant_row_size(j->dt->type, e0); /* e0 is a whole number of blocks */
-    const size_t len = quant_row_size(j->dt->type, e1 - e0);
-    float a[AXPY_GROUP];
-    const void *rows[AXPY_GROUP];
-    struct col_cursor far = { 0, 0 };
-    int64_t near = 0; /* the next group whose live rows are to be prefetched */
-    for (int32_t t = 0; t < nt; t++)
-        memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
-    if (j->src && !bits_ready(j))
-        return; /* the caller drops the step */
-    const bool tracing = trace_on != NULL;
-    for (int64_t g = 0; g < j->n_groups; g++) {
-        const uint64_t tp = tracing ? ffn_trace_now() : 0;
-        for (; near < j->n_groups && near <= g + COL_PF_NEAR && group_is_done(j, near); near++) {
-            const struct ffn_group_rec *rn = &j->grec[near];
-            for (int32_t t = 0; t < nt && rn->rows; t++)
-                __builtin_prefetch(rn->act[t], 0, 3);
-            for (int32_t q = 0; q < rn->rows; q++)
-                prefetch_segment(j, rn->live[q], off, len, 3);
-        }
-        if (!group_is_done(j, g))
-            prefetch_predicted(j, &far, near * AXPY_GROUP, (g + COL_PF_FAR) * AXPY_GROUP, off, len);
-        if (tracing)
-            trace_pf += ffn_trace_now() - tp;
-        group_wait(j, g);
-        const struct ffn_group_rec *rec = &j->grec[g];
-        for (int32_t t = 0; t < nt && rec->rows; t++) {
-            const int32_t nl = rec_rows(j, rec, t, off, a, rows);
-            if (!nl)
-                continue;
-            const uint64_t ta = tracing ? ffn_trace_now() : 0;
-            quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + t) * E + e0, a, rows, nl);
-            if (tracing)
-                trace_axpy += ffn_trace_now() - ta;
-        }
-    }
-}
 
 /* Group g's non-empty AXPYs (one a token) into the batch; false, and nothing added, if they would
  * not fit after what the batch holds */
@@ -783,17 +652,12 @@ static bool batch_take(const struct ffn_job *j, int64_t g, size_t off, struct co
  * out. The groups are read a batch at a time (above). */
 static void col_add(const struct ffn_job *j, int32_t r)
 {
-    if (col_walk() == 0) {
-        col_add_old(j, r);
-        return;
-    }
     const int64_t E = j->m->hp.n_embd;
     const int32_t nt = j->t1 - j->t0;
     int64_t e0, e1;
     slice_cols(j, r, &e0, &e1);
     const size_t off = quant_row_size(j->dt->type, e0); /* e0 is a whole number of blocks */
     const size_t len = quant_row_size(j->dt->type, e1 - e0);
-    const bool pf = col_walk() == 2;
     struct col_batch b;
     for (int32_t t = 0; t < nt; t++)
         memset(j->y + (size_t)(j->t0 + t) * E + e0, 0, (size_t)(e1 - e0) * sizeof(float));
@@ -809,9 +673,9 @@ static void col_add(const struct ffn_job *j, int32_t r)
         while (h < j->n_groups && h < g + COL_BATCH && (h == g || group_is_done(j, h)) && batch_take(j, h, off, &b))
             h++;
         if (tracing)
-            trace_pf += ffn_trace_now() - tp;
+            trace_rec += ffn_trace_now() - tp;
         for (int32_t s = 0, at = 0; s < b.n_seg; at += b.seg_rows[s], s++) {
-            if (pf && s + 1 < b.n_seg)
+            if (s + 1 < b.n_seg) /* the next AXPY's segments while this one runs */
                 for (int32_t q = 0; q < b.seg_rows[s + 1]; q++) {
                     const uintptr_t p = (uintptr_t)b.rows[at + b.seg_rows[s] + q];
                     for (uintptr_t c = p & ~(uintptr_t)(CACHE_LINE - 1); c < p + len; c += CACHE_LINE)
@@ -835,7 +699,7 @@ static void group_job(void *arg, int ith, int nth)
     struct ffn_trace *tr = trace_on;
     const uint64_t t0 = tr ? ffn_trace_now() : 0;
     if (tr)
-        trace_wait = trace_pf = trace_axpy = 0;
+        trace_wait = trace_rec = trace_axpy = 0;
     (void)nth;
     if (ith < j->n_groups)
         group_one(j, ith);
@@ -846,7 +710,7 @@ static void group_job(void *arg, int ith, int nth)
     if (tr && ith < tr->cap) {
         if (trace_tid < 0)
             trace_tid = atomic_fetch_add_explicit(&trace_tids, 1, memory_order_relaxed);
-        tr->slice[ith] = (struct ffn_slice_trace){ t0, ffn_trace_now(), trace_wait, trace_pf, trace_axpy, trace_tid };
+        tr->slice[ith] = (struct ffn_slice_trace){ t0, ffn_trace_now(), trace_wait, trace_rec, trace_axpy, trace_tid };
     }
 }
 

@@ -131,11 +131,12 @@ int ffn_partial_bits(struct pi_pool *pool, struct ffn_scratch *s, const struct p
 /* The down_t job's timeline, for a benchmark (bench_ffn -T): while a trace is set, each pass of the
  * down_t job records when it was handed out and, per slice, the thread that ran it (a small id per
  * thread), its start and end, the time it spent waiting for groups still being computed (column and
- * reduction slices) and a column slice's time in its prefetches and in its AXPYs, in ffn_trace_now's clock (the TSC on x86-64). Off (NULL) by default: one load a
- * slice. Set it only while no job runs. */
+ * reduction slices) and a column slice's time reading its batches' records and in its AXPYs, in
+ * ffn_trace_now's clock (the TSC on x86-64). Off (NULL) by default: one load a slice. Set it only
+ * while no job runs. */
 struct ffn_slice_trace {
     uint64_t start, end, wait;
-    uint64_t prefetch, axpy; /* a column slice's time in its prefetches and in its AXPY calls */
+    uint64_t records, axpy; /* a column slice's time reading its batches' records and in its AXPY calls */
     int32_t tid;
 };
 struct ffn_trace {

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,14 +104,47 @@ __device__ static inline void box_copy(void *dst, const CUtensorMap *m, int x, i
                  "l"((uint64_t)m), "r"(x), "r"(y), "r"(smem_u32(b))
                  : "memory");
 }
-/* 0: the cp.async ring; 1: boxes of two chunks (S 4 for one matrix, 2 for gate + up); 2: four chunks
- * for one matrix (S 2), one for gate + up (S 5). Read once (a captured graph must not change kernels). */
+typedef CUresult (*tmap_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* the driver's cuTensorMapEncodeTiled (no link to libcuda), or NULL where the driver has none */
+static tmap_encode_fn tmap_fn(void)
+{
+    static tmap_encode_fn fn = [] {
+        cudaDriverEntryPointQueryResult q;
+        void *f = nullptr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        return (tmap_encode_fn)f;
+    }();
+    return fn;
+}
+
+/* the tensor map of an n_rows × K F16 / BF16 matrix at w, boxes of tm chunks × 16 rows */
+static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
+{
+    const cuuint64_t dim[2] = { (cuuint64_t)K, (cuuint64_t)n_rows }, stride[1] = { (cuuint64_t)K * 2 };
+    const cuuint32_t box[2] = { (cuuint32_t)(tm * CH), 16 }, es[2] = { 1, 1 };
+    const CUresult r = tmap_fn()(m, bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w,
+                                 dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -(int)cudaErrorInvalidValue;
+}
+
+/* PINFER_CUDA_MMV_TMA: 0 the cp.async ring everywhere; 1 the tensor boxes for every dense product; 2
+ * (default) the boxes where the product runs one block an SM — gate + up (boxes of a chunk a matrix,
+ * S 5), q/k/v, down (two chunks, S 4) — and the cp.async ring where it runs two (wo, fc2: short
+ * streams, where two blocks hide the chunk wait; the boxes at one block lost 7 % / 22 % there). Read
+ * once (a captured graph must not change kernels). */
 static int mmv_tma(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("PINFER_CUDA_MMV_TMA");
-        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 0;
+        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
+        if (!tmap_fn()) /* a driver without tensor maps: the cp.async ring */
+            v = 0;
     }
     return v;
 }
@@ -298,12 +332,8 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                     for (int r = 0; r < 2; r++) {
                         const uint8_t *rb = sb + (size_t)(m * 16 + g + 8 * r) * TM * CH * 2;
                         const uint4 v0 = *(const uint4 *)(rb + (odd ? 64 : 0)), v1 = *(const uint4 *)(rb + (odd ? 0 : 64));
-                        a[m][r][0] = odd ? v1 : v0;
+                        a[m][r][0] = odd ? v1 : v0; /* past K: the box's zeros, as cp16's */
                         a[m][r][1] = odd ? v0 : v1;
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            if (elem(c0 + k, t, h) + 8 > K) /* past K: no byte was copied there */
-                                a[m][r][h] = make_uint4(0u, 0u, 0u, 0u);
                     }
             } else {
                 cp_wait<S - 2>(); /* item i has landed */
@@ -390,28 +420,39 @@ static size_t sm_smem(void)
     return n;
 }
 
-/* the tensor map of an n_rows × K F16 / BF16 matrix at w, boxes of TM chunks × 16 rows (mmv_tma) */
-static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
+/* The maps made so far: a map is a function of its key (the address, the shape, the box, the type), so
+ * a hit is right even for memory freed and reused; eager launches (the hybrid's layers, prefill) do
+ * not encode a map each time. Full: encode without keeping. */
+struct tmap_slot {
+    const uint8_t *w;
+    int64_t K, n_rows;
+    int tm;
+    bool bf;
+    CUtensorMap m;
+};
+#define TMAP_SLOTS 1024
+static int tmap_get(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
 {
-    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static encode_fn fn = nullptr;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult q;
-        void *f = nullptr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !f)
-            return -(int)cudaErrorNotSupported;
-        fn = (encode_fn)f;
+    static tmap_slot slot[TMAP_SLOTS];
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    const size_t h0 = ((uintptr_t)w >> 8) * 0x9E3779B97F4A7C15ull >> 54; /* 10 bits */
+    for (size_t k = 0; k < TMAP_SLOTS; k++) {
+        tmap_slot &s = slot[(h0 + k) % TMAP_SLOTS];
+        if (s.w == w && s.K == K && s.n_rows == n_rows && s.tm == tm && s.bf == bf) {
+            *m = s.m;
+            return 0;
+        }
+        if (!s.w) {
+            const int rc = tmap_encode(&s.m, w, K, n_rows, bf, tm);
+            if (rc)
+                return rc;
+            s.w = w, s.K = K, s.n_rows = n_rows, s.tm = tm, s.bf = bf;
+            *m = s.m;
+            return 0;
+        }
     }
-    const cuuint64_t dim[2] = { (cuuint64_t)K, (cuuint64_t)n_rows }, stride[1] = { (cuuint64_t)K * 2 };
-    const cuuint32_t box[2] = { (cuuint32_t)(tm * CH), 16 }, es[2] = { 1, 1 };
-    const CUresult r = fn(m, bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w, dim,
-                          stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? 0 : -(int)cudaErrorInvalidValue;
+    return tmap_encode(m, w, K, n_rows, bf, tm);
 }
 
 template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
@@ -437,9 +478,9 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
     CUtensorMap m0, m1;
     memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1);
     if constexpr (TM > 0) {
-        int rc = tmap_encode(&m0, w0, K, n_out, BF, TM);
+        int rc = tmap_get(&m0, w0, K, n_out, BF, TM);
         if (!rc && NM == 2)
-            rc = tmap_encode(&m1, w1, K, n_out, BF, TM);
+            rc = tmap_get(&m1, w1, K, n_out, BF, TM);
         if (rc)
             return rc;
     }
@@ -457,13 +498,7 @@ template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
-    if constexpr (!IDX) {
-        if (mmv_tma() == 1) /* the same ring bytes as the deep cp.async ring */
-            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : 2, 1, 2>(w0, w1, K, n_out, x, B, o, st);
-        if (mmv_tma() == 2)
-            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 2 : 5, 1, NM == 1 ? 4 : 1>(w0, w1, K, n_out, x, B,
-                                                                                              o, st);
-    }
+    const int tma = IDX ? 0 : mmv_tma(); /* a gathered product's rows are no tensor map's boxes */
     if constexpr (NM == 1) {
         const size_t row = (size_t)K * sizeof(float);
         auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
@@ -472,11 +507,15 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
             const int64_t tiles = (n_out + 15) / 16, sms = cuk_sm_count(), nk = (K + CH - 1) / CH;
             two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
         }
-        if (two && two_fit(Ring<1, 4>::bytes))
+        if (tma != 1 && two && two_fit(Ring<1, 4>::bytes))
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
-        if (two && two_fit(Ring<1, 3>::bytes))
+        if (tma != 1 && two && two_fit(Ring<1, 3>::bytes))
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
     }
+    if constexpr (!IDX)
+        if (tma) /* the same ring bytes as the deep cp.async ring */
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, NM == 1 ? 2 : 1>(w0, w1, K, n_out,
+                                                                                                       x, B, o, st);
     return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1>(w0, w1, K, n_out, x, B, o, st);
 }
 
