@@ -7,7 +7,9 @@
  * loads into its registers (rows g and g + 8 of the tile, elements [8t, 8t + 8) and [32 + 8t, 40 + 8t)
  * of the chunk, and token g's f32 activation there; split or, in the f16 mode, rounded once as there),
  * so no thread reads another's words and no
- * barrier is needed inside the stream. At a tile's end each warp leaves its range's four
+ * barrier is needed inside the stream (where a product runs one block an SM, a warp's items come
+ * instead as tensor-map boxes into a stage of its own: "the ring filled by the tensor-copy engine"
+ * below). At a tile's end each warp leaves its range's four
  * accumulators in shared memory; after one barrier a warp (rotating) adds the ranges in range order
  * and writes the outputs, while the rings already hold the next tile's first chunks. */
 #include <cuda.h>

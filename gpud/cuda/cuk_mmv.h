@@ -6,7 +6,8 @@
  * 64-element chunks and then waiting for them, and the gathered FFN rows (~70 tiles at 10 % active)
  * leave most SMs idle. These kernels run one block per SM that walks its tiles in turn, each warp
  * keeping S − 1 chunks of its K range in flight across tile boundaries (the rows of the next tiles
- * load while this one is reduced); the token's row sits in shared memory (normalized there when the
+ * load while this one is reduced; per thread by cp.async, or as one tensor-map box a warp's item where
+ * the product runs one block an SM: PINFER_CUDA_MMV_TMA, cuk_mmv.cu); the token's row sits in shared memory (normalized there when the
  * RMSNorm is folded in). Measured (bench/gpu/NOTES.md, "Decode kernels"): faster for long streams
  * per block (q/k/v, gate/up, the gathered rows), slower where a block gets ≤ 2 tiles (wo, down) or
  * 2-chunk ranges (the predictor's fc2) — hence PINFER_CUDA_MMV's default below.
