@@ -491,8 +491,11 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
     return launched();
 }
 
-/* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), and the SM's 1 KiB */
-template <int NM> static constexpr size_t mv_static(void) { return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + 1024; }
+/* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), the boxes' mbarriers, and the SM's 1 KiB */
+template <int NM> static constexpr size_t mv_static(void)
+{
+    return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + (size_t)KS * deep_s(1) * 8 /* the boxes' mbarriers, at most */ + 1024;
+}
 
 /* one matrix: two blocks an SM (mmv_bps) with the deepest ring that lets both fit; else (and for
  * gate + up) the one deep block */
