@@ -80,7 +80,7 @@ struct trace_sum {
     int64_t jobs;
     int32_t n_slices, n_groups;
     double first, groups_end, end, threads;
-    double start[TRACE_SLICES], stop[TRACE_SLICES], wait[TRACE_SLICES], pf[TRACE_SLICES], axpy[TRACE_SLICES];
+    double start[TRACE_SLICES], stop[TRACE_SLICES], wait[TRACE_SLICES], rec[TRACE_SLICES], axpy[TRACE_SLICES];
 };
 
 static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
@@ -98,7 +98,7 @@ static void trace_add(struct trace_sum *ts, const struct ffn_trace *t)
         ts->start[k] += (double)(s->start - t->handout);
         ts->stop[k] += (double)(s->end - t->handout);
         ts->wait[k] += (double)s->wait;
-        ts->pf[k] += (double)s->records;
+        ts->rec[k] += (double)s->records;
         ts->axpy[k] += (double)s->axpy;
     }
     ts->first += (double)(first - t->handout);
@@ -131,7 +131,7 @@ static void trace_print(const struct trace_sum *ts)
            ts->threads / (double)ts->jobs);
     for (int32_t i = 0; i < ts->n_slices; i++)
         printf("%s[%.2f,%.2f,%.2f,%.2f,%.2f]", i ? "," : "", ts->start[i] * k, ts->stop[i] * k, ts->wait[i] * k,
-               ts->pf[i] * k, ts->axpy[i] * k);
+               ts->rec[i] * k, ts->axpy[i] * k);
     printf("]}}\n");
 }
 

@@ -240,12 +240,14 @@ struct ffn_job {
 #define ROW_PREFETCH_CAP 4096
 #define CACHE_LINE 64
 
-static void prefetch_bytes(const char *p, size_t n)
+/* the lines of [p, p + n), at most ROW_PREFETCH_CAP bytes of them, into L1 */
+static void prefetch_bytes(const void *p, size_t n)
 {
     if (n > ROW_PREFETCH_CAP)
         n = ROW_PREFETCH_CAP;
-    for (size_t o = 0; o < n; o += CACHE_LINE)
-        __builtin_prefetch(p + o, 0, 3);
+    const uintptr_t a = (uintptr_t)p;
+    for (uintptr_t c = a & ~(uintptr_t)(CACHE_LINE - 1); c < a + n; c += CACHE_LINE)
+        __builtin_prefetch((const void *)c, 0, 3);
 }
 
 /* y[r] = W[r] · x for r in [r0, r1), W the rows of kind `kind` in the view: the multi-row GEMV
@@ -676,11 +678,8 @@ static void col_add(const struct ffn_job *j, int32_t r)
             trace_rec += ffn_trace_now() - tp;
         for (int32_t s = 0, at = 0; s < b.n_seg; at += b.seg_rows[s], s++) {
             if (s + 1 < b.n_seg) /* the next AXPY's segments while this one runs */
-                for (int32_t q = 0; q < b.seg_rows[s + 1]; q++) {
-                    const uintptr_t p = (uintptr_t)b.rows[at + b.seg_rows[s] + q];
-                    for (uintptr_t c = p & ~(uintptr_t)(CACHE_LINE - 1); c < p + len; c += CACHE_LINE)
-                        __builtin_prefetch((const void *)c, 0, 3);
-                }
+                for (int32_t q = 0; q < b.seg_rows[s + 1]; q++)
+                    prefetch_bytes(b.rows[at + b.seg_rows[s] + q], len);
             const uint64_t ta = tracing ? ffn_trace_now() : 0;
             quant_axpy_rows_add(j->dt->type, e1 - e0, j->y + (size_t)(j->t0 + b.seg_tok[s]) * E + e0, b.a + at,
                                 b.rows + at, b.seg_rows[s]);

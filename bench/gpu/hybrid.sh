@@ -149,16 +149,16 @@ for k in $(seq "${ROUNDS:-1}"); do
     RSUF=""; [ "${ROUNDS:-1}" -gt 1 ] && RSUF=-r$k
     vi=0
     for VENV in ${VARIANTS:-none}; do
-    VSUF=""; [ -n "${VARIANTS:-}" ] && vi=$((vi + 1)) && VSUF=-v$vi
-    [ "$VENV" = none ] && VENV=
-    big_run s16-8.39 s16 --backend cuda --vram-budget 8.39
-    big_run s4-2.59 s4 --backend cuda --vram-budget 2.59
-    big_run s16-12 s16 --backend cuda --vram-budget 12
-    big_run s16-ngl20 s16 --backend cuda -ngl 20 --dense
-    big_run s4-ngl17 s4 --backend cuda -ngl 17 --dense
-    big_run s16-gpu-dense s16 --backend cuda --dense
-    big_run s16-gpu s16 --backend cuda
-    big_run s4-gpu s4 --backend cuda
+        VSUF=""; [ -n "${VARIANTS:-}" ] && vi=$((vi + 1)) && VSUF=-v$vi
+        [ "$VENV" = none ] && VENV=
+        big_run s16-8.39 s16 --backend cuda --vram-budget 8.39
+        big_run s4-2.59 s4 --backend cuda --vram-budget 2.59
+        big_run s16-12 s16 --backend cuda --vram-budget 12
+        big_run s16-ngl20 s16 --backend cuda -ngl 20 --dense
+        big_run s4-ngl17 s4 --backend cuda -ngl 17 --dense
+        big_run s16-gpu-dense s16 --backend cuda --dense
+        big_run s16-gpu s16 --backend cuda
+        big_run s4-gpu s4 --backend cuda
     done
 done
 # the per-layer split of each hybrid run (decode only: --json-stats' decode_profile)

@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     static_assert(S >= 2, "the ring needs a stage beside the one in use");
     /* TM: a warp's stage is NM × 16 rows × TM chunks (TM × 128 bytes a row), warp w's S stages
      * together; the same bytes as the cp.async ring when S · TM is its S */
-    constexpr int TSTAGE = NM * 16 * (TM ? TM : 1) * CH * 2;
+    constexpr int TMI = TM ? TM : 1, TSTAGE = NM * 16 * TMI * CH * 2;
     extern __shared__ __align__(1024) uint4 ring[]; /* [S][SLOTS][NTH] (TM: [KS][S][TSTAGE bytes]), then the token's row, K floats */
     __shared__ float red[2][KS][NM * 4][32];
     __shared__ uint64_t bar[TM ? KS : 1][TM ? S : 1];
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
     const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
     const bool xg = g < ntok; /* this thread's token column is the token (not padding) */
-    const int total = nt_blk * nw;
+    const int ipt = (nw + TMI - 1) / TMI, total = nt_blk * ipt; /* items a tile (TM chunks an item, else one), a block */
 
     /* the producer: item p = chunk pc of the block's tile number pit */
     int p = 0, pit = 0, pc = c0;
@@ -233,11 +233,9 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
             rp[m][0] = w + rg * K * 2, rp[m][1] = w + rh * K * 2;
         }
     };
-    const int ipt = TM ? (nw + (TM ? TM : 1) - 1) / (TM ? TM : 1) : nw; /* items a tile */
-    const int total_items = nt_blk * ipt;
     uint8_t *tring = (uint8_t *)ring + (size_t)warp * S * TSTAGE;
     auto produce_tma = [&]() {
-        if (p < total_items) {
+        if (p < total) {
             const int st = p % S, pe = pc + TM < c1 ? pc + TM : c1;
             const int j0 = (int)(((int64_t)blockIdx.x + (int64_t)pit * gridDim.x) * 16);
             __syncwarp(); /* every lane has read the stage (item p − S) */
