@@ -189,6 +189,80 @@ __device__ static float block_sum(float v, float *sh)
     return s;
 }
 
+/* The token's row into shared memory with its loads in flight together, a batch of XB (NORM) or XC
+ * (float4s, plain copy) a thread: one L2 round trip at K = 4096 and at down's 11 008. The element
+ * loop it replaces (e += NTH, unrolled by 4) waited on an L2 round trip every 4 elements a thread —
+ * 11 at down's K, 8 for the norm at 4096 — while the first weight stages had landed long before. */
+#define XB 16
+#define XC 12
+
+/* cuk_rmsnorm's operations: thread tid's sum of squares over e = tid, tid + NTH, … in that order,
+ * block_sum, then xs[e] = (x[e] · scale) · w[e]; wv: w of the first batch, loaded before the wait */
+__device__ static void norm_row(const float *__restrict__ xt, const float *__restrict__ nw, const float (&wv)[XB],
+                                float eps, int64_t K, float *xs)
+{
+    __shared__ float sh[NTH / 32];
+    const int tid = threadIdx.x;
+    float ss = 0.0f;
+    for (int64_t b0 = 0; b0 < K; b0 += (int64_t)XB * NTH) {
+        float v[XB];
+#pragma unroll
+        for (int u = 0; u < XB; u++) {
+            const int64_t e = b0 + tid + (int64_t)u * NTH;
+            v[u] = e < K ? xt[e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < XB; u++) {
+            const int64_t e = b0 + tid + (int64_t)u * NTH;
+            if (e < K) {
+                ss = __fmaf_rn(v[u], v[u], ss);
+                xs[e] = v[u];
+            }
+        }
+    }
+    ss = block_sum(ss, sh);
+    const float scale = 1.0f / sqrtf(ss / (float)K + eps);
+    for (int64_t b0 = 0; b0 < K; b0 += (int64_t)XB * NTH) {
+        float w[XB];
+#pragma unroll
+        for (int u = 0; u < XB; u++) {
+            const int64_t e = b0 + tid + (int64_t)u * NTH;
+            w[u] = b0 == 0 ? wv[u] : e < K ? nw[e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < XB; u++) {
+            const int64_t e = b0 + tid + (int64_t)u * NTH;
+            if (e < K) /* each thread rewrites only the elements it stored: no barrier between */
+                xs[e] = __fmul_rn(__fmul_rn(xs[e], scale), w[u]);
+        }
+    }
+}
+
+__device__ static void copy_row(const float *__restrict__ xt, int64_t K, float *xs)
+{
+    const int tid = threadIdx.x;
+    if (K % 4 || ((uintptr_t)xt & 15)) {
+        for (int64_t e = tid; e < K; e += NTH)
+            xs[e] = xt[e];
+        return;
+    }
+    const int64_t K4 = K / 4;
+    for (int64_t b0 = 0; b0 < K4; b0 += (int64_t)XC * NTH) {
+        float4 v[XC];
+#pragma unroll
+        for (int u = 0; u < XC; u++) {
+            const int64_t i = b0 + tid + (int64_t)u * NTH;
+            v[u] = i < K4 ? ((const float4 *)xt)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < XC; u++) {
+            const int64_t i = b0 + tid + (int64_t)u * NTH;
+            if (i < K4)
+                ((float4 *)xs)[i] = v[u];
+        }
+    }
+}
+
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
@@ -289,24 +363,21 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
         produce();
+    /* NORM: the norm weights of the row's first XB · NTH elements, before the wait (no kernel writes them) */
+    float wv[NORM ? XB : 1];
+    if constexpr (NORM)
+#pragma unroll
+        for (int u = 0; u < XB; u++)
+            wv[u] = tid + u * NTH < K ? o.nw[tid + u * NTH] : 0.0f;
     /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
     pdl_wait();
     pdl_trigger();
     float *xs = (float *)((uint8_t *)ring + (TM ? (size_t)KS * S * TSTAGE : (size_t)S * SLOTS * NTH * 16));
     const float *xt = x + (int64_t)tok0 * K;
-    if constexpr (NORM) { /* cuk_rmsnorm's operations, while the first chunks load */
-        __shared__ float sh[NTH / 32];
-        float ss = 0.0f;
-        for (int64_t e = tid; e < K; e += NTH)
-            ss = __fmaf_rn(xt[e], xt[e], ss);
-        ss = block_sum(ss, sh);
-        const float scale = 1.0f / sqrtf(ss / (float)K + o.eps);
-        for (int64_t e = tid; e < K; e += NTH)
-            xs[e] = __fmul_rn(__fmul_rn(xt[e], scale), o.nw[e]);
-    } else {
-        for (int64_t e = tid; e < K; e += NTH)
-            xs[e] = xt[e];
-    }
+    if constexpr (NORM)
+        norm_row(xt, o.nw, wv, o.eps, K, xs);
+    else
+        copy_row(xt, K, xs);
     __syncthreads();
     int i = 0, buf = 0;
     for (int it = 0; it < nt_blk; it++, buf ^= 1) {
