@@ -285,6 +285,14 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
         pdl_wait(); /* the listed rows are the previous kernel's output */
+    /* IDX: the first tile's two list entries loaded beside the count, not after it (one L2 round
+     * trip fewer before the first weights are asked for); an entry past the count is not used */
+    int32_t first[2] = { 0, 0 };
+    if constexpr (IDX) {
+        const int64_t jg = (int64_t)blockIdx.x * 16 + g, jh = jg + 8;
+        first[0] = o.idx[tok0 * o.idx_stride + (jg < n_out ? jg : n_out - 1)];
+        first[1] = o.idx[tok0 * o.idx_stride + (jh < n_out ? jh : n_out - 1)];
+    }
     const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
     if ((int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
@@ -300,7 +308,16 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     auto rows = [&](int it) {
         const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
         const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
-        const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
+        int64_t rg = jg, rh = jh;
+        if constexpr (IDX) {
+            if (it == 0) { /* past the count: row 0 of the matrix, loaded and never stored (a row's sums are its own) */
+                rg = j0 + g < n ? first[0] : 0;
+                rh = j0 + g + 8 < n ? first[1] : 0;
+            } else {
+                rg = o.idx[tok0 * o.idx_stride + jg];
+                rh = o.idx[tok0 * o.idx_stride + jh];
+            }
+        }
 #pragma unroll
         for (int m = 0; m < NM; m++) {
             const uint8_t *w = m ? w1 : w0;
