@@ -536,89 +536,12 @@ __device__ static inline void q1_rows(const uint8_t *q, const uint8_t *d, int64_
 
 /* The token's row into shared memory as the two-launch path's first launch writes it: k_quant_x's
  * operations, or (NORM) k_norm_quant_x's — its sum of squares over 256 threads and then its 8 warps
- * in order, the normalized element, the quantization. Ends with the block's barrier.
- * A row of up to Q1_ROW_REG elements is read in one batch of loads a thread, held in registers and
- * quantized from them (NORM: warp w < 8 holds exactly the elements of blocks w, w + 8, …, the ones
- * its sum of squares read; else warp w takes blocks w, w + Q1_WARPS, …): one L2 round trip where the
- * element loops took one every few elements (the norm's 16 a thread unrolled by 4, then the
- * quantization's two rounds of x and the norm weights). Longer rows: those loops, Q1_QN blocks a
- * warp at once. Each block's values and operations are the same either way: the same bits. */
-#define Q1_ROW_REG 4096
-#define Q1_XB (Q1_ROW_REG / 256) /* NORM: elements a thread of the 256 */
-#define Q1_XQ (Q1_ROW_REG / 32 / Q1_WARPS) /* else: blocks a warp */
-
-/* q8_warp_store_n over the blocks blk0 + step · k (k < N) that exist; a short group repeats its
- * last block (the same store) */
-template <int N>
-__device__ static inline void q8_warp_store_some(const float *v, uint8_t *row, int64_t n_in, int64_t blk0, int64_t step,
-                                                 int lane)
-{
-    const int64_t nblk = n_in / 32;
-    static_assert(N % Q1_QN == 0, "whole groups");
-#pragma unroll
-    for (int g = 0; g < N; g += Q1_QN) {
-        if (blk0 + step * g >= nblk)
-            return;
-        int64_t blk[Q1_QN];
-        float w[Q1_QN];
-#pragma unroll
-        for (int k = 0; k < Q1_QN; k++) {
-            const int64_t b = blk0 + step * (g + k);
-            const bool ok = b < nblk;
-            blk[k] = ok ? b : blk[k > 0 ? k - 1 : 0];
-            w[k] = ok ? v[g + k] : w[k > 0 ? k - 1 : 0];
-        }
-        q8_warp_store_n<Q1_QN>(w, row, n_in, blk, lane);
-    }
-}
-
+ * in order, the normalized element, the quantization; Q1_QN blocks a warp at once. Ends with the
+ * block's barrier. */
 template <bool NORM>
 __device__ static inline void q1_quantize(const float *__restrict__ x, const float *__restrict__ nw, float eps,
                                           int64_t n_in, uint8_t *xq, int warp, int lane)
 {
-    if (n_in <= Q1_ROW_REG) {
-        if constexpr (NORM) {
-            __shared__ float sh[8];
-            const int tid = threadIdx.x;
-            float v[Q1_XB], w[Q1_XB], ss = 0.0f;
-            if (tid < 256) {
-#pragma unroll
-                for (int u = 0; u < Q1_XB; u++) {
-                    const int64_t i = tid + 256 * u;
-                    v[u] = i < n_in ? x[i] : 0.0f;
-                    w[u] = i < n_in ? nw[i] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < Q1_XB; u++)
-                    if (tid + 256 * u < n_in)
-                        ss = __fmaf_rn(v[u], v[u], ss);
-            }
-            ss = warp_sum(ss);
-            if (lane == 0 && warp < 8)
-                sh[warp] = ss;
-            __syncthreads();
-            float s = 0.0f;
-            for (int i = 0; i < 8; i++)
-                s += sh[i];
-            const float scale = 1.0f / sqrtf(s / (float)n_in + eps);
-            if (tid < 256) {
-#pragma unroll
-                for (int u = 0; u < Q1_XB; u++)
-                    v[u] = __fmul_rn(__fmul_rn(v[u], scale), w[u]); /* cuk_rmsnorm's xn[i] */
-                q8_warp_store_some<Q1_XB>(v, xq, n_in, warp, 8, lane);
-            }
-        } else {
-            float v[Q1_XQ];
-#pragma unroll
-            for (int u = 0; u < Q1_XQ; u++) {
-                const int64_t i = ((int64_t)warp + (int64_t)Q1_WARPS * u) * 32 + lane;
-                v[u] = i < n_in ? x[i] : 0.0f;
-            }
-            q8_warp_store_some<Q1_XQ>(v, xq, n_in, warp, Q1_WARPS, lane);
-        }
-        __syncthreads();
-        return;
-    }
     float scale = 1.0f;
     if constexpr (NORM) { /* k_norm_quant_x's sum of squares: 256 threads, then its 8 warps in order */
         __shared__ float sh[8];
@@ -716,18 +639,6 @@ static int q1_level(void)
 }
 static bool q1_on(void) { return q1_level() > 0; }
 
-/* PINFER_CUDA_Q1_ADD=1: the one-launch kernel also for the residual's products (ADD: wo) whose row
- * fits Q1_ROW_REG; off by default until measured (read once, as q1_level) */
-static bool q1_add_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_Q1_ADD");
-        on = e && strcmp(e, "1") == 0;
-    }
-    return on;
-}
-
 /* PINFER_CUDA_Q1_SKIP: products that keep the two launches at any level, for A/B benchmarks of one
  * product at a time: letters q (the norm + q/k/v), r (fc1, RELU), m (fc2, MASK), g (the GLU); read
  * once, as q1_level */
@@ -809,9 +720,6 @@ static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float
         switch (mode) {
         case CUK_RELU: return q1_skip('r') ? 1 : q1_launch_m<T, CUK_RELU, false>(w, x, nw, eps, y, thr, sp, st, hh);
         case CUK_MASK: return q1_skip('m') ? 1 : q1_launch_m<T, CUK_MASK, false>(w, x, nw, eps, y, thr, sp, st, hh);
-        case CUK_ADD: /* wo: measured again with the row read in one batch (q1_quantize) */
-            return q1_add_on() && w->n_in <= Q1_ROW_REG ? q1_launch_m<T, CUK_ADD, false>(w, x, nw, eps, y, thr, sp, st, hh)
-                                                       : 1;
         default: return 1;
         }
     }
@@ -1279,53 +1187,18 @@ template <class T> struct AxpyG {
     enum { G = T::E <= 8 ? 16 : 8 };
 };
 
-/* Block (x, chunk y, token z)'s share of its rows — the lines of its lane blocks' quants and side
- * bytes in each listed row of the chunk — fetched into L2 before the wait. The list (idx, cnt) is the
- * compaction's, two kernels back: the GLU between passed its own wait (cuk_pdl.cuh) before this grid
- * could launch, so the list is complete here; were it not, a stale entry is clamped to a row of the
- * matrix and only a hint goes astray (the sums read everything after the wait). The GLU streams its
- * rows on the SMs its tiles hold, bound by its warps' chains, not by HBM: these 9 MB (s16) come
- * beside it instead of after it. */
-template <class T>
-__device__ static inline void axpy_prefetch(const uint8_t *q, const uint8_t *d, int64_t n_embd, int64_t n_ff,
-                                            const int32_t *idx, const int32_t *cnt, int64_t idx_stride, int tok,
-                                            int64_t j0)
-{
-    int64_t n = cnt ? cnt[tok] : n_ff;
-    n = n < n_ff ? n : n_ff;
-    if (j0 >= n)
-        return;
-    const int64_t nb = n_embd / T::E, rowq = nb * 16 * T::NQ, sb = T::sbytes(nb);
-    const int64_t b0 = (int64_t)blockIdx.x * AXPY_THREADS, b1 = b0 + AXPY_THREADS < nb ? b0 + AXPY_THREADS : nb;
-    const int64_t q0 = b0 * 16 * T::NQ, ql = (b1 * 16 * T::NQ - q0 + 127) / 128;
-    const int64_t s0 = T::HAS_D ? b0 * sb / nb / 128 * 128 : 0, sl = T::HAS_D ? ((b1 * sb + nb - 1) / nb - s0 + 127) / 128 : 0;
-    const int64_t nr = n - j0 < CUK_AXPY_CHUNK ? n - j0 : CUK_AXPY_CHUNK, lines = ql + sl;
-    for (int64_t k = threadIdx.x; k < nr * lines; k += AXPY_THREADS) {
-        const int64_t j = j0 + k / lines, l = k % lines;
-        int64_t r = idx ? idx[tok * idx_stride + j] : j;
-        r = r < 0 ? 0 : r >= n_ff ? n_ff - 1 : r;
-        if (l < ql)
-            pdl_prefetch(q + r * rowq + q0 + l * 128);
-        else
-            pdl_prefetch(d + r * sb + s0 + (l - ql) * 128);
-    }
-}
-
 template <class T>
 __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d,
                                                        int64_t n_embd, int64_t n_ff, const float *__restrict__ act,
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
-                                                       int64_t idx_stride, float *__restrict__ part, int64_t n_chunk,
-                                                       bool pf)
+                                                       int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
     constexpr int AXPY_G = AxpyG<T>::G;
-    const int tok = blockIdx.z;
-    const int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK;
-    if (pf)
-        axpy_prefetch<T>(q, d, n_embd, n_ff, idx, cnt, idx_stride, tok, j0);
     pdl_enter();
     /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
      * sparse step's) after them, each exiting at once */
+    const int tok = blockIdx.z;
+    const int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK;
     const int64_t n = cnt ? cnt[tok] : n_ff;
     if (j0 >= n)
         return;
@@ -1411,17 +1284,6 @@ extern "C" size_t cuk_axpy_part_floats(int64_t n_ff, int64_t n_embd, int B)
     return (size_t)((n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK) * (size_t)n_embd * (size_t)B;
 }
 
-/* PINFER_CUDA_AXPY_PF=0: k_axpy without axpy_prefetch (A/B); read once, as the other switches */
-static bool axpy_pf(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_AXPY_PF");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
-}
-
 template <class T>
 static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t *idx, const int32_t *cnt,
                   int64_t idx_stride, float *part, float *y, bool add, cudaStream_t st)
@@ -1439,7 +1301,7 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         float *yt = y + (int64_t)t0 * n_embd;
         const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
         pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
-                   at, it, ct, idx_stride, part, n_chunk, axpy_pf());
+                   at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();
         if (rc)
             return rc;

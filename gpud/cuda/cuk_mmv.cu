@@ -66,7 +66,7 @@ template <int NM, int S = deep_s(NM)> struct Ring {
     enum { SLOTS = NM * 4 };
     static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
 };
-#define MMV_SMEM_MAX (207 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[] and sh[], with room */
+#define MMV_SMEM_MAX (208 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[], sh[] and the mbarriers */
 
 /* ---- the ring filled by the tensor-copy engine (TM > 0: PINFER_CUDA_MMV_TMA) ----
  * Why: the products stream at 0.71-0.79 of the HBM read floor with the cp.async ring at any depth,
@@ -162,6 +162,17 @@ static int mmv_tma(void)
  * two where a warp's chunks over the block's share of the tiles number at most MMV_BPS2_ITEMS. Read
  * once. */
 #define MMV_BPS2_ITEMS 16
+/* PINFER_CUDA_MMV_TS=1: the tensor boxes' ring one stage deeper where it fits (one matrix 5 stages of
+ * two chunks, gate + up 6 of one), for the A/B of bytes in flight a warp; read once */
+static int mmv_ts(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMV_TS");
+        v = e && e[0] == '1' && !e[1];
+    }
+    return v;
+}
 static int mmv_bps(void)
 {
     static int v = -1;
@@ -192,7 +203,9 @@ __device__ static float block_sum(float v, float *sh)
 /* The token's row into shared memory with its loads in flight together, a batch of XB (NORM) or XC
  * (float4s, plain copy) a thread: one L2 round trip at K = 4096 and at down's 11 008. The element
  * loop it replaces (e += NTH, unrolled by 4) waited on an L2 round trip every 4 elements a thread —
- * 11 at down's K, 8 for the norm at 4096 — while the first weight stages had landed long before. */
+ * 11 at down's K, 8 for the norm at 4096. Measured (H200, 2026-12-03, bench_kern): down 27.5 → 25.8 µs
+ * (0.73 → 0.78 of the read floor), q/k/v 27.2 → 26.9; wo and gate + up unchanged (there the row was
+ * in before the ring's first stages); d16 255.4 → 258.4 tok/s in the same rounds. */
 #define XB 16
 #define XC 12
 
@@ -285,14 +298,6 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
         pdl_wait(); /* the listed rows are the previous kernel's output */
-    /* IDX: the first tile's two list entries loaded beside the count, not after it (one L2 round
-     * trip fewer before the first weights are asked for); an entry past the count is not used */
-    int32_t first[2] = { 0, 0 };
-    if constexpr (IDX) {
-        const int64_t jg = (int64_t)blockIdx.x * 16 + g, jh = jg + 8;
-        first[0] = o.idx[tok0 * o.idx_stride + (jg < n_out ? jg : n_out - 1)];
-        first[1] = o.idx[tok0 * o.idx_stride + (jh < n_out ? jh : n_out - 1)];
-    }
     const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
     if ((int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
@@ -308,16 +313,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     auto rows = [&](int it) {
         const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
         const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
-        int64_t rg = jg, rh = jh;
-        if constexpr (IDX) {
-            if (it == 0) { /* past the count: row 0 of the matrix, loaded and never stored (a row's sums are its own) */
-                rg = j0 + g < n ? first[0] : 0;
-                rh = j0 + g + 8 < n ? first[1] : 0;
-            } else {
-                rg = o.idx[tok0 * o.idx_stride + jg];
-                rh = o.idx[tok0 * o.idx_stride + jh];
-            }
-        }
+        const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
 #pragma unroll
         for (int m = 0; m < NM; m++) {
             const uint8_t *w = m ? w1 : w0;
@@ -604,9 +600,12 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
     }
     if constexpr (!IDX)
-        if (tma) /* the same ring bytes as the deep cp.async ring */
-            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, NM == 1 ? 2 : 1>(w0, w1, K, n_out,
-                                                                                                       x, B, o, st);
+        if (tma) { /* the same ring bytes as the deep cp.async ring; PINFER_CUDA_MMV_TS=1 a stage more where it fits */
+            constexpr int TMI = NM == 1 ? 2 : 1, SD = NM == 1 ? 5 : 6;
+            if (mmv_ts() && (size_t)KS * SD * NM * 16 * TMI * CH * 2 + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, SD, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, TMI>(w0, w1, K, n_out, x, B, o, st);
+        }
     return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1>(w0, w1, K, n_out, x, B, o, st);
 }
 
