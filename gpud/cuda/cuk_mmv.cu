@@ -162,8 +162,9 @@ static int mmv_tma(void)
  * two where a warp's chunks over the block's share of the tiles number at most MMV_BPS2_ITEMS. Read
  * once. */
 #define MMV_BPS2_ITEMS 16
-/* PINFER_CUDA_MMV_TS=1: the tensor boxes' ring one stage deeper where it fits (one matrix 5 stages of
- * two chunks, gate + up 6 of one), for the A/B of bytes in flight a warp; read once */
+/* PINFER_CUDA_MMV_TS=1: the rings one stage deeper where they fit (the tensor boxes: one matrix 5
+ * stages of two chunks, gate + up 6 of one; two blocks an SM: 5 stages), for the A/B of bytes in
+ * flight a warp; read once */
 static int mmv_ts(void)
 {
     static int v = -1;
@@ -594,6 +595,8 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
             const int64_t tiles = (n_out + 15) / 16, sms = cuk_sm_count(), nk = (K + CH - 1) / CH;
             two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
         }
+        if (tma != 1 && two && mmv_ts() && two_fit(Ring<1, 5>::bytes))
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 5, 2>(w0, w1, K, n_out, x, B, o, st);
         if (tma != 1 && two && two_fit(Ring<1, 4>::bytes))
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
         if (tma != 1 && two && two_fit(Ring<1, 3>::bytes))
