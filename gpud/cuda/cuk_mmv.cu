@@ -162,18 +162,6 @@ static int mmv_tma(void)
  * two where a warp's chunks over the block's share of the tiles number at most MMV_BPS2_ITEMS. Read
  * once. */
 #define MMV_BPS2_ITEMS 16
-/* PINFER_CUDA_MMV_TS=1: the rings one stage deeper where they fit (the tensor boxes: one matrix 5
- * stages of two chunks, gate + up 6 of one; two blocks an SM: 5 stages), for the A/B of bytes in
- * flight a warp; read once */
-static int mmv_ts(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("PINFER_CUDA_MMV_TS");
-        v = e && e[0] == '1' && !e[1];
-    }
-    return v;
-}
 static int mmv_bps(void)
 {
     static int v = -1;
@@ -182,6 +170,27 @@ static int mmv_bps(void)
         v = e && (*e == '1' || *e == '2') && !e[1] ? *e - '0' : 0;
     }
     return v;
+}
+
+/* The rings one stage deeper where they fit — the tensor boxes: one matrix 5 stages of two chunks,
+ * gate + up 6 of one; two blocks an SM: 5 stages — measured per product (H200, 2026-12-03 call d2,
+ * bench_kern): gate + up 46.9 → 46.1 µs, q/k/v 26.9 → 26.7, wo 10.6 → 10.2 faster, but down 25.7 →
+ * 26.0 (K 11 008) and fc2 6.7 → 7.3 (2 chunks a warp a tile) slower. PINFER_CUDA_MMV_TS: 0 the
+ * shallower rings, 1 deeper wherever it fits, 2 (default) deeper for rows of at most 4 096 elements
+ * of which a warp streams at least 4 chunks a tile. Read once. */
+static int mmv_ts(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("PINFER_CUDA_MMV_TS");
+        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
+    }
+    return v;
+}
+static bool mmv_deeper(int64_t K)
+{
+    const int64_t cpr = ((K + CH - 1) / CH + KS - 1) / KS;
+    return mmv_ts() == 1 || (mmv_ts() == 2 && K <= 4096 && cpr >= 4);
 }
 
 /* cuk.cu's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
@@ -595,7 +604,7 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
             const int64_t tiles = (n_out + 15) / 16, sms = cuk_sm_count(), nk = (K + CH - 1) / CH;
             two = tiles > sms && (tiles + sms - 1) / sms * ((nk + KS - 1) / KS) <= MMV_BPS2_ITEMS;
         }
-        if (tma != 1 && two && mmv_ts() && two_fit(Ring<1, 5>::bytes))
+        if (tma != 1 && two && mmv_deeper(K) && two_fit(Ring<1, 5>::bytes))
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 5, 2>(w0, w1, K, n_out, x, B, o, st);
         if (tma != 1 && two && two_fit(Ring<1, 4>::bytes))
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 4, 2>(w0, w1, K, n_out, x, B, o, st);
@@ -603,9 +612,9 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 3, 2>(w0, w1, K, n_out, x, B, o, st);
     }
     if constexpr (!IDX)
-        if (tma) { /* the same ring bytes as the deep cp.async ring; PINFER_CUDA_MMV_TS=1 a stage more where it fits */
+        if (tma) { /* the deep cp.async ring's bytes, or a stage more (mmv_deeper) */
             constexpr int TMI = NM == 1 ? 2 : 1, SD = NM == 1 ? 5 : 6;
-            if (mmv_ts() && (size_t)KS * SD * NM * 16 * TMI * CH * 2 + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
+            if (mmv_deeper(K) && (size_t)KS * SD * NM * 16 * TMI * CH * 2 + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
                 return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, SD, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, TMI>(w0, w1, K, n_out, x, B, o, st);
         }
