@@ -534,18 +534,6 @@ __device__ static inline void q1_rows(const uint8_t *q, const uint8_t *d, int64_
     }
 }
 
-/* NORM rows of at most Q1_STAGE_MAX elements are normalized through shared memory (q1_quantize),
- * after the int8 row and its (d, d·Σq) pairs */
-#define Q1_STAGE_MAX 4096
-static __host__ __device__ inline size_t q1_row_bytes(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
-
-/* the norm weights' lines into L2 before the wait (no kernel of the step writes them) */
-__device__ static inline void q1_prefetch_norm(const float *nw, int64_t n_in)
-{
-    if (nw && n_in <= Q1_STAGE_MAX && (int64_t)threadIdx.x * 32 < n_in)
-        pdl_prefetch(nw + (int64_t)threadIdx.x * 32);
-}
-
 /* The token's row into shared memory as the two-launch path's first launch writes it: k_quant_x's
  * operations, or (NORM) k_norm_quant_x's — its sum of squares over 256 threads and then its 8 warps
  * in order, the normalized element, the quantization; Q1_QN blocks a warp at once. Ends with the
@@ -555,31 +543,11 @@ __device__ static inline void q1_quantize(const float *__restrict__ x, const flo
                                           int64_t n_in, uint8_t *xq, int warp, int lane)
 {
     float scale = 1.0f;
-    const float *xr = x; /* where the quantization reads the (normalized) row */
     if constexpr (NORM) { /* k_norm_quant_x's sum of squares: 256 threads, then its 8 warps in order */
-        /* A row of at most Q1_STAGE_MAX elements is staged: a thread's 16 elements of x and of the norm
-         * weights in one batch of loads (the weights' lines fetched before the wait:
-         * q1_prefetch_norm), its sum in the same order, then the normalized row into shared memory for
-         * the 16 warps' quantization below — one L2 round trip where the element loop waited on one
-         * every few elements. */
-        constexpr int SE = Q1_STAGE_MAX / 256;
         __shared__ float sh[8];
-        const int tid = threadIdx.x;
-        const bool stage = n_in <= Q1_STAGE_MAX;
-        float v[SE], w[SE], ss = 0.0f;
-        if (tid < 256 && stage) {
-#pragma unroll
-            for (int u = 0; u < SE; u++) {
-                const int64_t i = tid + 256 * u;
-                v[u] = i < n_in ? x[i] : 0.0f;
-                w[u] = i < n_in ? nw[i] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < SE; u++)
-                if (tid + 256 * u < n_in)
-                    ss = __fmaf_rn(v[u], v[u], ss);
-        } else if (tid < 256)
-            for (int64_t i = tid; i < n_in; i += 256)
+        float ss = 0.0f;
+        if (threadIdx.x < 256)
+            for (int64_t i = threadIdx.x; i < n_in; i += 256)
                 ss = __fmaf_rn(x[i], x[i], ss);
         ss = warp_sum(ss);
         if (lane == 0 && warp < 8)
@@ -589,18 +557,7 @@ __device__ static inline void q1_quantize(const float *__restrict__ x, const flo
         for (int i = 0; i < 8; i++)
             s += sh[i];
         scale = 1.0f / sqrtf(s / (float)n_in + eps);
-        if (stage) {
-            float *xs = (float *)(xq + q1_row_bytes(n_in));
-            if (tid < 256)
-#pragma unroll
-                for (int u = 0; u < SE; u++)
-                    if (tid + 256 * u < n_in)
-                        xs[tid + 256 * u] = __fmul_rn(__fmul_rn(v[u], scale), w[u]); /* cuk_rmsnorm's xn[i] */
-            __syncthreads();
-            xr = xs;
-        }
     }
-    const bool staged = NORM && xr != x;
     const int64_t nblk = n_in / 32;
     for (int64_t b0 = warp; b0 < nblk; b0 += (int64_t)Q1_WARPS * Q1_QN) {
         /* Q1_QN blocks of this warp at once (a partial group repeats its last block: the same store) */
@@ -611,7 +568,7 @@ __device__ static inline void q1_quantize(const float *__restrict__ x, const flo
             const int64_t b = b0 + (int64_t)Q1_WARPS * k;
             blk[k] = b < nblk ? b : blk[k > 0 ? k - 1 : 0];
             const int64_t i = blk[k] * 32 + lane;
-            v[k] = staged ? xr[i] : NORM ? __fmul_rn(__fmul_rn(x[i], scale), nw[i]) /* cuk_rmsnorm's xn[i] */ : x[i];
+            v[k] = NORM ? __fmul_rn(__fmul_rn(x[i], scale), nw[i]) /* cuk_rmsnorm's xn[i] */ : x[i];
         }
         q8_warp_store_n<Q1_QN>(v, xq, n_in, blk, lane);
     }
@@ -638,8 +595,6 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
         pf_rows<T, R>(qr, dr, nb, lane);
     }
-    if constexpr (NORM)
-        q1_prefetch_norm(nw, n_in);
     pdl_wait();
     pdl_trigger();
     if (hand_block) {
@@ -713,7 +668,7 @@ extern "C" int cuk_sm_count(void)
 template <class T> static constexpr bool q1_type() { return T::QX && T::GQ == 32; }
 
 /* shared memory of a q1 block: the int8 row and its (d, d·Σq) per 32 elements */
-static size_t q1_smem(int64_t n_in) { return q1_row_bytes(n_in) + (n_in <= Q1_STAGE_MAX ? (size_t)n_in * sizeof(float) : 0); }
+static size_t q1_smem(int64_t n_in) { return (size_t)((n_in + n_in / 32 * 8 + 15) / 16 * 16); }
 
 /* the q1 kernels apply: one token, a 32-element Q type, a row that fits in shared memory */
 static bool q1_fits(int B, const struct cuk_w *w) { return B == 1 && q1_on() && w->n_in % 32 == 0 && q1_smem(w->n_in) <= 48 * 1024; }
@@ -1154,7 +1109,6 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         rows(j, qr, dr);
         pf_rows<T, 2>(qr, dr, nb, lane);
     }
-    q1_prefetch_norm(nw, n_in);
     pdl_wait();
     pdl_trigger();
     const int64_t n = IDX && cnt ? cnt[0] : n_out;
