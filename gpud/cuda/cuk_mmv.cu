@@ -66,6 +66,12 @@ template <int NM, int S = deep_s(NM)> struct Ring {
     enum { SLOTS = NM * 4 };
     static constexpr size_t bytes = (size_t)S * SLOTS * NTH * 16;
 };
+/* the ring's bytes: the cp.async ring's, or (TM > 0) the 8 warps' S stages of NM boxes of TM chunks ×
+ * 16 rows */
+template <int NM, int S, int TM> __host__ __device__ constexpr size_t ring_bytes(void)
+{
+    return TM ? (size_t)KS * S * NM * 16 * TM * CH * 2 : Ring<NM, S>::bytes;
+}
 #define MMV_SMEM_MAX (208 * 1024) /* dynamic bytes: the opt-in 227 KiB less the static red[], sh[] and the mbarriers */
 
 /* ---- the ring filled by the tensor-copy engine (TM > 0: PINFER_CUDA_MMV_TMA) ----
@@ -136,7 +142,7 @@ static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_ro
 
 /* PINFER_CUDA_MMV_TMA: 0 the cp.async ring everywhere; 1 the tensor boxes for every dense product; 2
  * (default) the boxes where the product runs one block an SM — gate + up (boxes of a chunk a matrix,
- * S 5), q/k/v, down (two chunks, S 4) — and the cp.async ring where it runs two (wo, fc2: short
+ * S 5), q/k/v, down (two chunks, S 4; a stage more where mmv_deeper says) — and the cp.async ring where it runs two (wo, fc2: short
  * streams, where two blocks hide the chunk wait; the boxes at one block lost 7 % / 22 % there). Read
  * once (a captured graph must not change kernels). */
 static int mmv_tma(void)
@@ -395,7 +401,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
     pdl_wait();
     pdl_trigger();
-    float *xs = (float *)((uint8_t *)ring + (TM ? (size_t)KS * S * TSTAGE : (size_t)S * SLOTS * NTH * 16));
+    float *xs = (float *)((uint8_t *)ring + ring_bytes<NM, S, TM>());
     const float *xt = x + (int64_t)tok0 * K;
     if constexpr (NORM)
         norm_row(xt, o.nw, wv, o.eps, K, xs);
@@ -563,8 +569,7 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
     }();
     if (attr != cudaSuccess)
         return -(int)attr;
-    const size_t ring = TM ? (size_t)KS * S * NM * 16 * TM * CH * 2 : Ring<NM, S>::bytes;
-    const size_t smem = ring + (size_t)K * sizeof(float);
+    const size_t smem = ring_bytes<NM, S, TM>() + (size_t)K * sizeof(float);
     if (smem > MMV_SMEM_MAX)
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * cuk_sm_count();
@@ -614,7 +619,7 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
     if constexpr (!IDX)
         if (tma) { /* the deep cp.async ring's bytes, or a stage more (mmv_deeper) */
             constexpr int TMI = NM == 1 ? 2 : 1, SD = NM == 1 ? 5 : 6;
-            if (mmv_deeper(K) && (size_t)KS * SD * NM * 16 * TMI * CH * 2 + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
+            if (mmv_deeper(K) && ring_bytes<NM, SD, TMI>() + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
                 return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, SD, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, TMI>(w0, w1, K, n_out, x, B, o, st);
         }
