@@ -374,6 +374,7 @@ __global__ void __launch_bounds__(128) k_gemv(const uint8_t *__restrict__ q, con
                                               int64_t n_in, int64_t n_out, const uint8_t *__restrict__ x, int64_t xs,
                                               void *y, float thr, int B, float *y1, float *y2, int64_t n0, int64_t n1)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_gemv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t r0 = ((int64_t)(TG_X ? blockIdx.y : blockIdx.x) * GEMV_ROWS + warp) * R;
     const int t0 = (int)(TG_X ? blockIdx.x : blockIdx.y) * NB, nt = B - t0 < NB ? B - t0 : NB;
@@ -455,6 +456,7 @@ __device__ static inline void q8_warp_store(float v, uint8_t *row, int64_t n_in,
 /* Q types: x (nt rows of n_in) → int8 blocks with (d, d·Σq), a warp a block (q8_warp_store). */
 __global__ void k_quant_x(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_quant_x);
     pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31;
     const int64_t blk = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -473,6 +475,7 @@ __device__ static float block_sum(float v, float *sh);
 __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ x, const float *__restrict__ w,
                                                      int64_t n_in, float eps, uint8_t *__restrict__ out, int64_t xs)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_norm_quant_x);
     __shared__ float sh[32];
     pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -581,6 +584,7 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
               const float *__restrict__ x, const float *__restrict__ nw, float eps, void *y, float thr, float *y1,
               float *y2, int64_t n0, int64_t n1, q1_hand hh)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_gemv_q1);
     extern __shared__ uint4 q1_sh[]; /* the token's int8 row, then (d, d·Σq) per 32 elements: prep_x's layout */
     uint8_t *xq = (uint8_t *)q1_sh;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -732,6 +736,7 @@ static int q1_gemv(const struct cuk_w *w, const float *x, const float *nw, float
  * super-block; lane l holds elements l + 32 k (k < 8). */
 __global__ void k_quant_x8k(const float *__restrict__ x, int64_t n_in, uint8_t *__restrict__ out, int64_t xs)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_quant_x8k);
     pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31;
     const int64_t sb = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -934,6 +939,7 @@ __global__ void __launch_bounds__(128) k_glu(const uint8_t *__restrict__ gq, con
                                              float *act, int kind, const int32_t *__restrict__ idx,
                                              const int32_t *__restrict__ cnt, int64_t idx_stride, bool compact, int B)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_glu);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t j0 = ((int64_t)(TG_X ? blockIdx.y : blockIdx.x) * GEMV_ROWS + warp) * J;
     const int grp = (int)(TG_X ? blockIdx.x : blockIdx.y);
@@ -1094,6 +1100,7 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
              const float *__restrict__ nw, float eps, float *act, int kind, const int32_t *__restrict__ idx,
              const int32_t *__restrict__ cnt, bool compact)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_glu_q1);
     extern __shared__ uint4 q1_sh[];
     uint8_t *xq = (uint8_t *)q1_sh;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1193,6 +1200,7 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
                                                        const int32_t *__restrict__ idx, const int32_t *__restrict__ cnt,
                                                        int64_t idx_stride, float *__restrict__ part, int64_t n_chunk)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_axpy);
     constexpr int AXPY_G = AxpyG<T>::G;
     pdl_enter();
     /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
@@ -1246,6 +1254,7 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
                             int64_t n_embd, int64_t n_chunk, float *y, bool add)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_chunk_sum);
     pdl_enter();
     const int tok = blockIdx.y;
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1330,6 +1339,7 @@ __device__ static inline int nz4(uint32_t w) { return __popc(__vcmpne4(w, 0u)) >
  * follows the predictor's fc2 in the decode chain (cudev_predict). */
 __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_compact);
     __shared__ int32_t wsum[32];
     pdl_enter(); /* the mask is the previous kernel's (or copy's) output */
     const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -1401,6 +1411,7 @@ extern "C" int cuk_compact(const uint8_t *mask, int B, int64_t n, int32_t *idx, 
 
 __global__ void k_iota(int64_t n, int32_t *idx, int32_t *cnt)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_iota);
     const int tok = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -1433,6 +1444,7 @@ __device__ static float block_sum(float v, float *sh)
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t sx, float eps)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_rmsnorm);
     __shared__ float sh[32];
     pdl_enter();
     const float *xr = x + (int64_t)blockIdx.x * sx;
@@ -1458,6 +1470,7 @@ extern "C" int cuk_rmsnorm(float *out, const float *x, const float *w, int B, in
 template <class T>
 __global__ void k_get_rows(const uint8_t *q, const uint8_t *d, int64_t n_in, const int32_t *ids, float *out)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_get_rows);
     const int tok = blockIdx.x;
     const int64_t r = ids[tok], nb = n_in / T::E;
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
@@ -1481,6 +1494,7 @@ extern "C" int cuk_get_rows(const struct cuk_w *t, const int32_t *ids, int B, fl
 
 __global__ void k_add_bias(float *y, const float *b, int64_t n, int64_t total)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_add_bias);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total)
         y[i] += b[i % n];
@@ -1495,6 +1509,7 @@ extern "C" int cuk_add_bias(float *y, const float *bias, int B, int64_t n, void 
 
 __global__ void k_add2(float *x, const float *a, const float *b, int64_t n)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_add2);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         x[i] += b ? a[i] + b[i] : a[i];
@@ -1508,6 +1523,7 @@ extern "C" int cuk_add2(float *x, const float *a, const float *b, int64_t n, voi
 
 __global__ void k_glu_ew(float *out, const float *g, const float *u, int64_t n, int kind)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_glu_ew);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         out[i] = glu(kind, g[i], u[i]);
@@ -1521,6 +1537,7 @@ extern "C" int cuk_glu_ew(float *out, const float *g, const float *u, int64_t n,
 
 __global__ void k_mask_mul(float *x, const uint8_t *m, int64_t n)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_mask_mul);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !m[i])
         x[i] = 0.0f;
@@ -1534,6 +1551,7 @@ extern "C" int cuk_mask_mul(float *x, const uint8_t *mask, int64_t n, void *st)
 
 __global__ void k_relu(float *y, int64_t n)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_relu);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n && !(y[i] > 0.0f))
         y[i] = 0.0f;
@@ -1547,6 +1565,7 @@ extern "C" int cuk_relu(float *y, int64_t n, void *st)
 
 __global__ void k_threshold(const float *y, uint8_t *m, int64_t n, float thr)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_threshold);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         m[i] = y[i] >= thr;
@@ -1603,6 +1622,7 @@ template <class C>
 __global__ void k_rope_store(struct cuk_attn_geom g, float *q, float *k, const float *v, const int32_t *pos,
                              const int32_t *seq, C *kc, C *vc, const float *inv_freq)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_rope_store);
     const int tok = blockIdx.x, h = blockIdx.y, D = g.head_dim, half = g.rope_dim / 2;
     const int64_t Q = (int64_t)g.n_head * D, KV = (int64_t)g.n_head_kv * D;
     (void)half;
@@ -1650,6 +1670,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                                                                const float *k_new, const float *v_new,
                                                                const float *inv_freq)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_attn_part);
     constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
     static_assert(NT == ATTN_CHUNK * ATTN_QSEG && DQ % 8 == 0, "a thread per (cell, quarter), 8-value loads");
     __shared__ float sc[ATTN_CHUNK], ps[ATTN_CHUNK], ml[2];
@@ -1831,6 +1852,7 @@ extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, 
 
 __global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n, int32_t *ids)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_argmax);
     __shared__ float bv[32];
     __shared__ int32_t bi[32];
     pdl_enter();
@@ -1871,6 +1893,7 @@ extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, v
 
 __global__ void k_to_half(const float *x, void *out, int64_t n, bool bf16)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_to_half);
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -1936,3 +1959,6 @@ extern "C" int cuk_read_bench(const void *buf, size_t n, unsigned long long *sin
     k_read<<<(unsigned)(cuk_sm_count() * 8), 512, 0, S(st)>>>((const uint4 *)buf, n / 16, sink);
     return launched();
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_trace_set)

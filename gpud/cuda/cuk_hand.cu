@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(OUT_THREADS) k_hand_out(const uint8_t *x, int6
                                                           const uint64_t *cold_tab, bool all_cold, int64_t n_ff,
                                                           uint64_t *bits, uint64_t *key, uint64_t seq)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_hand_out);
     pdl_wait(); /* x and the masks are the step's: the attention's and the predictor's output */
     pdl_trigger();
     put_bytes(h, x, n_h);
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(ADD_THREADS) k_hand_add(float *x, const float 
                                                           const uint64_t *key, const float *y_rel, const uint64_t *rel,
                                                           uint64_t seq, int64_t n)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_hand_add);
     __shared__ const float *src;
     if (threadIdx.x == 0) {
         const float *s;
@@ -139,3 +141,6 @@ extern "C" int cuk_hand_add(float *x, const float *pending, const float *y_key, 
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : -(int)e;
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_hand_trace_set)

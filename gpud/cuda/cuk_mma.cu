@@ -79,6 +79,7 @@ extern "C" size_t cuk_mma_x_row_bytes(int64_t n_in) { return (size_t)(4 * n_in +
 template <bool BF, bool LO>
 __global__ void k_split_x(const float *__restrict__ x, int64_t K, uint8_t *__restrict__ xh, int64_t xs)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_split_x);
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= K)
         return;
@@ -186,6 +187,7 @@ __global__ void __launch_bounds__(MV_THREADS, U == 2 ? 2 : 1) k_mma_mv(const uin
                                                        int64_t K, int64_t n_out, const float *__restrict__ x, int B,
                                                        mout o)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_mma_mv);
     __shared__ float red[KS][NM * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : (int)blockIdx.y * 8, ntok = IDX ? 1 : (B - tok0 < 8 ? B - tok0 : 8);
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(W * 32, MINB) k_mma_mm(const uint8_t *__restri
                                                          int64_t K, int64_t n_out, const uint8_t *__restrict__ xh,
                                                          int64_t xs, int B, mout o)
 {
+    CUK_TRACE_BLOCK_DYN(CUK_F_k_mma_mm); /* its static shared memory can be the whole 48 KiB (cuk_trace.cuh) */
     constexpr int TOKB = MM_TOKB(LO), PARTS = LO ? 16 : 8; /* 16-byte words a staged token */
     __shared__ __align__(16) uint8_t sb[2][NT * 8][TOKB];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -409,6 +412,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB)
     k_mma_gm(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1, int64_t K, int64_t n_out,
              const uint8_t *__restrict__ xh, int64_t xs, int B, mout o)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_mma_gm);
     using SH = gm_shape<LO, NM, WM, WN, MT, NT, ST>;
     extern __shared__ __align__(16) uint8_t gsm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -611,7 +615,13 @@ static void mm_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n
 {
     const unsigned tiles = (unsigned)((n_out + 15) / 16);
     const unsigned groups = (unsigned)((B + NT * 8 - 1) / (NT * 8)), rows = (tiles + W - 1) / W;
-    k_mma_mm<BF, LO, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, 0, st>>>(
+#ifdef CUK_TRACE /* the block's trace slot in dynamic shared memory, beyond the 48 KiB static (cuk_trace.cuh) */
+    static const cudaError_t tr_attr = cudaFuncSetAttribute(k_mma_mm<BF, LO, MODE, NM, NT, W, MINB>,
+                                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                            (int)CUK_TRACE_DYN_BYTES);
+    (void)tr_attr;
+#endif
+    k_mma_mm<BF, LO, MODE, NM, NT, W, MINB><<<dim3(groups, rows), W * 32, CUK_TRACE_DYN_BYTES, st>>>(
         w0, w1, K, n_out, (const uint8_t *)xh, (int64_t)cuk_mma_x_row_bytes(K), B, o);
 }
 
@@ -741,3 +751,6 @@ extern "C" int cuk_mma_glu(const struct cuk_w *gate, const struct cuk_w *up, con
     return cuk_mma_act16(gate->type) ? glu_t<false, false>(g, u, K, N, x, xh, B, o, idx != nullptr, S(st))
                                      : glu_t<false, true>(g, u, K, N, x, xh, B, o, idx != nullptr, S(st));
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_mma_trace_set)

@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "cuk.h"
+#include "cuk_gglu.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "model.h"
@@ -301,6 +302,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                                                   const __grid_constant__ CUtensorMap tm0,
                                                   const __grid_constant__ CUtensorMap tm1)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_mmv);
     constexpr int SLOTS = Ring<NM, S>::SLOTS;
     static_assert(S >= 2, "the ring needs a stage beside the one in use");
     /* TM: a warp's stage is NM × 16 rows × TM chunks (TM × 128 bytes a row), warp w's S stages
@@ -682,6 +684,9 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
+    if (idx && cuk_gglu_on() && cuk_gglu_fits(gate->n_in)) /* gathered rows: a cluster a tile (the same bits) */
+        return cuk_gglu(gate->type, gate->q, up->q, gate->n_in, gate->n_out, x, NULL, 0.0f, B, act, act_kind, idx, cnt,
+                        idx_stride, compact, st);
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
@@ -737,9 +742,15 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
         rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
         return rc ? rc : cuk_glu(gate, up, xn, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     }
+    if (idx && cuk_gglu_on() && cuk_gglu_fits(gate->n_in)) /* gathered rows: a cluster a tile (the same bits) */
+        return cuk_gglu(gate->type, gate->q, up->q, gate->n_in, gate->n_out, x, norm_w, eps, 1, act, act_kind, idx, cnt,
+                        idx_stride, compact, st);
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     o.nw = norm_w, o.eps = eps;
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_mmv_trace_set)

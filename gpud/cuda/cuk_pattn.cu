@@ -34,6 +34,7 @@ static int launched(void)
 }
 
 #include "cuk_attn_dev.cuh" /* the definition of the output, one with cuk.cu */
+#include "cuk_trace.cuh"    /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 /* 8 consecutive cache values (16-byte aligned) as stored: one or two 16-byte loads, then as floats */
 template <class C> struct pt_raw;
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(PT_THREADS) k_pattn(struct cuk_attn_geom g, co
                                                       const C *vc, const int32_t *pos, const int32_t *seq,
                                                       float *out, int B)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_pattn);
     constexpr int QS = D + PT_KPAD, DQ = D / ATTN_QSEG;
     constexpr int VW = D >= 64 ? 4 : 2, NV = D / (16 * VW), DPT = NV * VW; /* p·v: dims a thread */
     constexpr int RT = TT / 8; /* tokens a thread in the scores and in p·v */
@@ -384,3 +386,6 @@ extern "C" int cuk_pattn(const struct cuk_attn_geom *g, const float *q, const vo
     }
     return cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_pattn_trace_set)

@@ -27,8 +27,16 @@
 #include <string.h>
 #include <utility>
 
+#include "cuk_trace.cuh" /* CUK_TRACE_BLOCK for the kernels; a CUK_TRACE build notes pdl_wait()'s return */
+
 /* wait for the previous kernel in the stream (completion and memory); PTX griddepcontrol.wait */
-__device__ static inline void pdl_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ static inline void pdl_wait(void)
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#ifdef CUK_TRACE
+    cuk_trace_waited(); /* thread (0,0,0), the first time: the block's t_waited (cuk_trace.cuh) */
+#endif
+}
 /* let the next kernel launch (its blocks take SMs as they free up); griddepcontrol.launch_dependents */
 __device__ static inline void pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 /* a kernel with no prologue of its own: wait, then let the next one start its prologue */

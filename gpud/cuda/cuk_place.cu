@@ -5,12 +5,14 @@
 extern "C" {
 #include "cuk_place.h"
 }
+#include "cuk_trace.cuh" /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 #define GATHER_THREADS 256
 
 __global__ void k_gather_mask(const uint8_t *__restrict__ mask, int64_t n_ff, const int32_t *__restrict__ ids,
                               int64_t n_hot, uint8_t *__restrict__ out)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_gather_mask);
     const int tok = blockIdx.y;
     const int64_t j = (int64_t)blockIdx.x * GATHER_THREADS + threadIdx.x;
     if (j < n_hot)
@@ -27,3 +29,6 @@ extern "C" int cuk_gather_mask(const uint8_t *mask, int B, int64_t n_ff, const i
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : -(int)e;
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_place_trace_set)

@@ -13,6 +13,7 @@
 extern "C" {
 #include "cuk_topk.h"
 }
+#include "cuk_trace.cuh" /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 #define TOPK_THREADS 1024
 #define TOPK_WARPS (TOPK_THREADS / 32)
@@ -32,6 +33,7 @@ __device__ static inline uint32_t rank_key(float f)
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(const float *__restrict__ logits, int64_t n, int k,
                                                        int32_t *__restrict__ ids, float *__restrict__ vals)
 {
+    CUK_TRACE_BLOCK(CUK_F_k_topk);
     __shared__ uint32_t hist[RADIX_BINS];
     __shared__ uint32_t s_prefix, s_need, s_n_above;
     __shared__ uint32_t warp_sum[TOPK_WARPS];
@@ -161,3 +163,6 @@ extern "C" int cuk_topk_host(const float *rows, int B, int64_t n, int k, int32_t
     cudaFree(dl), cudaFree(di), cudaFree(dv);
     return rc;
 }
+
+/* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
+CUK_TRACE_SETTER(cuk_topk_trace_set)
