@@ -1677,10 +1677,15 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     __shared__ __align__(16) float rv[ROPE ? 2 : 1][ROPE ? D : 4];
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
+    /* The blocks of chunks past the token's position leave before the wait: a decode graph launches
+     * every chunk of the context (it replays at any position), and 2 048 blocks that each waited for
+     * q/k/v held the chain ~12 µs a layer at short positions (bench/gpu/NOTES.md, the chain's trace,
+     * 2026-12-03). pos may be read before pdl_wait(): no kernel writes it — only the host's copy of
+     * the batch, which completes before any kernel after it in the stream starts (cuk_pdl.cuh). */
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
     if (c0 >= n_kv)
         return;
+    pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;

@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,6 +330,12 @@ static int gg_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
         if (e != cudaSuccess || clusters < 1)
             return -(int)(e != cudaSuccess ? e : cudaErrorInvalidConfiguration);
         at_smem = smem;
+        const char *cl = getenv("PINFER_CUDA_GGLU_CL"); /* measurements: the grid's clusters */
+        if (cl && atoi(cl) > 0)
+            clusters = atoi(cl);
+        if (getenv("PINFER_CUDA_GGLU_INFO"))
+            fprintf(stderr, "cuk_gglu: K %lld, %zu bytes of shared memory a CTA, %d clusters of %d CTAs\n", (long long)K,
+                    smem, clusters, GG_CW);
     }
     const int64_t tiles = (n_out + 15) / 16;
     const unsigned gx = (unsigned)(tiles < clusters ? tiles : clusters) * GG_CW;
