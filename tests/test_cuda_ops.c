@@ -41,7 +41,6 @@ int main(void) { SKIP("built without the CUDA backend (meson -Dcuda=auto|enabled
 
 #include "cudev.h"
 #include "cuk.h"
-#include "cuk_gglu.h"
 #include "cuk_hand.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
@@ -467,9 +466,8 @@ static void test_topk(void)
 
 /* cuk_mmv.cu's streamed F16 / BF16 decode kernels (what cuk_gemv / cuk_glu run for B ≤ 8) against
  * cuk_mma.cu's decode kernel and its prefill kernel, bitwise: every mode, 1 / 3 / 8 tokens, the GLU
- * dense and over gathered rows (cuk_gglu.cu's clusters by default: several tiles a cluster at n 4 261,
- * ranges past the CTA's ring at K 11 008, whole CTAs without a range at K 200); shapes that give a
- * streamed block several tiles (n_out > 16 × the SM count), a K range that is empty (K 200), K not a multiple of the 64-element chunk, a short last
+ * dense and over gathered rows; shapes that give a streamed block several tiles (n_out > 16 × the
+ * SM count), a K range that is empty (K 200), K not a multiple of the 64-element chunk, a short last
  * range (K 11008). */
 static uint64_t mmv_rng = 0x2545f4914f6cdd1dull;
 static float mmv_rand(void)
@@ -606,8 +604,7 @@ static void test_mmv(void)
             free(nwh);
             cudaFree(w[0].q), cudaFree(w[1].q);
         }
-        printf("mmv %lld x %lld: streamed = cuk_mma bitwise checked (gathered rows: %s)\n", (long long)N, (long long)K,
-               cuk_gglu_on() && cuk_gglu_fits(K) ? "cuk_gglu's clusters" : "the streamed kernel");
+        printf("mmv %lld x %lld: streamed = cuk_mma bitwise checked\n", (long long)N, (long long)K);
         cudaFree(dx), cudaFree(xh), cudaFree(ya), cudaFree(yb_), cudaFree(didx), cudaFree(dcnt);
         free(x), free(hw), free(idx);
     }

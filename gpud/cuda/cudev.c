@@ -30,8 +30,6 @@ _Static_assert(CUK_TOPK_MAX == SAMP_BEST_MAX, "the device returns as many candid
 #include "predictor.h"
 #include "quant.h"
 
-#define GRAPH_CELLS 32   /* cells of an attention chunk (cuk_attn_dev.cuh's ATTN_CHUNK) */
-#define GRAPH_BUCKETS 16 /* decode graphs by position: chunks ≤ 1, 2, 4, … (the last: any) */
 #define ALIGN 256
 #define STAGE_BYTES ((size_t)64 << 20) /* pinned staging for the weight upload, two of them */
 
@@ -168,10 +166,9 @@ struct cudev {
     bool blas_on;            /* benchmarks: batches > CUDEV_GEMV_MAX through cuBLAS (not invariant) */
     int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
-    int32_t cap_max_pos;     /* while capturing: the largest position the graph replays at (-1: any) */
     int32_t max_pos;         /* largest position of the batch on the device */
-    /* decode graphs: [sparse][position bucket] (graph_bucket) */
-    cudaGraphExec_t graph[2][GRAPH_BUCKETS];
+    /* decode graphs: [sparse] */
+    cudaGraphExec_t graph[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
     /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
@@ -762,9 +759,8 @@ void cudev_close(struct cudev *d)
         cudaStreamSynchronize(d->st);
     trace_close(d);
     for (int i = 0; i < 2; i++)
-        for (int b = 0; b < GRAPH_BUCKETS; b++)
-            if (d->graph[i][b])
-                cudaGraphExecDestroy(d->graph[i][b]);
+        if (d->graph[i])
+            cudaGraphExecDestroy(d->graph[i]);
     if (d->blas)
         cublasDestroy(d->blas);
     for (int i = 0; i < d->n_reg; i++)
@@ -1070,8 +1066,8 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
 static int attn_core(struct cudev *d, int layer, int32_t n)
 {
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
-    /* a captured graph replays at other positions: launch for all it may see (graph_bucket) */
-    const int32_t max_pos = d->capturing ? d->cap_max_pos : d->max_pos;
+    /* a captured graph replays at other positions: launch for the whole context there */
+    const int32_t max_pos = d->capturing ? -1 : d->max_pos;
     if (n == 1) /* RoPE, the cache store and attention in one kernel fewer; the same bits as below */
         return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
                                 d->att, d->apart, n, max_pos, d->st));
@@ -1504,39 +1500,11 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
     return rc;
 }
 
-/* The decode graph a position replays: bucket b launches attention for the chunks of positions below
- * GRAPH_CELLS << b (the last bucket: the whole context). Why: one graph for every position launched a
- * block for each of the context's chunks (2 048 at -c 2048) at every step, and the chain carried them
- * (bench/gpu/NOTES.md, the chain's trace, 2026-12-03). The blocks past a position compute nothing,
- * so the bits do not depend on the bucket. PINFER_CUDA_GRAPH_BUCKETS=0: one graph (the whole context). */
-static bool buckets_on(void)
-{
-    static int on = -1; /* read once */
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_GRAPH_BUCKETS");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on;
-}
-static int graph_bucket(const struct cudev *d, int32_t pos, int32_t *max_pos)
-{
-    int b = 0;
-    while (buckets_on() && b < GRAPH_BUCKETS - 1 && ((int64_t)GRAPH_CELLS << b) <= pos)
-        b++;
-    const int64_t top = ((int64_t)GRAPH_CELLS << b) - 1;
-    if (!buckets_on() || b == GRAPH_BUCKETS - 1 || top >= d->p.n_ctx - 1)
-        b = GRAPH_BUCKETS - 1, *max_pos = -1;
-    else
-        *max_pos = (int32_t)top;
-    return b;
-}
-
-static int capture(struct cudev *d, bool sparse, int32_t max_pos, cudaGraphExec_t *out)
+static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
 {
     cudaGraph_t g = NULL;
     TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
     d->capturing = true;
-    d->cap_max_pos = max_pos;
     const int32_t B = d->p.n_batch;
     int rc = CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
     if (!rc)
@@ -1568,11 +1536,9 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
     d->h_batch[0] = tok;
     d->h_batch[B] = pos;
     d->h_batch[2 * B] = seq;
-    int32_t top;
-    const int b = graph_bucket(d, pos, &top);
-    if (!d->graph[sparse][b])
-        TRY(capture(d, sparse, top, &d->graph[sparse][b]));
-    TRY(CU(cudaGraphLaunch(d->graph[sparse][b], d->st)));
+    if (!d->graph[sparse])
+        TRY(capture(d, sparse, &d->graph[sparse]));
+    TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
     *next = d->h_ids[0];
     return 0;

@@ -1584,6 +1584,10 @@ template <> __device__ inline void cstore<float>(float *p, float v) { *p = v; }
 template <> __device__ inline void cstore<__half>(__half *p, float v) { *p = __float2half_rn(v); }
 __device__ static inline float cload(const float *p) { return *p; }
 __device__ static inline float cload(const __half *p) { return __half2float(*p); }
+/* v as the cache gives it back after cstore */
+template <class C> __device__ static inline float cround(float v);
+template <> __device__ inline float cround<float>(float v) { return v; }
+template <> __device__ inline float cround<__half>(float v) { return __half2float(__float2half_rn(v)); }
 /* 8 consecutive cache values from a 16-byte aligned address */
 __device__ static inline void kload8(const float *p, float *o)
 {
@@ -1677,29 +1681,61 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     __shared__ __align__(16) float rv[ROPE ? 2 : 1][ROPE ? D : 4];
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* The blocks of chunks past the token's position leave before the wait: a decode graph launches
-     * every chunk of the context (it replays at any position), and 2 048 blocks that each waited for
-     * q/k/v held the chain ~12 µs a layer at short positions (bench/gpu/NOTES.md, the chain's trace,
-     * 2026-12-03). pos may be read before pdl_wait(): no kernel writes it — only the host's copy of
-     * the batch, which completes before any kernel after it in the stream starts (cuk_pdl.cuh). */
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
-    if (c0 >= n_kv)
+    if (c0 >= n_kv) /* a chunk past the position: nothing to do (pos before the wait: below) */
         return;
-    pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
     const int64_t KV = (int64_t)g.n_head_kv * D;
+    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D;
+    const int t = threadIdx.x / ATTN_QSEG, j = threadIdx.x % ATTN_QSEG;
+    /* ROPE (one token, its cell the only one of the layer this step writes, by this kernel): the
+     * cells before the token's own are the earlier steps', so their k and v load BEFORE the wait,
+     * while q/k/v are still being computed, and the own cell's come from the rotated k and from v
+     * rounded as the cache stores them — the same values the cache would give back, so the same
+     * bits. pos and seq are read before the wait too: no kernel writes them (the host's copy of the
+     * batch completes before any kernel after it starts, cuk_pdl.cuh). Measured (bench/gpu/NOTES.md,
+     * the chain's trace, 2026-12-03): with every load after the wait, attention held the decode
+     * chain ~12.5 µs a layer at any context length — a chain of dependent round trips. */
+    const int32_t own_t = ROPE && (n_kv - 1) / ATTN_CHUNK == c ? n_kv - 1 - c0 : -1; /* the own cell in the chunk */
+    float vv[ATTN_CHUNK][NDT]; /* dim threadIdx.x + NT·i of every cell (0 past the chunk's cells) */
+    float kq[ROPE ? DQ : 1];   /* ROPE: cell t's quarter j of k */
+    if constexpr (ROPE) {
+#pragma unroll
+        for (int tt = 0; tt < ATTN_CHUNK; tt++)
+#pragma unroll
+            for (int i = 0; i < NDT; i++) {
+                const int d = threadIdx.x + NT * i;
+                vv[tt][i] = tt < nc && tt != own_t && d < D ? cload(vc + base + (int64_t)tt * KV + d) : 0.0f;
+            }
+        if (t < nc && t != own_t)
+#pragma unroll
+            for (int i0 = 0; i0 < DQ; i0 += 8)
+                kload8(kc + base + (int64_t)t * KV + j * DQ + i0, kq + i0);
+    }
+    pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     if constexpr (ROPE) {
         /* k_rope_store folded in (one token, a kv head per head): q rotated here, and the block of the
-         * chunk holding the token's own cell rotates k and stores k and v there before reading it */
+         * chunk holding the token's own cell rotates k and stores k and v there */
         const int32_t p = n_kv - 1;
-        const bool own = p / ATTN_CHUNK == c;
+        const bool own = own_t >= 0;
         const float *kt = k_new + (int64_t)tok * KV + (int64_t)kvh * D;
+        const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
         for (int i = threadIdx.x; i < D; i += NT) {
             rv[0][i] = qt[i];
             if (own)
                 rv[1][i] = kt[i];
         }
+        if (own)
+#pragma unroll
+            for (int i = 0; i < NDT; i++) {
+                const int d = threadIdx.x + NT * i;
+                const float v = d < D ? cround<C>(vt[d]) : 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < ATTN_CHUNK; tt++)
+                    if (tt == own_t)
+                        vv[tt][i] = v;
+            }
         __syncthreads();
         for (int i = threadIdx.x; i < g.rope_dim / 2; i += NT) {
             rope_pair(g, rv[0], p, inv_freq, i);
@@ -1708,26 +1744,26 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
         }
         __syncthreads();
         if (own) {
-            const int64_t cell = ((int64_t)seq[tok] * g.n_ctx + p) * KV + (int64_t)kvh * D;
-            const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
+            const int64_t cell = base + (int64_t)own_t * KV;
             for (int i = threadIdx.x; i < D; i += NT) {
                 cstore<C>(kc + cell + i, rv[1][i]);
                 cstore<C>(vc + cell + i, vt[i]);
             }
-            __syncthreads(); /* the cell is read below by other threads of this block */
+            if (t == own_t)
+#pragma unroll
+                for (int i = 0; i < DQ; i++)
+                    kq[i] = cround<C>(rv[1][j * DQ + i]);
         }
         qt = rv[0];
+    } else {
+#pragma unroll
+        for (int tt = 0; tt < ATTN_CHUNK; tt++)
+#pragma unroll
+            for (int i = 0; i < NDT; i++) {
+                const int d = threadIdx.x + NT * i;
+                vv[tt][i] = tt < nc && d < D ? cload(vc + base + (int64_t)tt * KV + d) : 0.0f;
+            }
     }
-    const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D;
-    float vv[ATTN_CHUNK][NDT]; /* dim threadIdx.x + NT·i of every cell (0 past the chunk's cells) */
-#pragma unroll
-    for (int t = 0; t < ATTN_CHUNK; t++)
-#pragma unroll
-        for (int i = 0; i < NDT; i++) {
-            const int d = threadIdx.x + NT * i;
-            vv[t][i] = t < nc && d < D ? cload(vc + base + (int64_t)t * KV + d) : 0.0f;
-        }
-    const int t = threadIdx.x / ATTN_QSEG, j = threadIdx.x % ATTN_QSEG;
     float dj = 0.0f;
     if (t < nc) { /* 16-byte loads: q rows and cache rows are 16-byte aligned (cudev's arenas) */
         const C *kr = kc + base + (int64_t)t * KV + j * DQ;
@@ -1735,7 +1771,12 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
 #pragma unroll
         for (int i0 = 0; i0 < DQ; i0 += 8) {
             float kk[8];
-            kload8(kr + i0, kk);
+            if constexpr (ROPE) {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    kk[e] = kq[i0 + e];
+            } else
+                kload8(kr + i0, kk);
             const float4 qa = *(const float4 *)(qj + i0), qb = *(const float4 *)(qj + i0 + 4);
             const float qq[8] = { qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w };
 #pragma unroll

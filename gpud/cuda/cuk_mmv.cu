@@ -24,7 +24,6 @@
 
 extern "C" {
 #include "cuk.h"
-#include "cuk_gglu.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
 #include "model.h"
@@ -684,9 +683,6 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
         return -(int)cudaErrorInvalidValue;
     if (B < 1)
         return 0;
-    if (idx && cuk_gglu_on() && cuk_gglu_fits(gate->n_in)) /* gathered rows: a cluster a tile (the same bits) */
-        return cuk_gglu(gate->type, gate->q, up->q, gate->n_in, gate->n_out, x, NULL, 0.0f, B, act, act_kind, idx, cnt,
-                        idx_stride, compact, st);
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
@@ -742,9 +738,6 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
         rc = cuk_rmsnorm(xn, x, norm_w, B, gate->n_in, gate->n_in, eps, st);
         return rc ? rc : cuk_glu(gate, up, xn, B, act, act_kind, idx, cnt, idx_stride, compact, xq, st);
     }
-    if (idx && cuk_gglu_on() && cuk_gglu_fits(gate->n_in)) /* gathered rows: a cluster a tile (the same bits) */
-        return cuk_gglu(gate->type, gate->q, up->q, gate->n_in, gate->n_out, x, norm_w, eps, 1, act, act_kind, idx, cnt,
-                        idx_stride, compact, st);
     mvo o = {};
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     o.nw = norm_w, o.eps = eps;

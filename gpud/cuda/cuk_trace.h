@@ -60,8 +60,7 @@ _Static_assert(sizeof(struct cuk_trace_rec) == 48, "the file's record");
     X(k_to_half)                                                                                                       \
     X(k_hand_out)                                                                                                      \
     X(k_hand_add)                                                                                                      \
-    X(k_gather_mask)                                                                                                   \
-    X(k_gglu)
+    X(k_gather_mask)
 
 enum cuk_trace_fid {
     CUK_F_NONE = 0, /* a slot never written (the ring is zeroed) */
@@ -106,8 +105,7 @@ struct cuk_trace_file_head {
     X(cuk_hand_trace_set)                                                                                              \
     X(cuk_pattn_trace_set)                                                                                             \
     X(cuk_topk_trace_set)                                                                                              \
-    X(cuk_place_trace_set)                                                                                             \
-    X(cuk_gglu_trace_set)
+    X(cuk_place_trace_set)
 
 #ifdef __cplusplus
 extern "C" {
