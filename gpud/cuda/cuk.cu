@@ -1682,8 +1682,10 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
-    if (c0 >= n_kv) /* a chunk past the position: nothing to do (pos before the wait: below) */
+    if (c0 >= n_kv) { /* a chunk past the position: nothing to do (pos before the wait: below) */
+        pdl_enter();
         return;
+    }
     const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
     const int64_t KV = (int64_t)g.n_head_kv * D;
     const int64_t base = ((int64_t)seq[tok] * g.n_ctx + c0) * KV + (int64_t)kvh * D;
