@@ -1682,7 +1682,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
-    if (c0 >= n_kv) { /* a chunk past the position: nothing to do (pos before the wait: below) */
+    if (c0 >= n_kv) { /* a chunk past the position: nothing to do (leaving before the wait measured the same) */
         pdl_enter();
         return;
     }
