@@ -1701,7 +1701,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int32_t own_t = ROPE && (n_kv - 1) / ATTN_CHUNK == c ? n_kv - 1 - c0 : -1; /* the own cell in the chunk */
     float vv[ATTN_CHUNK][NDT]; /* dim threadIdx.x + NT·i of every cell (0 past the chunk's cells) */
     float kq[ROPE ? DQ : 1];   /* ROPE: cell t's quarter j of k */
-    if constexpr (ROPE) {
+    auto load_v = [&]() {      /* the cached cells' v (the own cell's: below) */
 #pragma unroll
         for (int tt = 0; tt < ATTN_CHUNK; tt++)
 #pragma unroll
@@ -1709,6 +1709,9 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                 const int d = threadIdx.x + NT * i;
                 vv[tt][i] = tt < nc && tt != own_t && d < D ? cload(vc + base + (int64_t)tt * KV + d) : 0.0f;
             }
+    };
+    if constexpr (ROPE) {
+        load_v();
         if (t < nc && t != own_t)
 #pragma unroll
             for (int i0 = 0; i0 < DQ; i0 += 8)
@@ -1757,15 +1760,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                     kq[i] = cround<C>(rv[1][j * DQ + i]);
         }
         qt = rv[0];
-    } else {
-#pragma unroll
-        for (int tt = 0; tt < ATTN_CHUNK; tt++)
-#pragma unroll
-            for (int i = 0; i < NDT; i++) {
-                const int d = threadIdx.x + NT * i;
-                vv[tt][i] = tt < nc && d < D ? cload(vc + base + (int64_t)tt * KV + d) : 0.0f;
-            }
-    }
+    } else
+        load_v(); /* after the wait: the previous kernel (k_rope_store) wrote the batch's cells */
     float dj = 0.0f;
     if (t < nc) { /* 16-byte loads: q rows and cache rows are 16-byte aligned (cudev's arenas) */
         const C *kr = kc + base + (int64_t)t * KV + j * DQ;
