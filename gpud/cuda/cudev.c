@@ -19,9 +19,7 @@
 #include "cuk_pattn.h"
 #include "cuk_place.h"
 #include "cuk_topk.h"
-#ifdef CUK_TRACE
-#include "cuk_trace.h"
-#endif
+#include "cudev_trace.h"
 #include "sampling.h"
 #include "vram_plan.h"
 
@@ -187,12 +185,6 @@ struct cudev {
     int plab[PROF_EV];
     int pn; /* events recorded this layer; -1: not profiling */
     int prc;
-#ifdef CUK_TRACE
-    /* the kernels' timeline (PINFER_CUDA_TRACE, trace_open): the ring, its counter, the file */
-    struct cuk_trace_rec *tr_buf;
-    unsigned long long *tr_n, tr_cap;
-    char tr_path[4096];
-#endif
 };
 
 #define REL_Y_OFF 256
@@ -598,154 +590,6 @@ static uint64_t dev_used(void)
     return (uint64_t)(tot - fr);
 }
 
-/* ---- the kernels' timeline (gpud/cuda/cuk_trace.cuh; a -Dcuk_trace=true build) ----
- *
- * PINFER_CUDA_TRACE=FILE: every marked kernel's blocks append a record to a ring of
- * PINFER_CUDA_TRACE_CAP records (default 1 << 20, 48 bytes each) in device memory, written to FILE at
- * cudev_close (cuk_trace.h: the format; bench/gpu/trace_chain.py reads it). "%p" in FILE is the pid;
- * a process's later contexts write FILE.1, FILE.2, ...; one context at a time is traced (the
- * kernels' pointers are per process). The ring and its counter are plain cudaMallocs made after the
- * arenas at the end of cudev_open: outside the VRAM plan's bytes (the budget does not count them; the
- * device's used bytes that cudev_mem reports do). Uses the runtime directly, not CU(): the checked
- * calls' count (PINFER_CUDA_FAIL_CALL) is that of a normal build. A normal build ignores the
- * variable (one line on stderr). */
-#ifdef CUK_TRACE
-static struct cudev *tr_owner; /* the context whose ring the kernels write */
-static int tr_files;           /* traces written by this process */
-
-static int trace_set_all(void *buf, void *n, unsigned long long cap)
-{
-    int rc = 0, r;
-#define TRACE_SET_(fn)                                                                                                 \
-    if ((r = fn(buf, n, cap)) && !rc)                                                                                 \
-        rc = r;
-    CUK_TRACE_SETTERS(TRACE_SET_)
-#undef TRACE_SET_
-    return rc;
-}
-
-/* pat with "%p" replaced by the pid, and ".k" after it for the process's k-th trace (k > 0) */
-static void trace_path(char *out, size_t cap, const char *pat, int k)
-{
-    size_t o = 0;
-    for (const char *c = pat; *c && o + 1 < cap; c++) {
-        if (c[0] == '%' && c[1] == 'p') {
-            o += (size_t)snprintf(out + o, cap - o, "%ld", (long)getpid());
-            c++;
-        } else
-            out[o++] = *c;
-        if (o >= cap)
-            o = cap - 1;
-    }
-    out[o] = 0;
-    if (k > 0 && o < cap)
-        snprintf(out + o, cap - o, ".%d", k);
-}
-
-static void trace_open(struct cudev *d)
-{
-    const char *pat = getenv("PINFER_CUDA_TRACE");
-    if (!pat || !*pat)
-        return;
-    if (tr_owner) {
-        fprintf(stderr, "cuda: trace: another context is being traced; this one is not\n");
-        return;
-    }
-    unsigned long long cap = 1ull << 20;
-    const char *ce = getenv("PINFER_CUDA_TRACE_CAP");
-    if (ce && *ce) {
-        char *end = NULL;
-        const unsigned long long v = strtoull(ce, &end, 0);
-        if (*end || v == 0 || v > (1ull << 32))
-            fprintf(stderr, "cuda: trace: PINFER_CUDA_TRACE_CAP=%s is not a count of records; %llu\n", ce, cap);
-        else
-            cap = v;
-    }
-    void *buf = NULL, *n = NULL;
-    const size_t bytes = (size_t)cap * sizeof(struct cuk_trace_rec);
-    cudaError_t e = cudaMalloc(&buf, bytes);
-    if (e == cudaSuccess)
-        e = cudaMalloc(&n, sizeof(unsigned long long));
-    if (e == cudaSuccess)
-        e = cudaMemset(buf, 0, bytes); /* fid 0: a slot never written */
-    if (e == cudaSuccess)
-        e = cudaMemset(n, 0, sizeof(unsigned long long));
-    int rc = e == cudaSuccess ? trace_set_all(buf, n, cap) : -(int)e;
-    if (!rc && (e = cudaDeviceSynchronize()) != cudaSuccess) /* the memsets (legacy stream) before any kernel */
-        rc = -(int)e;
-    if (rc) {
-        fprintf(stderr, "cuda: trace: off: %s\n", cudaGetErrorString((cudaError_t)-rc));
-        trace_set_all(NULL, NULL, 1);
-        cudaFree(buf);
-        cudaFree(n);
-        cudaGetLastError();
-        return;
-    }
-    d->tr_buf = buf, d->tr_n = n, d->tr_cap = cap;
-    trace_path(d->tr_path, sizeof d->tr_path, pat, tr_files);
-    tr_owner = d;
-    fprintf(stderr, "cuda: trace: a ring of %llu records (%.1f MiB) for %s\n", cap, (double)bytes / (1 << 20),
-            d->tr_path);
-}
-
-/* the ring to the file (its records in slot order), then the kernels stop writing and it is freed */
-static void trace_close(struct cudev *d)
-{
-    if (tr_owner != d || !d->tr_buf)
-        return;
-    unsigned long long n = 0;
-    struct cuk_trace_rec *h = NULL;
-    size_t m = 0;
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&n, d->tr_n, sizeof n, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess) {
-        m = (size_t)(n < d->tr_cap ? n : d->tr_cap);
-        h = malloc(m ? m * sizeof *h : 1);
-        e = h ? cudaMemcpy(h, d->tr_buf, m * sizeof *h, cudaMemcpyDeviceToHost) : cudaErrorMemoryAllocation;
-    }
-    if (e != cudaSuccess)
-        fprintf(stderr, "cuda: trace: cannot read the ring back: %s\n", cudaGetErrorString(e));
-    else {
-        struct cuk_trace_file_head hd = { .version = CUK_TRACE_VERSION, .rec_size = sizeof(struct cuk_trace_rec),
-                                          .cap = d->tr_cap, .n = n, .n_fid = CUK_F_COUNT };
-        memcpy(hd.magic, CUK_TRACE_MAGIC, sizeof hd.magic);
-        int khz = 0;
-        if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) == cudaSuccess && khz > 0)
-            hd.clock_khz = (uint32_t)khz;
-        char names[CUK_F_COUNT][CUK_TRACE_NAME_BYTES];
-        memset(names, 0, sizeof names);
-        for (int f = 0; f < CUK_F_COUNT; f++)
-            snprintf(names[f], CUK_TRACE_NAME_BYTES, "%s", cuk_trace_name(f));
-        FILE *fp = fopen(d->tr_path, "wb");
-        const bool ok = fp && fwrite(&hd, sizeof hd, 1, fp) == 1 && fwrite(names, sizeof names, 1, fp) == 1 &&
-                        (m == 0 || fwrite(h, sizeof *h, m, fp) == m);
-        if (fp && fclose(fp) != 0)
-            fp = NULL;
-        if (ok && fp)
-            fprintf(stderr, "cuda: trace: %zu records of %llu written to %s\n", m, n, d->tr_path);
-        else
-            fprintf(stderr, "cuda: trace: cannot write %s\n", d->tr_path);
-    }
-    free(h);
-    trace_set_all(NULL, NULL, 1);
-    cudaFree(d->tr_buf);
-    cudaFree(d->tr_n);
-    cudaGetLastError();
-    d->tr_buf = NULL, d->tr_n = NULL;
-    tr_owner = NULL;
-    tr_files++;
-}
-#else
-static void trace_open(struct cudev *d)
-{
-    (void)d;
-    if (getenv("PINFER_CUDA_TRACE"))
-        fprintf(stderr, "cuda: PINFER_CUDA_TRACE ignored: this build has no trace (meson -Dcuk_trace=true)\n");
-}
-static void trace_close(struct cudev *d) { (void)d; }
-#endif
-
 void cudev_close(struct cudev *d)
 {
     if (!d)
@@ -757,7 +601,7 @@ void cudev_close(struct cudev *d)
         cudev_cold_release(d, UINT64_MAX);
     if (d->st)
         cudaStreamSynchronize(d->st);
-    trace_close(d);
+    cudev_trace_close(d);
     for (int i = 0; i < 2; i++)
         if (d->graph[i])
             cudaGraphExecDestroy(d->graph[i]);
@@ -890,7 +734,7 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
     if (!rc)
         rc = CU(cudaMallocHost((void **)&d->h_cnt, (size_t)d->p.n_batch * sizeof(int32_t)));
     if (!rc)
-        trace_open(d); /* after the arenas: the ring is not in the plan's bytes (trace builds only) */
+        cudev_trace_open(d); /* after the arenas: the ring is not in the plan's bytes (trace builds only) */
     if (!rc)
         rc = CU(cudaStreamSynchronize(d->st));
     if (rc) {

@@ -4,7 +4,7 @@
  * chain (cuk_pdl.cuh) does: how long each kernel's prologue, its wait for the previous kernel, its
  * stream and its tail take inside the chain, and what a launch boundary costs where. Here each block
  * of each marked kernel appends one record (cuk_trace.h's struct cuk_trace_rec) to a ring in device
- * memory, which cudev.c writes to the file PINFER_CUDA_TRACE names when the context closes;
+ * memory, which cudev_trace.c writes to the file PINFER_CUDA_TRACE names when the context closes;
  * bench/gpu/trace_chain.py groups the records into launches, steps and layers.
  *
  * What is recorded, per block: the kernel's id, %smid, the linear block index and the grid's block

@@ -1,6 +1,6 @@
 /* cuk_trace.h — the decode chain's timeline (a -Dcuk_trace=true build): the record, the kernels'
  * ids and names, and the per-object setters, shared by the kernels (cuk_trace.cuh), the host
- * (cudev.c, PINFER_CUDA_TRACE) and bench/gpu/trace_chain.py (which reads the names from the file the
+ * (cudev_trace.c, PINFER_CUDA_TRACE) and bench/gpu/trace_chain.py (which reads the names from the file the
  * host writes, so the three agree). C and C++. Why and what: cuk_trace.cuh. */
 #ifndef PI_CUK_TRACE_H
 #define PI_CUK_TRACE_H
@@ -79,7 +79,7 @@ static inline const char *cuk_trace_name(int fid)
     return fid >= 0 && fid < CUK_F_COUNT ? names[fid] : NULL;
 }
 
-/* The file PINFER_CUDA_TRACE names (cudev.c), little-endian: this header, then n_fid names of
+/* The file PINFER_CUDA_TRACE names (cudev_trace.c), little-endian: this header, then n_fid names of
  * CUK_TRACE_NAME_BYTES (NUL-padded, index = fid), then min(n, cap) records in ring-slot order (record
  * k went to slot k % cap: when n > cap only the last cap exist). */
 #define CUK_TRACE_MAGIC "CUKTRACE"
