@@ -4,7 +4,7 @@
 A build with `meson setup build-trace -Dcuda=enabled -Dcuk_trace=true` records one entry per block of
 every kernel (gpud/cuda/cuk_trace.cuh: %globaltimer at the block's entry, when it came back from
 pdl_wait() and at its exit, the same in clock64() cycles); PINFER_CUDA_TRACE=FILE makes the device
-context write them to FILE when it closes (gpud/cuda/cudev.c, format in gpud/cuda/cuk_trace.h).
+context write them to FILE when it closes (gpud/cuda/cudev_trace.c, format in gpud/cuda/cuk_trace.h).
 
     PINFER_CUDA_TRACE=/tmp/t.bin build-trace/bench/gpu/bench_cuda MODEL --mode dense -n 64 --pp 0
     python3 bench/gpu/trace_chain.py /tmp/t.bin --skip-last 1
