@@ -3,7 +3,7 @@
 
 Two launches of one kernel that overlap (the second's first block enters before the first's last,
 a second-wave block) must be told apart by their blocks; steps end with k_argmax; the layers'
-pattern is found; a wrapped ring drops its partial first step; --json writes the table.
+pattern is found; --blocks' view of one kernel's working blocks; a wrapped ring drops its partial first step; --json writes the table.
 
 usage: test_trace_chain.py TRACE_CHAIN_PY"""
 import importlib.util
@@ -96,11 +96,18 @@ with tempfile.TemporaryDirectory() as d:
     lt2 = tc.layer_table([rows], layer_start="k_attn_part")
     check(lt2 is not None and lt2["pattern"] == ["k_attn_part", "k_mmv", "k_mmv"] and lt2["layers"] == 1,
           f"--layer-start: {lt2 and lt2['pattern']}")
+    bv = tc.block_view([steps[-1]], NAMES, "k_attn_part", 1.98)
+    close = lambda xs, ys: all(abs(x - y) < 0.01 for x, y in zip(xs, ys))  # noqa: E731
+    check(bv is not None and bv["launches"] == 2 and bv["working_blocks"] == 2
+          and close(bv["entry"], [-1.2, -1.15, -1.15]) and close(bv["wait"], [0.1, 0.1, 0.1])
+          and close(bv["exit"], [1.8, 2.3, 2.3]) and close(bv["after_wait"], [1.7, 2.2, 2.2])
+          and bv["slowest_blocks"] == [1], f"--blocks: {bv}")
     out = os.path.join(d, "t.json")
-    rc = tc.main([path, "--steps", "2", "--json", out])
+    rc = tc.main([path, "--steps", "2", "--json", out, "--blocks", "k_attn_part"])
     check(rc == 0, "main")
     js = json.load(open(out))
-    check(len(js["steps"]) == 2 and js["steps"][-1]["step"] == 2 and js["layer"]["layers"] == 4, "the JSON")
+    check(len(js["steps"]) == 2 and js["steps"][-1]["step"] == 2 and js["layer"]["layers"] == 4
+          and js["blocks"][0]["launches"] == 4, "the JSON")
 
     # a wrapped ring: the first step's first half was overwritten
     cut = len(step(1_000_000)[0]) // 2

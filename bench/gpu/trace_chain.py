@@ -297,6 +297,43 @@ def clock_check(recs):
     return (med(ratios), min(steps) if steps else None)
 
 
+def block_view(steps, names, kernel, ghz, min_work_us=0.5):
+    """The working blocks of every launch of kernel in steps (those that ran more than min_work_us
+    after their wait — or after their entry, without a wait): per launch the quantiles 0 / 0.5 / 1 of
+    their entry, wait and exit, µs from the previous launch's last exit, and of their time after the
+    wait; then the mean of each over the launches. Where a kernel's time goes: waiting for a slot,
+    for the previous kernel, or its own work (and which part of its blocks)."""
+    def q3(xs):
+        xs = sorted(xs)
+        return [xs[0], xs[len(xs) // 2], xs[-1]] if xs else [None] * 3
+    per = []
+    for step in steps:
+        for i, L in enumerate(step):
+            if names[L.fid] != kernel or i == 0:
+                continue
+            t0 = step[i - 1].max_exit
+            work = [r for r in L.recs if (r[CYC_EXIT] - r[CYC_WAIT] if r[T_WAITED] else r[CYC_EXIT]) > min_work_us * ghz * 1e3]
+            if not work:
+                continue
+            us = lambda t: (t - t0) / 1e3  # noqa: E731
+            per.append({"blocks": len(work),
+                        "entry": q3([us(r[T_ENTRY]) for r in work]),
+                        "wait": q3([us(r[T_WAITED]) for r in work if r[T_WAITED]]),
+                        "exit": q3([us(r[T_EXIT]) for r in work]),
+                        "after_wait": q3([(r[CYC_EXIT] - r[CYC_WAIT]) / (ghz * 1e3) for r in work]),
+                        "slowest_block": max(work, key=lambda r: r[T_EXIT])[BLOCK]})
+    if not per:
+        return None
+
+    def mean3(key):
+        cols = [[p[key][k] for p in per if p[key][k] is not None] for k in range(3)]
+        return [statistics.fmean(c) if c else None for c in cols]
+    return {"kernel": kernel, "launches": len(per), "working_blocks": statistics.fmean(p["blocks"] for p in per),
+            "entry": mean3("entry"), "wait": mean3("wait"), "exit": mean3("exit"),
+            "after_wait": mean3("after_wait"),
+            "slowest_blocks": sorted({p["slowest_block"] for p in per})[:16]}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file")
@@ -310,6 +347,7 @@ def main(argv=None):
                     help="a block joins an open launch only if it entered at most this long after the "
                     "launch's latest exit so far (default 20)")
     ap.add_argument("--json", help="write the launches and the layer table here")
+    ap.add_argument("--blocks", help="also the working blocks of these kernels' launches (comma-separated; block_view)")
     a = ap.parse_args(argv)
     try:
         tr = read_trace(a.file)
@@ -367,8 +405,21 @@ def main(argv=None):
             print(fmt_row(r))
     else:
         print("\nno repeating layer pattern found (--layer-start NAME / --layer-len P)")
+    bvs = []
+    for kernel in (a.blocks.split(",") if a.blocks else []):
+        bv = block_view([steps[k] for k in chosen], names, kernel, a.ghz)
+        if bv is None:
+            print(f"\nno working block of {kernel} in the printed steps")
+            continue
+        bvs.append(bv)
+        f3 = lambda xs: " / ".join("-" if x is None else f"{x:.2f}" for x in xs)  # noqa: E731
+        print(f"\n{kernel}: {bv['launches']} launches, {bv['working_blocks']:.1f} working blocks each; "
+              f"µs from the previous launch's last exit, min / median / max, mean over the launches:")
+        for key in ("entry", "wait", "exit", "after_wait"):
+            print(f"  {key:<11} {f3(bv[key])}")
+        print(f"  the last to exit, by block index: {bv['slowest_blocks']}")
     if a.json:
-        out = {"file": a.file, "n": tr["n"], "cap": tr["cap"], "ghz": a.ghz, "clock_khz": tr["clock_khz"],
+        out = {"blocks": bvs, "file": a.file, "n": tr["n"], "cap": tr["cap"], "ghz": a.ghz, "clock_khz": tr["clock_khz"],
                "steps": [{"step": k, "launches": rows} for k, rows in zip(chosen, steps_rows)], "layer": lt}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -1605,18 +1605,36 @@ __device__ static inline void kload8(const __half *p, float *o)
     }
 }
 
-/* Pair i of a head's vector rotated by p · inv_freq[i], every rounding explicit: k_rope_store and the
- * attention that rotates q and k itself (k_attn_part's ROPE) give the same bits. */
+/* Pair i of a head's rotation by p · inv_freq[i], every rounding explicit: k_rope_store and the
+ * attention that rotates q and k itself (k_attn_part's ROPE) give the same bits. rope_angle is apart
+ * so that the attention can take it before its PDL wait (p and inv_freq are no kernel's output). */
+__device__ static inline void rope_angle(int32_t p, const float *inv_freq, int i, float *sn, float *c)
+{
+    sincosf(__fmul_rn((float)p, inv_freq[i]), sn, c);
+}
+/* the dims of pair i: (i, i + half) for NeoX, (2i, 2i + 1) for the normal mode */
+__device__ static inline int rope_a(const struct cuk_attn_geom &g, int i) { return g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i; }
+__device__ static inline int rope_b(const struct cuk_attn_geom &g, int i)
+{
+    return g.rope_mode == OPS_ROPE_NEOX ? i + g.rope_dim / 2 : 2 * i + 1;
+}
+__device__ static inline float rope_x0(float x0, float x1, float sn, float c)
+{
+    return __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+}
+__device__ static inline float rope_x1(float x0, float x1, float sn, float c)
+{
+    return __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+}
 __device__ static inline void rope_pair(const struct cuk_attn_geom &g, float *vec, int32_t p, const float *inv_freq,
                                         int i)
 {
-    const int half = g.rope_dim / 2;
     float sn, c;
-    sincosf(__fmul_rn((float)p, inv_freq[i]), &sn, &c);
-    const int a = g.rope_mode == OPS_ROPE_NEOX ? i : 2 * i, b = g.rope_mode == OPS_ROPE_NEOX ? i + half : 2 * i + 1;
+    rope_angle(p, inv_freq, i, &sn, &c);
+    const int a = rope_a(g, i), b = rope_b(g, i);
     const float x0 = vec[a], x1 = vec[b];
-    vec[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-    vec[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+    vec[a] = rope_x0(x0, x1, sn, c);
+    vec[b] = rope_x1(x0, x1, sn, c);
 }
 
 /* One block per (token, head): thread i rotates pair i by pos · inv_freq[i] (inv_freq from the
@@ -1672,7 +1690,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                                                                const int32_t *pos, const int32_t *seq, float *part,
                                                                unsigned *arrive, float *out, int n_chunk,
                                                                const float *k_new, const float *v_new,
-                                                               const float *inv_freq)
+                                                               const float *inv_freq, bool preload)
 {
     CUK_TRACE_BLOCK(CUK_F_k_attn_part);
     constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
@@ -1710,23 +1728,43 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                 vv[tt][i] = tt < nc && tt != own_t && d < D ? cload(vc + base + (int64_t)tt * KV + d) : 0.0f;
             }
     };
-    if constexpr (ROPE) {
-        load_v();
+    /* ROPE: this thread's pair's angle (p and inv_freq are no kernel's output) */
+    static_assert(D / 2 <= NT, "a thread a rotated pair");
+    const int half = ROPE ? g.rope_dim / 2 : 0;
+    float rsn = 0.0f, rcs = 0.0f;
+    auto load_k = [&]() { /* ROPE: the cached cells' k (the own cell's: below) */
         if (t < nc && t != own_t)
 #pragma unroll
             for (int i0 = 0; i0 < DQ; i0 += 8)
                 kload8(kc + base + (int64_t)t * KV + j * DQ + i0, kq + i0);
+    };
+    if constexpr (ROPE) {
+        if ((int)threadIdx.x < half)
+            rope_angle(n_kv - 1, inv_freq, threadIdx.x, &rsn, &rcs);
+        if (preload)
+            load_v(), load_k();
     }
     pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     if constexpr (ROPE) {
-        /* k_rope_store folded in (one token, a kv head per head): q rotated here, and the block of the
-         * chunk holding the token's own cell rotates k and stores k and v there */
-        const int32_t p = n_kv - 1;
+        if (!preload)
+            load_v(), load_k();
+        /* k_rope_store folded in (one token, a kv head per head): q rotated here, straight from the
+         * product's output into shared memory, and the block of the chunk holding the token's own cell
+         * rotates k and stores k and v there */
         const bool own = own_t >= 0;
         const float *kt = k_new + (int64_t)tok * KV + (int64_t)kvh * D;
         const float *vt = v_new + (int64_t)tok * KV + (int64_t)kvh * D;
-        for (int i = threadIdx.x; i < D; i += NT) {
+        if ((int)threadIdx.x < half) {
+            const int a = rope_a(g, threadIdx.x), b = rope_b(g, threadIdx.x);
+            const float q0 = qt[a], q1 = qt[b];
+            rv[0][a] = rope_x0(q0, q1, rsn, rcs), rv[0][b] = rope_x1(q0, q1, rsn, rcs);
+            if (own) {
+                const float k0 = kt[a], k1 = kt[b];
+                rv[1][a] = rope_x0(k0, k1, rsn, rcs), rv[1][b] = rope_x1(k0, k1, rsn, rcs);
+            }
+        }
+        for (int i = g.rope_dim + threadIdx.x; i < D; i += NT) { /* the dims past the rotated ones */
             rv[0][i] = qt[i];
             if (own)
                 rv[1][i] = kt[i];
@@ -1741,12 +1779,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                     if (tt == own_t)
                         vv[tt][i] = v;
             }
-        __syncthreads();
-        for (int i = threadIdx.x; i < g.rope_dim / 2; i += NT) {
-            rope_pair(g, rv[0], p, inv_freq, i);
-            if (own)
-                rope_pair(g, rv[1], p, inv_freq, i);
-        }
         __syncthreads();
         if (own) {
             const int64_t cell = base + (int64_t)own_t * KV;
@@ -1796,24 +1828,37 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
             ml[0] = m, ml[1] = l;
     }
     __syncthreads();
+    const int nc_all = (n_kv + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the blocks of (tok, h) that get here */
+    float o[NDT];
+#pragma unroll
+    for (int i = 0; i < NDT; i++) {
+        o[i] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATTN_CHUNK; u++)
+            if (u < nc)
+                o[i] = __fmaf_rn(ps[u], vv[u][i], o[i]);
+    }
+    float *ot = out + ((int64_t)tok * g.n_head + h) * D;
+    if (nc_all == 1) { /* the only chunk: the merge of one, here (no partial, no arrival's round trips) */
+#pragma unroll
+        for (int i = 0; i < NDT; i++) {
+            const int d = threadIdx.x + NT * i;
+            if (d < D)
+                ot[d] = attn_merge_one(ml[0], ml[1], o[i]);
+        }
+        return;
+    }
     float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
 #pragma unroll
     for (int i = 0; i < NDT; i++) {
         const int d = threadIdx.x + NT * i;
-        float o = 0.0f;
-#pragma unroll
-        for (int u = 0; u < ATTN_CHUNK; u++)
-            if (u < nc)
-                o = __fmaf_rn(ps[u], vv[u][i], o);
         if (d < D)
-            pt[d] = o;
+            pt[d] = o[i];
     }
     if (threadIdx.x == 0)
         pt[D] = ml[0], pt[D + 1] = ml[1];
-    const int nc_all = (n_kv + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the blocks of (tok, h) that get here */
     if (attn_last_arrival(arrive + (int64_t)tok * g.n_head + h, nc_all))
-        attn_merge_out(part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2), nc_all, D,
-                       out + ((int64_t)tok * g.n_head + h) * D, threadIdx.x, NT);
+        attn_merge_out(part + ((int64_t)tok * g.n_head + h) * n_chunk * (D + 2), nc_all, D, ot, threadIdx.x, NT);
 }
 
 extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
@@ -1825,6 +1870,17 @@ extern "C" size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B)
 struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
     const float *k, *v, *inv_freq;
 };
+
+/* PINFER_CUDA_ATTN_PRELOAD=0: the fused RoPE attention loads its cached cells after the wait (read once) */
+static bool attn_preload_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PINFER_CUDA_ATTN_PRELOAD");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
 
 template <class C, int DL, bool ROPE>
 static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
@@ -1839,7 +1895,8 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     return attn_groups(B, [&](int t0, int nt) {
         pdl_launch(k_attn_part<C, DL, ROPE>, dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch),
                    dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0,
-                   attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k, ri.v, ri.inv_freq);
+                   attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k, ri.v, ri.inv_freq,
+                   attn_preload_on());
     });
 }
 

@@ -74,19 +74,43 @@ __device__ static inline float attn_merge_acc(float A, float o, float a, float b
     return __fadd_rn(__fmul_rn(A, a), __fmul_rn(o, b));
 }
 
+/* The merge of a single chunk (m, l, o_i), as the recurrence computes it from (−∞, 0, 0): out_i.
+ * Not o_i / l: A = 0·α + o_i·β is +0 where o_i is −0. */
+__device__ static inline float attn_merge_one(float m, float l, float o)
+{
+    float M = -INFINITY, L = 0.0f, a, b;
+    attn_merge_step(&M, &L, m, l, &a, &b);
+    return __fdiv_rn(attn_merge_acc(0.0f, o, a, b), L);
+}
+
 /* Split-K pass 2: the nc chunks of (token, head) merged in chunk order. pt: the (token, head)'s
  * partials, per chunk D sums o then m and l; the threads of a block of nt take dims i ≡ tid (mod
  * nt), each running the (M, L) recurrence itself (the same bits in every thread). Loads go to L2
- * (__ldcg): other blocks of the same launch wrote the partials. */
+ * (__ldcg): other blocks of the same launch wrote the partials. The loads of ATTN_MERGE_BATCH chunks
+ * are issued before the recurrence uses them: one L2 round trip for up to 512 cells, where the
+ * recurrence's loop had them in batches of its unrolling (the merge is on the decode chain). */
+#define ATTN_MERGE_BATCH 16
 __device__ static inline void attn_merge_out(const float *pt, int nc, int D, float *ot, int tid, int nt)
 {
     for (int i = tid; i < D; i += nt) {
         float M = -INFINITY, L = 0.0f, A = 0.0f;
-#pragma unroll 4
-        for (int c = 0; c < nc; c++) {
-            float a, b;
-            attn_merge_step(&M, &L, __ldcg(pt + c * (D + 2) + D), __ldcg(pt + c * (D + 2) + D + 1), &a, &b);
-            A = attn_merge_acc(A, __ldcg(pt + c * (D + 2) + i), a, b);
+        for (int c0 = 0; c0 < nc; c0 += ATTN_MERGE_BATCH) {
+            float m[ATTN_MERGE_BATCH], l[ATTN_MERGE_BATCH], o[ATTN_MERGE_BATCH];
+#pragma unroll
+            for (int u = 0; u < ATTN_MERGE_BATCH; u++) {
+                const float *pc = pt + (c0 + u) * (D + 2);
+                const bool in = c0 + u < nc;
+                m[u] = in ? __ldcg(pc + D) : 0.0f;
+                l[u] = in ? __ldcg(pc + D + 1) : 0.0f;
+                o[u] = in ? __ldcg(pc + i) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < ATTN_MERGE_BATCH; u++)
+                if (c0 + u < nc) {
+                    float a, b;
+                    attn_merge_step(&M, &L, m[u], l[u], &a, &b);
+                    A = attn_merge_acc(A, o[u], a, b);
+                }
         }
         ot[i] = __fdiv_rn(A, L);
     }
@@ -101,21 +125,23 @@ __device__ __host__ static inline float *attn_partials(float *part, int n_head)
 }
 
 /* Called by every thread of a split-K block after it wrote its chunk's partial (pt): whether this
- * block is the last of the (token, head)'s nc chunks to arrive — the one that merges. The fences
- * order the partial's stores before the count (release) and the count before the merge's loads. */
+ * block is the last of the (token, head)'s nc chunks to arrive — the one that merges. The barrier
+ * makes the block's partial stores thread 0's to release: its count is one acq_rel atomic (the
+ * release pattern of CUTLASS's barriers: bar.sync, then one thread's release), which also orders the
+ * merge's loads after it (thread 0's acquire, then bar.sync) — one round trip where a fence in every
+ * thread, the atomic and a fence were three. */
 __device__ static inline bool attn_last_arrival(unsigned *arrive, int nc)
 {
     __shared__ bool last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        last = atomicAdd(arrive, 1u) == (unsigned)nc - 1u;
+        unsigned before;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(arrive) : "memory");
+        last = before == (unsigned)nc - 1u;
         if (last)
             *arrive = 0u; /* every chunk of this launch has arrived: ready for the next launch */
     }
     __syncthreads();
-    if (last)
-        __threadfence();
     return last;
 }
 
