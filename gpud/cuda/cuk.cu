@@ -1249,6 +1249,9 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
         out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
 }
 
+/* partials loaded together. 96 (one batch for a sparse step's ~70 chunks instead of two) measured
+ * 4–5 % slower on s16 and s4 (bench/gpu/NOTES.md, f7): ptxas then keeps 38 registers, so the loads are
+ * no longer in flight together, where 40 keeps all of them (128 registers) */
 #define CHUNK_SUM_G 40
 
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
@@ -1714,8 +1717,12 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
      * rounded as the cache stores them — the same values the cache would give back, so the same
      * bits. pos and seq are read before the wait too: no kernel writes them (the host's copy of the
      * batch completes before any kernel after it starts, cuk_pdl.cuh). Measured (bench/gpu/NOTES.md,
-     * the chain's trace, 2026-12-03): with every load after the wait, attention held the decode
-     * chain ~12.5 µs a layer at any context length — a chain of dependent round trips. */
+     * the chain's trace, 2026-12-03/04): with every load after the wait, attention held the decode
+     * chain ~12.5 µs a layer at any context length — a chain of dependent round trips. The loads
+     * stand under the runtime `preload` (PINFER_CUDA_ATTN_PRELOAD=0: after the wait): with them
+     * unconditional the compiler's code for this part took ~10 µs in the blocks that could not start
+     * beside the q4 products (s4 465 tok/s against 508 with the argument, the same loads); staging
+     * the cells in shared memory by cp.async instead measured no better (16 KiB a block). */
     const int32_t own_t = ROPE && (n_kv - 1) / ATTN_CHUNK == c ? n_kv - 1 - c0 : -1; /* the own cell in the chunk */
     float vv[ATTN_CHUNK][NDT]; /* dim threadIdx.x + NT·i of every cell (0 past the chunk's cells) */
     float kq[ROPE ? DQ : 1];   /* ROPE: cell t's quarter j of k */
