@@ -25,7 +25,11 @@ step). Per launch (µs; entry, wait and exit relative to the step's first entry)
 Then one layer as a table: the launches after the embedding (k_get_rows) fall into a repeating
 pattern of kernels (found automatically, or --layer-start NAME: a layer begins at each launch of
 NAME; --layer-len P: P launches a layer), and each position's columns are averaged over the layers
-of the printed steps. --json OUT writes the launches and the layer table.
+of the printed steps. --blocks K1,K2: for each of these kernels, its working blocks (those that ran
+more than 0.5 µs after their wait) in every printed launch — the min / median / max of their entry,
+wait and exit (µs from the previous launch's last exit) and of their time after the wait, averaged
+over the launches: whether a kernel's time is waiting for a slot, for the previous kernel, or its own
+work. --json OUT writes the launches, the layer table and the block views.
 
 Standard library only."""
 import argparse
