@@ -27,6 +27,7 @@ set -u
 D=${1:-.device/hybrid2}
 FINAL=${OUT:-/tmp/hybrid-out}
 OUT=/tmp/hybrid-work
+rm -rf "$OUT" # a warm machine keeps it between calls: a second run must not read the first's logs and polls
 mkdir -p "$OUT" "$FINAL"
 export PINFER_KEEP_LOGS=1 # the ephemeral instances' logs stay for the copy at the end
 export PINFER_POOL_STATS=1 # each stage's thread pool says at exit whether it went solo (oversubscribed)

@@ -1881,11 +1881,7 @@ struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
 /* PINFER_CUDA_ATTN_PRELOAD=0: the fused RoPE attention loads its cached cells after the wait (read once) */
 static bool attn_preload_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_ATTN_PRELOAD");
-        on = !(e && strcmp(e, "0") == 0);
-    }
+    static const bool on = env_on_unless_0("PINFER_CUDA_ATTN_PRELOAD");
     return on;
 }
 
@@ -1934,11 +1930,7 @@ extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const voi
 
 static bool rope_fuse_on(void)
 {
-    static int on = -1; /* read once: a decode graph must not change kernels between captures */
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_ROPE_FUSE");
-        on = !(e && strcmp(e, "0") == 0);
-    }
+    static const bool on = env_on_unless_0("PINFER_CUDA_ROPE_FUSE");
     return on;
 }
 

@@ -48,13 +48,18 @@ __device__ static inline void pdl_enter(void)
 /* the L2 line of p fetched ahead (no register, no fault on a valid address) */
 __device__ static inline void pdl_prefetch(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
+/* a switch of the decode chain that is on unless the environment sets it to "0"; each caller keeps
+ * its answer in a function-local static (read once: a decode graph must not change its launches or
+ * kernels between captures) */
+static inline bool env_on_unless_0(const char *name)
+{
+    const char *e = getenv(name);
+    return !(e && strcmp(e, "0") == 0);
+}
+
 static bool pdl_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("PINFER_CUDA_PDL");
-        on = !(e && strcmp(e, "0") == 0);
-    }
+    static const bool on = env_on_unless_0("PINFER_CUDA_PDL");
     return on;
 }
 
