@@ -1203,50 +1203,62 @@ __global__ void __launch_bounds__(AXPY_THREADS) k_axpy(const uint8_t *__restrict
     CUK_TRACE_BLOCK(CUK_F_k_axpy);
     constexpr int AXPY_G = AxpyG<T>::G;
     pdl_enter();
-    /* chunks on y: the blocks of the listed chunks come first, those past the count (~90 % of a
-     * sparse step's) after them, each exiting at once */
+    /* chunks on y, each block taking chunks blockIdx.y, + gridDim.y, ... up to the count: the grid
+     * is capped at about what the GPU holds at once (axpy_grid_y), where one block a chunk of n_ff
+     * left ~90 % of a sparse step's blocks past the count, cycling through the SMs after the
+     * working ones (4 µs of a 10.8 µs AXPY on s16, bench/gpu/NOTES.md 2026-12-04). A chunk's
+     * partial is computed as before: the same bits whatever the grid. */
     const int tok = blockIdx.z;
-    const int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK;
     const int64_t n = cnt ? cnt[tok] : n_ff;
-    if (j0 >= n)
-        return;
     const int64_t nb = n_embd / T::E, pb = (int64_t)blockIdx.x * AXPY_THREADS + threadIdx.x;
     if (pb >= nb)
         return;
     const float *a = act + (int64_t)tok * idx_stride;
-    float acc[T::E];
+    for (int64_t c = blockIdx.y, j0 = c * CUK_AXPY_CHUNK; j0 < n; c += gridDim.y, j0 = c * CUK_AXPY_CHUNK) {
+        float acc[T::E];
 #pragma unroll
-    for (int e = 0; e < T::E; e++)
-        acc[e] = 0.0f;
-    const int64_t j1 = j0 + CUK_AXPY_CHUNK < n ? j0 + CUK_AXPY_CHUNK : n;
-    /* AXPY_G rows at a time: their activations and row ids first, then every (non-zero) row's word in
-     * flight together, then the additions in ascending j as before (the loads were one dependent
-     * round trip per row: ~16 HBM latencies a block) */
-    for (int64_t jb = j0; jb < j1; jb += AXPY_G) {
-        float aj[AXPY_G];
-        int64_t r[AXPY_G];
+        for (int e = 0; e < T::E; e++)
+            acc[e] = 0.0f;
+        const int64_t j1 = j0 + CUK_AXPY_CHUNK < n ? j0 + CUK_AXPY_CHUNK : n;
+        /* AXPY_G rows at a time: their activations and row ids first, then every (non-zero) row's
+         * word in flight together, then the additions in ascending j as before (the loads were one
+         * dependent round trip per row: ~16 HBM latencies a block) */
+        for (int64_t jb = j0; jb < j1; jb += AXPY_G) {
+            float aj[AXPY_G];
+            int64_t r[AXPY_G];
 #pragma unroll
-        for (int u = 0; u < AXPY_G; u++) {
-            const int64_t j = jb + u;
-            aj[u] = j < j1 ? a[j] : 0.0f;
-            r[u] = j < j1 ? (idx ? idx[tok * idx_stride + j] : j) : 0;
+            for (int u = 0; u < AXPY_G; u++) {
+                const int64_t j = jb + u;
+                aj[u] = j < j1 ? a[j] : 0.0f;
+                r[u] = j < j1 ? (idx ? idx[tok * idx_stride + j] : j) : 0;
+            }
+            uint4 qq[AXPY_G][T::NQ];
+            typename T::S s[AXPY_G];
+#pragma unroll
+            for (int u = 0; u < AXPY_G; u++)
+                if (aj[u] != 0.0f)
+                    load_lb<T>(q + r[u] * nb * (16 * T::NQ), T::HAS_D ? d + r[u] * T::sbytes(nb) : nullptr, nb, pb,
+                               qq[u], &s[u]);
+#pragma unroll
+            for (int u = 0; u < AXPY_G; u++)
+                if (aj[u] != 0.0f) /* a zero activation skips its row */
+                    T::axpy(qq[u], s[u], aj[u], acc);
         }
-        uint4 qq[AXPY_G][T::NQ];
-        typename T::S s[AXPY_G];
+        float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
 #pragma unroll
-        for (int u = 0; u < AXPY_G; u++)
-            if (aj[u] != 0.0f)
-                load_lb<T>(q + r[u] * nb * (16 * T::NQ), T::HAS_D ? d + r[u] * T::sbytes(nb) : nullptr, nb, pb, qq[u],
-                           &s[u]);
-#pragma unroll
-        for (int u = 0; u < AXPY_G; u++)
-            if (aj[u] != 0.0f) /* a zero activation skips its row */
-                T::axpy(qq[u], s[u], aj[u], acc);
+        for (int k = 0; k < T::E / 4; k++)
+            out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
     }
-    float4 *out = (float4 *)(part + ((int64_t)tok * n_chunk + c) * n_embd + pb * T::E);
-#pragma unroll
-    for (int k = 0; k < T::E / 4; k++)
-        out[k] = make_float4(acc[4 * k], acc[4 * k + 1], acc[4 * k + 2], acc[4 * k + 3]);
+}
+
+/* the AXPY's y blocks: every chunk of n_ff where the whole grid fits the SMs at AXPY_BLOCKS_PER_SM
+ * (the 64-thread blocks of all nt tokens at once), else that many, each looping */
+#define AXPY_BLOCKS_PER_SM 16
+static unsigned axpy_grid_y(int64_t n_chunk, int64_t x_blocks, int nt)
+{
+    const int64_t most = (int64_t)AXPY_BLOCKS_PER_SM * cuk_sm_count() / (x_blocks * nt);
+    const int64_t y = n_chunk < most ? n_chunk : most;
+    return (unsigned)(y > 0 ? y : 1);
 }
 
 /* partials loaded together. 96 (one batch for a sparse step's ~70 chunks instead of two) measured
@@ -1311,7 +1323,8 @@ static int axpy_t(const struct cuk_w *w, const float *act, int B, const int32_t 
         const float *at = act + (int64_t)t0 * idx_stride;
         const int32_t *it = idx ? idx + (int64_t)t0 * idx_stride : nullptr, *ct = cnt ? cnt + t0 : nullptr;
         float *yt = y + (int64_t)t0 * n_embd;
-        const dim3 grid((unsigned)((nb + AXPY_THREADS - 1) / AXPY_THREADS), (unsigned)n_chunk, (unsigned)nt);
+        const int64_t xb = (nb + AXPY_THREADS - 1) / AXPY_THREADS;
+        const dim3 grid((unsigned)xb, axpy_grid_y(n_chunk, xb, nt), (unsigned)nt);
         pdl_launch(k_axpy<T>, grid, dim3(AXPY_THREADS), 0, st, (const uint8_t *)w->q, (const uint8_t *)w->d, n_embd, n_ff,
                    at, it, ct, idx_stride, part, n_chunk);
         int rc = launched();

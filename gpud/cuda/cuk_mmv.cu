@@ -315,10 +315,22 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
         pdl_wait(); /* the listed rows are the previous kernel's output */
-    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out, ntiles = (n + 15) / 16;
-    if ((int64_t)blockIdx.x >= ntiles)
+    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out;
+    /* the block's tiles: dense, tiles blockIdx.x, + gridDim.x, ... of n rows; IDX, the listed rows
+     * [r0, r1) of an even split of the count over the grid, in tiles of 16 from r0 (rows past r1
+     * padded: zeros, not loaded). Why: one tile a block left a sparse step's ~70 tiles on half the
+     * SMs, each streaming 256 KB; split evenly, each of 132 SMs streams ~9 rows. A row's output
+     * comes from its own row of the tile only (the other rows are other outputs of the mma), so any
+     * tiling gives the same bits. */
+    const int64_t r0 = IDX ? (int64_t)blockIdx.x * n / gridDim.x : 0,
+                  r1 = IDX ? ((int64_t)blockIdx.x + 1) * n / gridDim.x : n;
+    const int64_t ntiles = IDX ? (r1 - r0 + 15) / 16 : (n + 15) / 16;
+    if (IDX ? ntiles == 0 : (int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
-    const int nt_blk = (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int nt_blk = IDX ? (int)ntiles : (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
+    auto tile_j0 = [&](int it) {
+        return IDX ? r0 + (int64_t)it * 16 : ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
+    };
     const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
     const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
     const bool xg = g < ntok; /* this thread's token column is the token (not padding) */
@@ -327,9 +339,12 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     /* the producer: item p = chunk pc of the block's tile number pit */
     int p = 0, pit = 0, pc = c0;
     const uint8_t *rp[NM][2];
+    bool rv[2] = { true, true }; /* IDX: rows g and g + 8 of the tile are listed rows of the block */
     auto rows = [&](int it) {
-        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
-        const int64_t jg = j0 + g < n ? j0 + g : n - 1, jh = j0 + g + 8 < n ? j0 + g + 8 : n - 1;
+        const int64_t j0 = tile_j0(it);
+        const int64_t jg = j0 + g < r1 ? j0 + g : r1 - 1, jh = j0 + g + 8 < r1 ? j0 + g + 8 : r1 - 1;
+        if constexpr (IDX)
+            rv[0] = j0 + g < r1, rv[1] = j0 + g + 8 < r1;
         const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
 #pragma unroll
         for (int m = 0; m < NM; m++) {
@@ -341,7 +356,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     auto produce_tma = [&]() {
         if (p < total) {
             const int st = p % S, pe = pc + TM < c1 ? pc + TM : c1;
-            const int j0 = (int)(((int64_t)blockIdx.x + (int64_t)pit * gridDim.x) * 16);
+            const int j0 = (int)tile_j0(pit);
             __syncwarp(); /* every lane has read the stage (item p − S) */
             if (lane == 0) {
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -370,7 +385,8 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                 for (int m = 0; m < NM; m++)
 #pragma unroll
                     for (int r = 0; r < 2; r++)
-                        cp16(st + ((m * 2 + r) * 2 + h) * NTH, ok ? rp[m][r] + 2 * e : rp[m][r], ok ? 16 : 0);
+                        cp16(st + ((m * 2 + r) * 2 + h) * NTH, ok && rv[r] ? rp[m][r] + 2 * e : rp[m][r],
+                             ok && rv[r] ? 16 : 0);
             }
             if (++pc == c1) {
                 pc = c0, pit++;
@@ -488,12 +504,12 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                 for (int w = 1; w < KS; w++)
                     s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
             }
-        const int64_t j0 = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
+        const int64_t j0 = tile_j0(it);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
             const int tl = 2 * t + (k & 1);
-            if (j >= n || tl >= ntok)
+            if (j >= r1 || tl >= ntok)
                 continue;
             const int64_t tok = tok0 + tl;
             if constexpr (NM == 2)
