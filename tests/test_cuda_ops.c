@@ -599,6 +599,37 @@ static void test_mmv(void)
                     CHECK(!mmv_diff(ya, yb_, (size_t)N * sizeof(float)), "mmv %s %lldx%lld: norm + glu (token %d, %s) "
                           "!= rmsnorm then cuk_mma", tn, (long long)N, (long long)K, b, g ? "gathered" : "dense");
                 }
+                /* token b's list as a raw mask (any non-zero byte; aligned and at an odd offset), listed by
+                 * the gathered kernel itself = its list, count and activations from cuk_mma's compact GLU */
+                for (int off = 0; off < 4; off += 3) {
+                    uint8_t *mh = calloc((size_t)N + 16, 1);
+                    int32_t *lh = malloc((size_t)N * sizeof *lh), nh = -1;
+                    REQUIRE(mh && lh, "out of memory");
+                    for (int32_t j = 0; j < cnt[b]; j++)
+                        mh[off + idx[(int64_t)b * N + j]] = (uint8_t)(j % 3 + 1);
+                    uint8_t *dm = mmv_dev((size_t)N + 16);
+                    int32_t *dl = mmv_dev((size_t)N * 4), *dn = mmv_dev(4);
+                    REQUIRE(cudaMemcpy(dm, mh, (size_t)N + 16, cudaMemcpyHostToDevice) == cudaSuccess, "up");
+                    REQUIRE(cudaMemset(ya, 0xff, (size_t)N * 4) == cudaSuccess &&
+                                cudaMemset(yb_, 0xff, (size_t)N * 4) == cudaSuccess, "memset");
+                    CHECK_OK(cuk_rmsnorm(xn, xb, nw, 1, K, K, 1e-5f, NULL));
+                    CHECK_OK(cuk_mma_glu(&w[0], &w[1], xn, 1, ya, PI_ACT_REGLU, didx + (int64_t)b * N, dcnt + b, N, true,
+                                         xh, NULL));
+                    CHECK(cuk_norm_glu_mask(&w[0], &w[1], xb, nw, 1e-5f, 2, yb_, PI_ACT_REGLU, dm + off, dl, dn, N,
+                                            NULL) == 1, "mmv %s: the mask-listing GLU took two tokens", tn);
+                    CHECK_OK(cuk_norm_glu_mask(&w[0], &w[1], xb, nw, 1e-5f, 1, yb_, PI_ACT_REGLU, dm + off, dl, dn, N,
+                                               NULL));
+                    REQUIRE(cudaMemcpy(lh, dl, (size_t)N * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                                cudaMemcpy(&nh, dn, 4, cudaMemcpyDeviceToHost) == cudaSuccess, "down");
+                    CHECK(nh == cnt[b] && !memcmp(lh, idx + (int64_t)b * N, (size_t)cnt[b] * 4),
+                          "mmv %s %lldx%lld: the mask listed by the GLU (token %d, offset %d): %d rows, want %d", tn,
+                          (long long)N, (long long)K, b, off, nh, cnt[b]);
+                    CHECK(!mmv_diff(ya, yb_, (size_t)N * sizeof(float)), "mmv %s %lldx%lld: norm + glu of a raw mask "
+                          "(token %d, offset %d) != rmsnorm then cuk_mma's compact", tn, (long long)N, (long long)K, b,
+                          off);
+                    cudaFree(dm), cudaFree(dl), cudaFree(dn);
+                    free(mh), free(lh);
+                }
             }
             cudaFree(nw), cudaFree(xn);
             free(nwh);

@@ -1072,9 +1072,26 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
             return blas_mm_t(d, &c->down_t, d->act, n, y, add);
         return blas_mm(d, &c->down, d->act, n, y, add);
     }
+    bool glu_done = false; /* gate/up already run, by the kernel that listed the mask */
     if (masked && !d->mask_valid && d->mask_raw) { /* the predictor's mask, listed now (cudev_predict) */
-        TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
-        mark(d, CUDEV_PROF_COMPACT);
+        /* one token of the float types: the gathered gate/up lists the mask itself (one kernel fewer
+         * a layer, the same bits); else the compaction, then gate/up below */
+        static int glu_lists = -1; /* PINFER_CUDA_GLU_MASK=0: always the compaction kernel (read once) */
+        if (glu_lists < 0) {
+            const char *e = getenv("PINFER_CUDA_GLU_MASK");
+            glu_lists = !(e && !strcmp(e, "0"));
+        }
+        const int rc = c->down_t.q && glu_lists ? cuk_norm_glu_mask(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->act,
+                                                       (int)hp->act, d->mask, d->idx, d->cnt, F, d->st)
+                                   : 1;
+        if (rc <= 0) {
+            TRY(CK(rc));
+            glu_done = true;
+            mark(d, CUDEV_PROF_GLU);
+        } else {
+            TRY(CK(cuk_compact(d->mask, n, F, d->idx, d->cnt, d->st)));
+            mark(d, CUDEV_PROF_COMPACT);
+        }
         d->mask_valid = true;
         d->mask_raw = false;
     }
@@ -1089,9 +1106,11 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (c->down_t.q) {
         /* gate/up over each token's listed rows (all of them when dense), AXPY over their down_t rows */
         const int32_t *idx = masked ? d->idx : NULL, *cnt = masked ? d->cnt : NULL;
-        TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act, idx,
-                            cnt, F, true, d->xq, d->st)));
-        mark(d, CUDEV_PROF_GLU);
+        if (!glu_done) {
+            TRY(CK(cuk_norm_glu(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->xn, d->act, (int)hp->act,
+                                idx, cnt, F, true, d->xq, d->st)));
+            mark(d, CUDEV_PROF_GLU);
+        }
         TRY(CK(cuk_axpy_rows(&c->down_t, d->act, n, idx, cnt, F, d->part, y, add, d->st)));
         mark(d, CUDEV_PROF_AXPY);
         return 0;

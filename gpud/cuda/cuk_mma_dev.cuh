@@ -145,7 +145,7 @@ __device__ static inline float glu_f(int kind, float g, float u)
 template <bool IDX>
 __device__ static inline void emit_glu(const mout &o, int64_t n_out, int64_t j, int64_t tok, float g, float u)
 {
-    const int64_t rr = IDX ? o.idx[tok * o.idx_stride + j] : j;
+    const int64_t rr = IDX && !o.compact ? o.idx[tok * o.idx_stride + j] : j; /* compact: no list read */
     ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
 }
 

@@ -35,6 +35,7 @@ extern "C" {
 #define NTH (KS * 32)
 
 /* the arithmetic of cuk_mma.cu's decode kernel, operation for operation: the same helpers */
+#include "cuk_compact_dev.cuh" /* mask_scan: a raw mask listed by the gathered product's blocks */
 #include "cuk_mma_dev.cuh"
 #include "cuk_pdl.cuh"
 
@@ -55,7 +56,14 @@ extern "C" bool cuk_mmv_on(void) { return cuk_mmv_level() > 0; }
 struct mvo : mout {
     const float *nw; /* NORM: the RMSNorm weight, and its eps */
     float eps;
+    /* IDX from a raw mask (cuk_norm_glu_mask): token b's row of n_out mask bytes at mask + b · n_out;
+     * each block lists it itself, keeps its share of the rows and writes that share of the list to
+     * list[b · idx_stride + j], and block 0 the count to list_n[b] (idx and cnt unused) */
+    const uint8_t *mask;
+    int32_t *list, *list_n;
 };
+/* a block's share of a raw mask's list, in shared memory: at most this many rows a block */
+#define MV_LIST_CAP 256
 
 /* ---- the streamed kernel ---- */
 
@@ -295,7 +303,7 @@ __device__ static void copy_row(const float *__restrict__ xt, int64_t K, float *
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false>
 __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                   int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o,
                                                   const __grid_constant__ CUtensorMap tm0,
@@ -311,11 +319,17 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     __shared__ float red[2][KS][NM * 4][32];
     __shared__ uint64_t bar[TM ? KS : 1][TM ? S : 1];
     static_assert(!(IDX && TM), "a tensor map's boxes are whole tiles of consecutive rows");
+    static_assert(!MSK || IDX, "a raw mask lists rows");
+    __shared__ int32_t lst[MSK ? MV_LIST_CAP : 1], wsum[MSK ? 33 : 1]; /* MSK: the block's share of the list; its scan */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
-        pdl_wait(); /* the listed rows are the previous kernel's output */
-    const int64_t n = IDX && o.cnt ? o.cnt[tok0] : n_out;
+        pdl_wait(); /* the listed rows (or the mask) are the previous kernel's output */
+    mask_scan<NTH> ms;
+    const uint8_t *mrow = MSK ? o.mask + (int64_t)tok0 * n_out : nullptr;
+    if constexpr (MSK)
+        ms.count(mrow, n_out, wsum);
+    const int64_t n = MSK ? ms.n : IDX && o.cnt ? o.cnt[tok0] : n_out;
     /* the block's tiles: dense, tiles blockIdx.x, + gridDim.x, ... of n rows; IDX, the listed rows
      * [r0, r1) of an even split of the count over the grid, in tiles of 16 from r0 (rows past r1
      * padded: zeros, not loaded). Why: one tile a block left a sparse step's ~70 tiles on half the
@@ -325,6 +339,13 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int64_t r0 = IDX ? (int64_t)blockIdx.x * n / gridDim.x : 0,
                   r1 = IDX ? ((int64_t)blockIdx.x + 1) * n / gridDim.x : n;
     const int64_t ntiles = IDX ? (r1 - r0 + 15) / 16 : (n + 15) / 16;
+    if constexpr (MSK) { /* the block's rows of the list, ranks [r0, r1), into shared memory and out */
+        int32_t *lo = o.list + (int64_t)tok0 * o.idx_stride;
+        ms.emit(r0, r1, [&](int64_t r, int64_t i) { lst[r - r0] = (int32_t)i, lo[r] = (int32_t)i; });
+        if (blockIdx.x == 0 && tid == 0)
+            o.list_n[tok0] = (int32_t)n;
+        __syncthreads();
+    }
     if (IDX ? ntiles == 0 : (int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
     const int nt_blk = IDX ? (int)ntiles : (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
@@ -345,7 +366,8 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
         const int64_t jg = j0 + g < r1 ? j0 + g : r1 - 1, jh = j0 + g + 8 < r1 ? j0 + g + 8 : r1 - 1;
         if constexpr (IDX)
             rv[0] = j0 + g < r1, rv[1] = j0 + g + 8 < r1;
-        const int64_t rg = IDX ? o.idx[tok0 * o.idx_stride + jg] : jg, rh = IDX ? o.idx[tok0 * o.idx_stride + jh] : jh;
+        const int64_t rg = !IDX ? jg : MSK ? lst[jg - r0] : o.idx[tok0 * o.idx_stride + jg],
+                      rh = !IDX ? jh : MSK ? lst[jh - r0] : o.idx[tok0 * o.idx_stride + jh];
 #pragma unroll
         for (int m = 0; m < NM; m++) {
             const uint8_t *w = m ? w1 : w0;
@@ -572,15 +594,15 @@ static int tmap_get(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows,
     return tmap_encode(m, w, K, n_rows, bf, tm);
 }
 
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false>
 static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                        const mvo &o, cudaStream_t st)
 {
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>,
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, MMV_SMEM_MAX);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>,
+            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>,
                                      cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }();
@@ -600,20 +622,22 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
         if (rc)
             return rc;
     }
-    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
+    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
                K, n_out, x, B, o, m0, m1);
     return launched();
 }
 
-/* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), the boxes' mbarriers, and the SM's 1 KiB */
+/* a block's shared memory besides the dynamic bytes: red[] (and NORM's sh[]), the boxes' mbarriers, a
+ * gathered product's list share and scan (NM 2), and the SM's 1 KiB */
 template <int NM> static constexpr size_t mv_static(void)
 {
-    return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + (size_t)KS * deep_s(1) * 8 /* the boxes' mbarriers, at most */ + 1024;
+    return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + (size_t)KS * deep_s(1) * 8 /* the boxes' mbarriers, at most */ +
+           (NM == 2 ? (MV_LIST_CAP + 33) * 4 : 0) + 1024;
 }
 
 /* one matrix: two blocks an SM (mmv_bps) with the deepest ring that lets both fit; else (and for
  * gate + up) the one deep block */
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, bool MSK = false>
 static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                      const mvo &o, cudaStream_t st)
 {
@@ -640,7 +664,7 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
                 return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, SD, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
             return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, TMI>(w0, w1, K, n_out, x, B, o, st);
         }
-    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1>(w0, w1, K, n_out, x, B, o, st);
+    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1, 0, MSK>(w0, w1, K, n_out, x, B, o, st);
 }
 
 template <bool BF, bool LO, bool NORM>
@@ -676,6 +700,9 @@ template <bool BF, bool LO, bool NORM>
 static int glu_t(const uint8_t *g, const uint8_t *u, int64_t K, int64_t N, const float *x, int B, const mvo &o, bool idx,
                  cudaStream_t s)
 {
+    if constexpr (NORM) /* cuk_norm_glu_mask: the rows of o.mask */
+        if (o.mask)
+            return mv_launch<BF, LO, CUK_SET, 2, true, NORM, true>(g, u, K, N, x, B, o, s);
     return idx ? mv_launch<BF, LO, CUK_SET, 2, true, NORM>(g, u, K, N, x, B, o, s)
                : mv_launch<BF, LO, CUK_SET, 2, false, NORM>(g, u, K, N, x, B, o, s);
 }
@@ -759,6 +786,21 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
     o.nw = norm_w, o.eps = eps;
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
+}
+
+extern "C" int cuk_norm_glu_mask(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
+                                 float eps, int B, float *act, int act_kind, const uint8_t *mask, int32_t *idx,
+                                 int32_t *cnt, int64_t idx_stride, void *st)
+{
+    const int64_t N = gate->n_out, sms = cuk_sm_count();
+    if (!norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || N != up->n_out ||
+        idx_stride < N || (N + sms - 1) / sms > MV_LIST_CAP || N > mask_scan<NTH>::MAX_LEN)
+        return 1; /* not this kernel's: the caller lists the mask (cuk_compact) and calls cuk_norm_glu */
+    mvo o = {};
+    o.y = act, o.kind = act_kind, o.idx_stride = idx_stride, o.compact = true;
+    o.nw = norm_w, o.eps = eps, o.mask = mask, o.list = idx, o.list_n = cnt;
+    return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in, N, x, 1, o, true,
+                       (cudaStream_t)st);
 }
 
 /* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */
