@@ -21,6 +21,7 @@ extern "C" {
 #include "model.h"
 #include "quant.h"
 }
+#include "cuk_compact_dev.cuh" /* block_scan_excl: k_compact */
 #include "cuk_hand_dev.cuh"
 
 #define GEMV_ROWS 4 /* warps (rows) per 128-thread block */
@@ -1356,9 +1357,9 @@ __device__ static inline int nz4(uint32_t w) { return __popc(__vcmpne4(w, 0u)) >
 __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ mask, int64_t n, int32_t *idx, int32_t *cnt)
 {
     CUK_TRACE_BLOCK(CUK_F_k_compact);
-    __shared__ int32_t wsum[32];
+    __shared__ int32_t wsum[33];
     pdl_enter(); /* the mask is the previous kernel's (or copy's) output */
-    const int tok = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int tok = blockIdx.x, t = threadIdx.x;
     const uint8_t *m = mask + (int64_t)tok * n;
     const bool vec = ((uintptr_t)m & 15) == 0;
     int64_t seg = (n + 1023) / 1024;
@@ -1373,31 +1374,10 @@ __global__ void __launch_bounds__(1024) k_compact(const uint8_t *__restrict__ ma
     }
     for (int64_t i = v1; i < i1; i++)
         c += m[i] != 0;
-    int32_t incl = c; /* inclusive scan over the warp, then over the warps */
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o)
-            incl += v;
-    }
-    if (lane == 31)
-        wsum[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int32_t v = wsum[lane];
-        int32_t sc = v;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int32_t u = __shfl_up_sync(0xffffffffu, sc, o);
-            if (lane >= o)
-                sc += u;
-        }
-        wsum[lane] = sc - v; /* exclusive */
-        if (lane == 31)
-            cnt[tok] = sc;
-    }
-    __syncthreads();
-    int32_t o = wsum[warp] + incl - c;
+    int32_t total;
+    int32_t o = block_scan_excl<1024>(c, wsum, &total);
+    if (t == 0)
+        cnt[tok] = total;
     int32_t *out = idx + (int64_t)tok * n;
     for (int64_t i = i0; i < v1; i += 16) {
         const uint4 v = *(const uint4 *)(m + i);

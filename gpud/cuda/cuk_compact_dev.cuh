@@ -5,7 +5,7 @@
  *
  * Thread t takes a contiguous segment of at most 64 bytes (16-byte multiples; the caller keeps the row
  * within 64 × NT bytes), loaded at once and kept as a 64-bit mask of its non-zero bytes: the count is a
- * popcount, the counts are scanned over the warp and then over the warps, and the listed positions come
+ * popcount, the counts are scanned (block_scan_excl, k_compact's too), and the listed positions come
  * from the mask's set bits — a few instructions per listed row, where a byte-by-byte walk spent a
  * branch on each of the ~48 bytes of a thread (the prologue is on the sparse step's critical path). */
 #ifndef CUK_COMPACT_DEV_CUH
@@ -16,8 +16,43 @@
 /* bit k = byte k of w is non-zero */
 __device__ static inline uint32_t nz_nib(uint32_t w) { return ((__vcmpne4(w, 0u) & 0x01010101u) * 0x10204080u) >> 28; }
 
-template <int NT> struct mask_scan {
+/* the block's exclusive scan of each thread's count c (over the warp, then over the warps): the count
+ * before this thread's; *total the block's. wsum: 33 ints of shared memory. Every thread of the block
+ * calls it (two barriers). Used by k_compact (cuk.cu) and mask_scan. */
+template <int NT> __device__ static inline int32_t block_scan_excl(int32_t c, int32_t *wsum, int32_t *total)
+{
     static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 32");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int32_t incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += v;
+    }
+    if (lane == 31)
+        wsum[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int32_t v = lane < NT / 32 ? wsum[lane] : 0;
+        int32_t sc = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t u = __shfl_up_sync(0xffffffffu, sc, o);
+            if (lane >= o)
+                sc += u;
+        }
+        if (lane < NT / 32)
+            wsum[lane] = sc - v; /* exclusive */
+        if (lane == 31)
+            wsum[32] = sc;
+    }
+    __syncthreads();
+    *total = wsum[32];
+    return wsum[warp] + incl - c;
+}
+
+template <int NT> struct mask_scan {
     enum { MAX_LEN = 64 * NT }; /* the longest row a block lists */
     uint64_t bits;              /* this thread's non-zero bytes, from i0 */
     int64_t i0;
@@ -27,7 +62,7 @@ template <int NT> struct mask_scan {
      * total). Every thread of the block calls it (two barriers). */
     __device__ void count(const uint8_t *__restrict__ m, int64_t len, int32_t *wsum)
     {
-        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+        const int t = threadIdx.x;
         int64_t seg = (len + NT - 1) / NT;
         seg = (seg + 15) & ~(int64_t)15;
         i0 = (int64_t)t * seg < len ? (int64_t)t * seg : len;
@@ -46,33 +81,7 @@ template <int NT> struct mask_scan {
             for (int64_t i = i0; i < i1; i++)
                 bits |= (uint64_t)(m[i] != 0) << (i - i0);
         c = __popcll(bits);
-        int32_t incl = c; /* inclusive scan over the warp, then over the warps */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o)
-                incl += v;
-        }
-        if (lane == 31)
-            wsum[warp] = incl;
-        __syncthreads();
-        if (warp == 0) {
-            const int32_t v = lane < NT / 32 ? wsum[lane] : 0;
-            int32_t sc = v;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int32_t u = __shfl_up_sync(0xffffffffu, sc, o);
-                if (lane >= o)
-                    sc += u;
-            }
-            if (lane < NT / 32)
-                wsum[lane] = sc - v; /* exclusive */
-            if (lane == 31)
-                wsum[32] = sc; /* the total */
-        }
-        __syncthreads();
-        off = wsum[warp] + incl - c;
-        n = wsum[32];
+        off = block_scan_excl<NT>(c, wsum, &n);
     }
 
     /* f(rank, i) for each listed position of this thread's segment whose rank is in [lo, hi) */
