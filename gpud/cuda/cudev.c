@@ -1076,12 +1076,7 @@ int cudev_ffn(struct cudev *d, int layer, int32_t n, bool masked, bool to_pendin
     if (masked && !d->mask_valid && d->mask_raw) { /* the predictor's mask, listed now (cudev_predict) */
         /* one token of the float types: the gathered gate/up lists the mask itself (one kernel fewer
          * a layer, the same bits); else the compaction, then gate/up below */
-        static int glu_lists = -1; /* PINFER_CUDA_GLU_MASK=0: always the compaction kernel (read once) */
-        if (glu_lists < 0) {
-            const char *e = getenv("PINFER_CUDA_GLU_MASK");
-            glu_lists = !(e && !strcmp(e, "0"));
-        }
-        const int rc = c->down_t.q && glu_lists ? cuk_norm_glu_mask(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->act,
+        const int rc = c->down_t.q ? cuk_norm_glu_mask(&c->gate, &c->up, d->x, c->ffn_norm, hp->norm_eps, n, d->act,
                                                        (int)hp->act, d->mask, d->idx, d->cnt, F, d->st)
                                    : 1;
         if (rc <= 0) {

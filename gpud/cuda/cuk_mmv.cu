@@ -325,11 +325,14 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
     if constexpr (IDX)
         pdl_wait(); /* the listed rows (or the mask) are the previous kernel's output */
-    mask_scan<NTH> ms;
-    const uint8_t *mrow = MSK ? o.mask + (int64_t)tok0 * n_out : nullptr;
-    if constexpr (MSK)
-        ms.count(mrow, n_out, wsum);
-    const int64_t n = MSK ? ms.n : IDX && o.cnt ? o.cnt[tok0] : n_out;
+    mask_scan<NTH> ms; /* MSK: the row listed by this block */
+    const int64_t n = [&]() -> int64_t {
+        if constexpr (MSK) {
+            ms.count(o.mask + (int64_t)tok0 * n_out, n_out, wsum);
+            return ms.n;
+        } else
+            return IDX && o.cnt ? o.cnt[tok0] : n_out;
+    }();
     /* the block's tiles: dense, tiles blockIdx.x, + gridDim.x, ... of n rows; IDX, the listed rows
      * [r0, r1) of an even split of the count over the grid, in tiles of 16 from r0 (rows past r1
      * padded: zeros, not loaded). Why: one tile a block left a sparse step's ~70 tiles on half the
@@ -788,12 +791,19 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
                        gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
 }
 
+/* PINFER_CUDA_GLU_MASK=0: cuk_norm_glu_mask declines, the caller runs k_compact then cuk_norm_glu (read once) */
+static bool glu_mask_on(void)
+{
+    static const bool on = env_on_unless_0("PINFER_CUDA_GLU_MASK");
+    return on;
+}
+
 extern "C" int cuk_norm_glu_mask(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
                                  float eps, int B, float *act, int act_kind, const uint8_t *mask, int32_t *idx,
                                  int32_t *cnt, int64_t idx_stride, void *st)
 {
     const int64_t N = gate->n_out, sms = cuk_sm_count();
-    if (!norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || N != up->n_out ||
+    if (!glu_mask_on() || !norm_fits(gate, B, 2) || gate->type != up->type || gate->n_in != up->n_in || N != up->n_out ||
         idx_stride < N || (N + sms - 1) / sms > MV_LIST_CAP || N > mask_scan<NTH>::MAX_LEN)
         return 1; /* not this kernel's: the caller lists the mask (cuk_compact) and calls cuk_norm_glu */
     mvo o = {};
