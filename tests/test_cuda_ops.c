@@ -771,7 +771,7 @@ static int pdl_step(struct pdl_net *n, void *st)
     for (int l = 0; l < PDL_L && !rc; l++) {
         rc = cuk_norm_gemv_split3(&n->qkv[l], n->x, n->an[l], eps, 1, n->xn, n->q, Q, n->k, Q, n->v, n->xq, st);
         rc = rc ? rc : cuk_rope_attn(&n->geom, n->q, n->k, n->v, n->pos, n->seq, n->kc[l], n->vc[l], n->inv, n->att,
-                                     n->apart, 1, -1, st);
+                                     n->apart, 1, -1, &n->wo[l], st);
         rc = rc ? rc : cuk_gemv(&n->wo[l], n->att, 1, n->x, CUK_ADD, 0.0f, n->xq, st);
         if (l % 2 == 0) {
             rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
@@ -780,9 +780,17 @@ static int pdl_step(struct pdl_net *n, void *st)
         } else {
             rc = rc ? rc : cuk_gemv(&n->fc1[l], n->x, 1, n->p1, CUK_RELU, 0.0f, n->xq, st);
             rc = rc ? rc : cuk_gemv(&n->fc2[l], n->p1, 1, n->mask, CUK_MASK, 0.0f, n->xq, st);
-            rc = rc ? rc : cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
-            rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act, PI_ACT_SWIGLU,
-                                        n->idx, n->cnt, PDL_F, true, n->xq, st);
+            /* as cudev_ffn: the gathered gate/up lists the mask itself where it can (its blocks
+             * normalize x, wo's output, before their wait), else the compaction first */
+            int lm = rc ? rc
+                        : cuk_norm_glu_mask(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->act, PI_ACT_SWIGLU,
+                                            n->mask, n->idx, n->cnt, PDL_F, st);
+            if (lm > 0) {
+                rc = cuk_compact(n->mask, 1, PDL_F, n->idx, n->cnt, st);
+                rc = rc ? rc : cuk_norm_glu(&n->gate[l], &n->up[l], n->x, n->fn[l], eps, 1, n->xn, n->act,
+                                            PI_ACT_SWIGLU, n->idx, n->cnt, PDL_F, true, n->xq, st);
+            } else
+                rc = lm;
             rc = rc ? rc : cuk_axpy_rows(&n->down_t[l], n->act, 1, n->idx, n->cnt, PDL_F, n->part, n->x, true, st);
         }
     }

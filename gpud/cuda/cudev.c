@@ -914,7 +914,7 @@ static int attn_core(struct cudev *d, int layer, int32_t n)
     const int32_t max_pos = d->capturing ? -1 : d->max_pos;
     if (n == 1) /* RoPE, the cache store and attention in one kernel fewer; the same bits as below */
         return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
-                                d->att, d->apart, n, max_pos, d->st));
+                                d->att, d->apart, n, max_pos, &d->L[layer].wo, d->st));
     TRY(CK(cuk_rope_store(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv, n,
                           d->st)));
     const int32_t *hs = d->h_batch + 2 * d->p.n_batch; /* the batch's sequences, as cudev_batch sent them */

@@ -1262,45 +1262,63 @@ static unsigned axpy_grid_y(int64_t n_chunk, int64_t x_blocks, int nt)
     return (unsigned)(y > 0 ? y : 1);
 }
 
-/* partials loaded together. 96 (one batch for a sparse step's ~70 chunks instead of two) measured
- * 4–5 % slower on s16 and s4 (bench/gpu/NOTES.md, f7): ptxas then keeps 38 registers, so the loads are
- * no longer in flight together, where 40 keeps all of them (128 registers) */
+/* partials loaded together by each thread. 96 (one batch for a sparse step's ~70 chunks instead of
+ * two) measured 4–5 % slower on s16 and s4 (bench/gpu/NOTES.md, f7): ptxas then keeps 38 registers,
+ * so the loads are no longer in flight together, where 40 keeps all of them (128 registers) */
 #define CHUNK_SUM_G 40
+#define CHUNK_SUM_EPB 64 /* elements a block, two threads each */
 
+/* y[e] (+)= the partials of the token's chunks, added in chunk order. Two threads an element (lanes
+ * 2i, 2i + 1) each load CHUNK_SUM_G of them together — a sparse step's ~70 chunks in one L2 round trip
+ * instead of two — then the first adds its own in order, hands its sum by a shuffle to the second,
+ * which goes on with its own: the same additions in the same order (bits unchanged). The count and
+ * y's row are read before the wait: in the decode chain they are outputs of kernels at least two
+ * back (the gathered gate/up or the compaction; wo), complete by then (cuk_pdl.cuh). */
 __global__ void k_chunk_sum(const float *__restrict__ part, const int32_t *__restrict__ cnt, int64_t n_ff,
                             int64_t n_embd, int64_t n_chunk, float *y, bool add)
 {
     CUK_TRACE_BLOCK(CUK_F_k_chunk_sum);
+    const int tok = blockIdx.y, lane = threadIdx.x & 31, second = lane & 1;
+    const int64_t e = (int64_t)blockIdx.x * CHUNK_SUM_EPB + (threadIdx.x >> 1);
+    const bool ok = e < n_embd; /* the same for both threads of a pair */
+    const int64_t n = cnt ? __ldcg(cnt + tok) : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    float *o = y + (int64_t)tok * n_embd + e;
+    const float y0 = add && ok && !second ? __ldcg(o) : 0.0f;
     pdl_enter();
-    const int tok = blockIdx.y;
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n_embd)
+    if (!ok)
         return;
-    const int64_t n = cnt ? cnt[tok] : n_ff, nc = (n + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
+    const unsigned pair = 3u << (lane & ~1);
     const float *p = part + (int64_t)tok * n_chunk * n_embd + e;
     float s = 0.0f;
-    /* CHUNK_SUM_G partials loaded together, then added in chunk order: the ~70 chunks of a sparse
-     * step (10 % of 11 008 neurons) in two L2 round trips, where 8 at a time took nine */
-    for (int64_t c0 = 0; c0 < nc; c0 += CHUNK_SUM_G) {
+    for (int64_t c0 = 0; c0 < nc; c0 += 2 * CHUNK_SUM_G) {
+        const int64_t cb = c0 + (second ? CHUNK_SUM_G : 0);
         float v[CHUNK_SUM_G];
 #pragma unroll
         for (int u = 0; u < CHUNK_SUM_G; u++)
-            v[u] = c0 + u < nc ? p[(c0 + u) * n_embd] : 0.0f;
+            v[u] = cb + u < nc ? p[(cb + u) * n_embd] : 0.0f;
+        if (!second)
 #pragma unroll
-        for (int u = 0; u < CHUNK_SUM_G; u++)
-            if (c0 + u < nc)
-                s += v[u];
+            for (int u = 0; u < CHUNK_SUM_G; u++)
+                if (cb + u < nc)
+                    s += v[u];
+        s = __shfl_sync(pair, s, lane & ~1); /* the second takes the first's sum */
+        if (second)
+#pragma unroll
+            for (int u = 0; u < CHUNK_SUM_G; u++)
+                if (cb + u < nc)
+                    s += v[u];
+        s = __shfl_sync(pair, s, lane | 1); /* both carry the second's sum into the next batch */
     }
-    float *o = y + (int64_t)tok * n_embd + e;
-    *o = add ? *o + s : s;
+    if (!second)
+        *o = add ? y0 + s : s;
 }
 
 static int chunk_sum(const float *part, const int32_t *cnt, int64_t n_ff, int64_t n_embd, int nt, float *y, bool add,
                      cudaStream_t st)
 {
     const int64_t n_chunk = (n_ff + CUK_AXPY_CHUNK - 1) / CUK_AXPY_CHUNK;
-    pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + 63) / 64), (unsigned)nt), dim3(64), 0, st, part, cnt, n_ff, n_embd,
-               n_chunk, y, add);
+    pdl_launch(k_chunk_sum, dim3((unsigned)((n_embd + CHUNK_SUM_EPB - 1) / CHUNK_SUM_EPB), (unsigned)nt),
+               dim3(2 * CHUNK_SUM_EPB), 0, st, part, cnt, n_ff, n_embd, n_chunk, y, add);
     return launched();
 }
 
@@ -1673,6 +1691,37 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
 
 #include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP, the merge and attn_groups */
 
+/* The next product's weight fetched into L2 while the attention runs. Why: a one-token attention
+ * reads a few MB of cache in ~7 µs a layer at the positions measured, while the HBM that streams
+ * every product at 0.7-0.86 of its read floor sits idle; wo (32 MB at F16 for the 7B) then streams
+ * from L2 instead. Each block of the grid (working or past the position) takes an even share of
+ * the weight's q and d arrays after its wait (before it, the fetch would compete with q/k/v's own
+ * stream) and hands it to the bulk-copy engine as prefetches of at most L2PF_PIECE bytes, a thread
+ * a piece: no register holds the data, no bit of any output depends on it. */
+struct l2_pf {
+    const uint8_t *p[2];
+    int64_t n[2]; /* bytes, a multiple of 16 (the d array's last bytes below 16 are left out) */
+};
+#define L2PF_PIECE 16384
+/* the default largest weight fetched (MiB): the Q4_0 7B's wo (9 MB) fetched gained 0.5-0.8 % on d4 /
+ * s4; the F16 wo (32 MB: more than the ~7 µs of attention can bring in) lost 2-3.5 % on d16 / s16
+ * (H200, 2026-12-04 calls c1, c2; wo's own blocks fetching what their ring had not issued lost too) */
+#define ATTN_PF_MIB 16
+__device__ static void l2_fetch_share(const l2_pf &pf)
+{
+    const int64_t parts = (int64_t)gridDim.x * gridDim.y * gridDim.z,
+                  part = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t u = pf.n[r] / 16, a = u * part / parts * 16, b = u * (part + 1) / parts * 16;
+        for (int64_t o = a + (int64_t)threadIdx.x * L2PF_PIECE; o < b; o += (int64_t)blockDim.x * L2PF_PIECE) {
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(pf.p[r] + o),
+                         "r"((uint32_t)(b - o < L2PF_PIECE ? b - o : L2PF_PIECE))
+                         : "memory");
+        }
+    }
+}
+
 /* Split-K attention ("flash decoding"): one block per (token, head, chunk of 32 cells of the token's
  * own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines it; the
  * last block of a (token, head) to finish merges the chunks in chunk order (attn_merge_out: one
@@ -1686,7 +1735,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
                                                                const int32_t *pos, const int32_t *seq, float *part,
                                                                unsigned *arrive, float *out, int n_chunk,
                                                                const float *k_new, const float *v_new,
-                                                               const float *inv_freq, bool preload)
+                                                               const float *inv_freq, bool preload, l2_pf pf)
 {
     CUK_TRACE_BLOCK(CUK_F_k_attn_part);
     constexpr int D = DL * 32, NT = ATTN_WARPS * 32, DQ = D / ATTN_QSEG, NDT = (D + NT - 1) / NT;
@@ -1698,6 +1747,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
     if (c0 >= n_kv) { /* a chunk past the position: nothing to do (leaving before the wait measured the same) */
         pdl_enter();
+        l2_fetch_share(pf);
         return;
     }
     const int32_t nc = n_kv - c0 < ATTN_CHUNK ? n_kv - c0 : ATTN_CHUNK;
@@ -1745,6 +1795,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
             load_v(), load_k();
     }
     pdl_enter(); /* q, k, v are the previous kernel's (cuk_pdl.cuh) */
+    l2_fetch_share(pf);
     const float *qt = q + ((int64_t)tok * g.n_head + h) * D;
     if constexpr (ROPE) {
         if (!preload)
@@ -1871,6 +1922,31 @@ struct rope_in { /* the fused RoPE's inputs (NULL k: none) */
     const float *k, *v, *inv_freq;
 };
 
+/* PINFER_CUDA_ATTN_PF: the largest weight (MiB) the attention fetches; 0 none (read once) */
+static int64_t attn_pf_max(void)
+{
+    static const int64_t v = [] {
+        const char *e = getenv("PINFER_CUDA_ATTN_PF");
+        return (int64_t)(e && *e ? atoi(e) : ATTN_PF_MIB) << 20;
+    }();
+    return v;
+}
+
+/* the weight w's arrays to fetch into L2 (none for NULL, a weight not on the device, or one over
+ * attn_pf_max) */
+static l2_pf l2_pf_of(const struct cuk_w *w)
+{
+    l2_pf pf = {};
+    if (!w || !w->q)
+        return pf;
+    const size_t nq = cuk_w_qbytes(w->type, w->n_in, w->n_out), nd = w->d ? cuk_w_dbytes(w->type, w->n_in, w->n_out) : 0;
+    if ((int64_t)(nq + nd) > attn_pf_max())
+        return pf;
+    pf.p[0] = (const uint8_t *)w->q, pf.n[0] = (int64_t)(nq & ~(size_t)15);
+    pf.p[1] = (const uint8_t *)w->d, pf.n[1] = (int64_t)(nd & ~(size_t)15);
+    return pf;
+}
+
 /* PINFER_CUDA_ATTN_PRELOAD=0: the fused RoPE attention loads its cached cells after the wait (read once) */
 static bool attn_preload_on(void)
 {
@@ -1881,7 +1957,7 @@ static bool attn_preload_on(void)
 template <class C, int DL, bool ROPE>
 static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
                        const int32_t *seq, float *out, float *part, int B, int32_t max_pos, const rope_in &ri,
-                       cudaStream_t st)
+                       const l2_pf &pf, cudaStream_t st)
 {
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
@@ -1892,19 +1968,20 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
         pdl_launch(k_attn_part<C, DL, ROPE>, dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch),
                    dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0,
                    attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k, ri.v, ri.inv_freq,
-                   attn_preload_on());
+                   attn_preload_on(), pf);
     });
 }
 
 template <class C, bool ROPE>
 static int attn_c(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
-                  const int32_t *seq, float *out, float *part, int B, int32_t mp, const rope_in &ri, cudaStream_t st)
+                  const int32_t *seq, float *out, float *part, int B, int32_t mp, const rope_in &ri, const l2_pf &pf,
+                  cudaStream_t st)
 {
     switch (g->head_dim) {
-    case 32: return attn_launch<C, 1, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
-    case 64: return attn_launch<C, 2, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
-    case 128: return attn_launch<C, 4, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
-    case 256: return attn_launch<C, 8, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, st);
+    case 32: return attn_launch<C, 1, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, pf, st);
+    case 64: return attn_launch<C, 2, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, pf, st);
+    case 128: return attn_launch<C, 4, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, pf, st);
+    case 256: return attn_launch<C, 8, ROPE>(g, q, k_cache, v_cache, pos, seq, out, part, B, mp, ri, pf, st);
     default: return -(int)cudaErrorInvalidValue; /* cudev checks head_dim at open */
     }
 }
@@ -1916,9 +1993,12 @@ extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const voi
                         void *st)
 {
     const rope_in ri = { nullptr, nullptr, nullptr };
+    const l2_pf none = {};
     if (g->f16)
-        return attn_c<__half, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
-    return attn_c<float, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+        return attn_c<__half, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, none,
+                                     S(st));
+    return attn_c<float, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, none,
+                                S(st));
 }
 
 static bool rope_fuse_on(void)
@@ -1929,16 +2009,22 @@ static bool rope_fuse_on(void)
 
 extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
                              const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out,
-                             float *part, int B, int32_t max_pos, void *st)
+                             float *part, int B, int32_t max_pos, const struct cuk_w *l2_next, void *st)
 {
+    const l2_pf pf = l2_pf_of(B == 1 ? l2_next : NULL);
     if (B != 1 || g->n_head != g->n_head_kv || !rope_fuse_on()) {
+        const rope_in none = { nullptr, nullptr, nullptr };
         int rc = cuk_rope_store(g, q, k, v, pos, seq, k_cache, v_cache, inv_freq, B, st);
-        return rc ? rc : cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
+        if (rc)
+            return rc;
+        if (g->f16)
+            return attn_c<__half, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, none, pf, S(st));
+        return attn_c<float, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, none, pf, S(st));
     }
     const rope_in ri = { k, v, inv_freq };
     if (g->f16)
-        return attn_c<__half, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
-    return attn_c<float, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, S(st));
+        return attn_c<__half, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, S(st));
+    return attn_c<float, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, S(st));
 }
 
 /* ---- greedy sampling ---- */

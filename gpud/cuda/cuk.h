@@ -140,10 +140,12 @@ int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache,
 size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
 /* cuk_rope_store then cuk_attn, the same bits; for one token (and a kv head per head) one launch
  * fewer: the attention rotates q itself, and its block over the token's own cell rotates k and
- * stores k and v first (q and k are then left unrotated). PINFER_CUDA_ROPE_FUSE=0: always the two. */
+ * stores k and v first (q and k are then left unrotated). PINFER_CUDA_ROPE_FUSE=0: always the two.
+ * l2_next (NULL: none): the weight the next product reads; for one token the attention's blocks
+ * fetch it into L2 after their wait (the attention reads little from the HBM; see cuk.cu). */
 int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
                   const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out, float *part,
-                  int B, int32_t max_pos, void *st);
+                  int B, int32_t max_pos, const struct cuk_w *l2_next, void *st);
 /* Head sizes the attention kernel supports (32, 64, 128, 256). */
 bool cuk_attn_ok(int head_dim);
 

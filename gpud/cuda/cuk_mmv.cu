@@ -61,6 +61,7 @@ struct mvo : mout {
      * list[b · idx_stride + j], and block 0 the count to list_n[b] (idx and cnt unused) */
     const uint8_t *mask;
     int32_t *list, *list_n;
+    bool y_early; /* CUK_ADD: y's rows read at the tile's start (mv_launch_s) */
 };
 /* a block's share of a raw mask's list, in shared memory: at most this many rows a block */
 #define MV_LIST_CAP 256
@@ -201,6 +202,14 @@ static int mmv_ts(void)
     }
     return v;
 }
+/* PINFER_CUDA_MMV_Y_EARLY=0: CUK_ADD reads y at the sum (the load at the tile's end), else at the
+ * tile's start (read once) */
+static bool mmv_y_early(void)
+{
+    static const bool on = env_on_unless_0("PINFER_CUDA_MMV_Y_EARLY");
+    return on;
+}
+
 static bool mmv_deeper(int64_t K)
 {
     const int64_t cpr = ((K + CH - 1) / CH + KS - 1) / KS;
@@ -246,7 +255,7 @@ __device__ static void norm_row(const float *__restrict__ xt, const float *__res
 #pragma unroll
         for (int u = 0; u < XB; u++) {
             const int64_t e = b0 + tid + (int64_t)u * NTH;
-            v[u] = e < K ? xt[e] : 0.0f;
+            v[u] = e < K ? __ldcg(xt + e) : 0.0f; /* around L1: read before the wait by the listing kernel */
         }
 #pragma unroll
         for (int u = 0; u < XB; u++) {
@@ -323,6 +332,16 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     __shared__ int32_t lst[MSK ? MV_LIST_CAP : 1], wsum[MSK ? 33 : 1]; /* MSK: the block's share of the list; its scan */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
+    float *xs = (float *)((uint8_t *)ring + ring_bytes<NM, S, TM>());
+    const float *xt = x + (int64_t)tok0 * K;
+    if constexpr (MSK && NORM) { /* x is no output of the kernel just before (cuk_mmv.h): normalized
+                                  * before the wait, off the chain that the mask starts */
+        float wv[XB];
+#pragma unroll
+        for (int u = 0; u < XB; u++)
+            wv[u] = tid + u * NTH < K ? o.nw[tid + u * NTH] : 0.0f;
+        norm_row(xt, o.nw, wv, o.eps, K, xs);
+    }
     if constexpr (IDX)
         pdl_wait(); /* the listed rows (or the mask) are the previous kernel's output */
     mask_scan<NTH> ms; /* MSK: the row listed by this block */
@@ -435,19 +454,18 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     for (int s = 0; s < S - 1; s++)
         produce();
     /* NORM: the norm weights of the row's first XB · NTH elements, before the wait (no kernel writes them) */
-    float wv[NORM ? XB : 1];
-    if constexpr (NORM)
+    constexpr bool NORM_HERE = NORM && !MSK; /* MSK normalized before its first wait */
+    float wv[NORM_HERE ? XB : 1];
+    if constexpr (NORM_HERE)
 #pragma unroll
         for (int u = 0; u < XB; u++)
             wv[u] = tid + u * NTH < K ? o.nw[tid + u * NTH] : 0.0f;
     /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
     pdl_wait();
     pdl_trigger();
-    float *xs = (float *)((uint8_t *)ring + ring_bytes<NM, S, TM>());
-    const float *xt = x + (int64_t)tok0 * K;
-    if constexpr (NORM)
+    if constexpr (NORM_HERE)
         norm_row(xt, o.nw, wv, o.eps, K, xs);
-    else
+    else if constexpr (!NORM)
         copy_row(xt, K, xs);
     __syncthreads();
     int i = 0, buf = 0;
@@ -458,6 +476,16 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 acc[m][k] = 0.0f;
+        /* CUK_ADD (one token): the emitting warp's lanes t == 0 read y's two rows now, so that the
+         * sum at the tile's end waits on no load — at a product's end that L2 round trip was on the
+         * chain (the last blocks' emit); the same y values (no other block writes these rows) */
+        float yv[2] = { 0.0f, 0.0f };
+        if constexpr (MODE == CUK_ADD)
+            if (o.y_early && warp == it % KS && t == 0 && ntok == 1) {
+                const int64_t j0 = tile_j0(it);
+                yv[0] = j0 + g < r1 ? ((const float *)o.y)[tok0 * n_out + j0 + g] : 0.0f;
+                yv[1] = j0 + g + 8 < r1 ? ((const float *)o.y)[tok0 * n_out + j0 + g + 8] : 0.0f;
+            }
         for (int k = 0; k < nw; k++, i++) {
             uint4 a[NM][2][2];
             if constexpr (TM) {
@@ -539,6 +567,8 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
             const int64_t tok = tok0 + tl;
             if constexpr (NM == 2)
                 emit_glu<IDX>(o, n_out, j, tok, s[0][k], s[1][k]);
+            else if (MODE == CUK_ADD && o.y_early && ntok == 1) /* k 0 / 2: rows g / g + 8 of token 0 */
+                ((float *)o.y)[tok * n_out + j] = __fadd_rn(yv[k >> 1], s[0][k]);
             else
                 emit<MODE>(o, n_out, j, tok, s[0][k]);
         }
@@ -616,6 +646,8 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
         return -(int)cudaErrorInvalidValue;
     const int64_t tiles = (n_out + 15) / 16, blocks = (int64_t)BPS * cuk_sm_count();
     const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
+    mvo oy = o;
+    oy.y_early = MODE == CUK_ADD && mmv_y_early();
     CUtensorMap m0, m1;
     memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1);
     if constexpr (TM > 0) {
@@ -626,7 +658,7 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
             return rc;
     }
     pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
-               K, n_out, x, B, o, m0, m1);
+               K, n_out, x, B, oy, m0, m1);
     return launched();
 }
 

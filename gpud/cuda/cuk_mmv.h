@@ -60,7 +60,9 @@ int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, const float *
  * and keeps its share of the list, and the kernel writes the list and its count as cuk_compact would
  * (idx[j], j < *cnt, stride idx_stride), for the AXPY after it: cuk_compact + cuk_norm_glu's bits.
  * Returns 1 where it does not apply (B > 1, the Q types, the norm not foldable, n_out over 16 384 or
- * over 256 rows a block, PINFER_CUDA_GLU_MASK=0): the caller runs those two. */
+ * over 256 rows a block, PINFER_CUDA_GLU_MASK=0): the caller runs those two. Its blocks normalize x
+ * before their PDL wait (cuk_pdl.cuh): x must be no output of the kernel just before it in the
+ * stream — in the decode chain the predictor's two products run between wo and it. */
 int cuk_norm_glu_mask(const struct cuk_w *gate, const struct cuk_w *up, const float *x, const float *norm_w,
                       float eps, int B, float *act, int act_kind, const uint8_t *mask, int32_t *idx, int32_t *cnt,
                       int64_t idx_stride, void *st);

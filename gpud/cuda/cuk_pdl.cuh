@@ -10,6 +10,10 @@
  *   - pdl_wait() returns once the previous kernel has completed and its writes are visible; since
  *     that kernel passed its own pdl_wait() before completing, every earlier kernel has too;
  *   - pdl_trigger() comes after pdl_wait(), so the next kernel starts at most one kernel ahead.
+ *     Hence a kernel may also read, before its wait, what kernels at least two back wrote: by the
+ *     time it starts, the kernel just before it has passed its wait, so they have completed (such
+ *     reads go around L1, __ldcg: no line of them is cached from before). Where a kernel does so,
+ *     its caller's chain must keep a kernel between (k_chunk_sum, the listing gate/up: cuk_mmv.h).
  * A kernel launched with <<<>>> waits for the full completion of the one before it, as always; a
  * pdl_wait() in a kernel not launched by pdl_launch returns at once. The bits never depend on it: the
  * same loads and the same math, only earlier. On by default (PINFER_CUDA_PDL=0 turns it off): in
