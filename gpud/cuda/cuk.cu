@@ -1692,9 +1692,8 @@ extern "C" int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k,
 #include "cuk_attn_dev.cuh" /* ATTN_WARPS, ATTN_CHUNK, ATTN_GROUP, the merge and attn_groups */
 
 /* The next product's weight fetched into L2 while the attention runs. Why: a one-token attention
- * reads a few MB of cache in ~7 µs a layer at the positions measured, while the HBM that streams
- * every product at 0.7-0.86 of its read floor sits idle; wo (32 MB at F16 for the 7B) then streams
- * from L2 instead. Each block of the grid (working or past the position) takes an even share of
+ * reads a few MB of cache in ~7 µs a layer at the positions measured while the HBM sits idle, so a
+ * small enough wo (attn_pf_max) then streams from L2 instead. Each block of the grid (working or past the position) takes an even share of
  * the weight's q and d arrays after its wait (before it, the fetch would compete with q/k/v's own
  * stream) and hands it to the bulk-copy engine as prefetches of at most L2PF_PIECE bytes, a thread
  * a piece: no register holds the data, no bit of any output depends on it. */
@@ -1988,17 +1987,22 @@ static int attn_c(const struct cuk_attn_geom *g, const float *q, void *k_cache, 
 
 extern "C" bool cuk_attn_ok(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
+/* the attention over cells already rotated and stored (no fused RoPE), by the cache's type */
+static int attn_stored(const struct cuk_attn_geom *g, const float *q, void *k_cache, void *v_cache, const int32_t *pos,
+                       const int32_t *seq, float *out, float *part, int B, int32_t max_pos, const l2_pf &pf,
+                       cudaStream_t st)
+{
+    const rope_in ri = { nullptr, nullptr, nullptr };
+    if (g->f16)
+        return attn_c<__half, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, st);
+    return attn_c<float, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, st);
+}
+
 extern "C" int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
                         const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos,
                         void *st)
 {
-    const rope_in ri = { nullptr, nullptr, nullptr };
-    const l2_pf none = {};
-    if (g->f16)
-        return attn_c<__half, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, none,
-                                     S(st));
-    return attn_c<float, false>(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, ri, none,
-                                S(st));
+    return attn_stored(g, q, (void *)k_cache, (void *)v_cache, pos, seq, out, part, B, max_pos, l2_pf{}, S(st));
 }
 
 static bool rope_fuse_on(void)
@@ -2013,13 +2017,8 @@ extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, 
 {
     const l2_pf pf = l2_pf_of(B == 1 ? l2_next : NULL);
     if (B != 1 || g->n_head != g->n_head_kv || !rope_fuse_on()) {
-        const rope_in none = { nullptr, nullptr, nullptr };
-        int rc = cuk_rope_store(g, q, k, v, pos, seq, k_cache, v_cache, inv_freq, B, st);
-        if (rc)
-            return rc;
-        if (g->f16)
-            return attn_c<__half, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, none, pf, S(st));
-        return attn_c<float, false>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, none, pf, S(st));
+        const int rc = cuk_rope_store(g, q, k, v, pos, seq, k_cache, v_cache, inv_freq, B, st);
+        return rc ? rc : attn_stored(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, pf, S(st));
     }
     const rope_in ri = { k, v, inv_freq };
     if (g->f16)

@@ -284,6 +284,16 @@ __device__ static void norm_row(const float *__restrict__ xt, const float *__res
     }
 }
 
+/* the norm weights of the row's first XB · NTH elements, thread tid's, for norm_row: read before the
+ * wait (no kernel writes them) */
+__device__ static inline void norm_w_head(const float *__restrict__ nw, int64_t K, float (&wv)[XB])
+{
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < XB; u++)
+        wv[u] = tid + u * NTH < K ? nw[tid + u * NTH] : 0.0f;
+}
+
 __device__ static void copy_row(const float *__restrict__ xt, int64_t K, float *xs)
 {
     const int tid = threadIdx.x;
@@ -337,9 +347,7 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     if constexpr (MSK && NORM) { /* x is no output of the kernel just before (cuk_mmv.h): normalized
                                   * before the wait, off the chain that the mask starts */
         float wv[XB];
-#pragma unroll
-        for (int u = 0; u < XB; u++)
-            wv[u] = tid + u * NTH < K ? o.nw[tid + u * NTH] : 0.0f;
+        norm_w_head(o.nw, K, wv);
         norm_row(xt, o.nw, wv, o.eps, K, xs);
     }
     if constexpr (IDX)
@@ -453,13 +461,10 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
         produce();
-    /* NORM: the norm weights of the row's first XB · NTH elements, before the wait (no kernel writes them) */
     constexpr bool NORM_HERE = NORM && !MSK; /* MSK normalized before its first wait */
-    float wv[NORM_HERE ? XB : 1];
+    float wv[XB];
     if constexpr (NORM_HERE)
-#pragma unroll
-        for (int u = 0; u < XB; u++)
-            wv[u] = tid + u * NTH < K ? o.nw[tid + u * NTH] : 0.0f;
+        norm_w_head(o.nw, K, wv);
     /* the first S − 1 items of weights are in flight: now the activation (the previous kernel's) */
     pdl_wait();
     pdl_trigger();
