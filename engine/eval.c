@@ -60,6 +60,12 @@ int eval_init(struct eval *e, const struct pi_model *m, const struct be_ops *ops
         eval_fini(e);
         return pi_fail(PI_E_INVAL, "eval: the placement leaves neurons to the host but no host pool was given");
     }
+    const char *ws = getenv("PINFER_WHOLE_STEP");
+    e->whole_ok = ops->step_top && !any_host && !(ws && strcmp(ws, "0") == 0);
+    if (e->whole_ok && !(e->whole_cnt = calloc((size_t)hp->n_layer, sizeof *e->whole_cnt))) {
+        eval_fini(e);
+        return pi_fail(PI_E_NOMEM, "eval: out of memory");
+    }
     return 0;
 }
 
@@ -72,6 +78,7 @@ void eval_fini(struct eval *e)
     free(e->all);
     free(e->mask2);
     free(e->n_host);
+    free(e->whole_cnt);
     free(e->stats);
     free(e->h);
     free(e->xn);
@@ -231,11 +238,32 @@ int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
     return rc;
 }
 
+/* The step as one request to the backend (step_top): 1 when it does not apply. The layers' FFN
+ * step (eval_ffn_local, or the pipeline's ffn_fn) would only have run the backend's ops: no layer
+ * leaves neurons to the host, the masks come from the backend's predictor, and no disk tier. */
+static int whole_step(struct eval *e, const struct pi_batch *b, int32_t k, int32_t *ids, float *vals)
+{
+    if (!e->whole_ok || e->nc || b->n != 1 || (e->sparse && !e->ops->predict))
+        return 1;
+    uint64_t t0 = now_ns();
+    const int rc = e->ops->step_top(e->be, b, e->sparse, k, ids, vals, e->whole_cnt);
+    if (rc)
+        return rc;
+    phase_add(e, EVAL_OUTPUT, &t0);
+    for (int il = 0; il < e->m->hp.n_layer; il++)
+        eval_count(e, il, b->n, &e->whole_cnt[il]);
+    e->whole_steps++;
+    return 0;
+}
+
 int eval_batch_top(struct eval *e, const struct pi_batch *b, int32_t k, int32_t *ids, float *vals)
 {
     if (!e->ops->topk)
         return pi_fail(PI_E_UNSUPPORTED, "eval: backend %s computes no top-k candidates", e->ops->name);
-    int rc = eval_layers(e, b);
+    int rc = whole_step(e, b, k, ids, vals);
+    if (rc <= 0)
+        return rc;
+    rc = eval_layers(e, b);
     uint64_t t0 = now_ns();
     if (!rc && batch_n_out(b) > 0)
         rc = e->ops->topk(e->be, b, k, ids, vals);

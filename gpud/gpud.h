@@ -52,6 +52,11 @@ struct gpud {
     struct samp_state *ss;
     bool last_dense;           /* FFN mode of the last step (dense and sparse requests alternate) */
     uint64_t steps, prefix_reused;
+    /* decode steps (every row a sequence's next token): where a step's wall time goes, for the log
+     * line at exit — the host around the evaluator, its layers' enqueueing, its output and wait */
+    struct gpud_step_time {
+        uint64_t steps, wall_ns, outside_ns, layers_ns, output_ns;
+    } dec;
 };
 
 /* One KV-cache sequence and the request it runs. */
@@ -73,6 +78,8 @@ struct gpud_seq {
 int gpud_init(struct gpud *g, int argc, char **argv);
 /* Serve requests until a stop is requested (sched.c). */
 int gpud_run(struct gpud *g);
+/* One line on stderr (gpud's log): where a decode step's time went (struct gpud_step_time). */
+void gpud_log_step_time(const struct gpud *g);
 void gpud_fini(struct gpud *g);
 
 /* Route the evaluator's FFN step through predictord and cpud (pipeline.c). */

@@ -17,6 +17,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = gpud_run(&g);
+    gpud_log_step_time(&g);
     if (rc)
         stage_fail(&g.rt, rc, "serve");
     gpud_fini(&g);

@@ -374,6 +374,7 @@ int gpud_run(struct gpud *g)
     struct pi_ctl *ctl = g->rt.ctl;
     const int32_t V = g->m->hp.n_vocab;
     while (!stage_should_stop(&g->rt)) {
+        const uint64_t t0 = stage_now_ns();
         /* acquire: pairs with the supervisor's release increment after it filled a request */
         const uint32_t seen = atomic_load_explicit(&ctl->req_seq, memory_order_acquire);
         cancels(g);
@@ -384,7 +385,9 @@ int gpud_run(struct gpud *g)
         }
         const struct pi_batch b = batch_view(&g->bb);
         const int32_t top_k = step_top_k(g, batch_n_out(&b));
+        const uint64_t t1 = stage_now_ns(), out0 = g->ev.phase_ns[EVAL_OUTPUT];
         int rc = top_k ? eval_batch_top(&g->ev, &b, top_k, g->top_ids, g->top_vals) : eval_batch(&g->ev, &b, g->logits);
+        const uint64_t t2 = stage_now_ns(), out_ns = g->ev.phase_ns[EVAL_OUTPUT] - out0;
         if (rc)
             gpud_ffn_abandon(g); /* a batch that failed between layers leaves no wait on the device */
         if (stage_should_stop(&g->rt))
@@ -410,6 +413,28 @@ int gpud_run(struct gpud *g)
                 after_logits(g, g->row_seq[k], top_k ? NULL : g->logits + (size_t)k * V,
                              g->top_ids + (size_t)k * top_k, g->top_vals + (size_t)k * top_k, top_k);
         g->steps++;
+        if (n_rows == b.n) { /* a decode step */
+            const uint64_t t3 = stage_now_ns();
+            g->dec.steps++;
+            g->dec.wall_ns += t3 - t0;
+            g->dec.outside_ns += (t3 - t0) - (t2 - t1);
+            g->dec.output_ns += out_ns;
+            g->dec.layers_ns += (t2 - t1) - out_ns;
+        }
     }
     return 0;
+}
+
+void gpud_log_step_time(const struct gpud *g)
+{
+    const struct gpud_step_time *d = &g->dec;
+    if (!d->steps)
+        return;
+    const double n = (double)d->steps * 1e3;
+    fprintf(stderr,
+            "gpud: %llu decode steps (%llu of one token as one request: the backend's step_top), %.1f us a step: "
+            "%.1f on the host around the evaluator, %.1f enqueueing the layers, %.1f in the output and its wait "
+            "(step_top's whole step)\n",
+            (unsigned long long)d->steps, (unsigned long long)g->ev.whole_steps, (double)d->wall_ns / n,
+            (double)d->outside_ns / n, (double)d->layers_ns / n, (double)d->output_ns / n);
 }

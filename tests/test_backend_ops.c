@@ -190,6 +190,55 @@ static void big_batches(const struct be_ops *ops, const struct pi_model *m, cons
     ops->close(b);
 }
 
+/* A backend with step_top (a device that replays a one-token step as one request): decode steps
+ * through it give the ids and logits of the same steps op by op, bitwise, with every layer held
+ * (step_top's condition) — k changing between steps (1 and 5: another capture each time). */
+#define WS_PROMPT 5
+#define WS_STEPS 8
+static void whole_steps(const struct be_ops *ops, const struct pi_model *m, enum be_cache_type ct)
+{
+    if (!ops->step_top)
+        return;
+    const char *cname = ct == BE_CACHE_F16 ? "f16" : "f32";
+    const int32_t V = m->hp.n_vocab;
+    struct be *b = NULL;
+    struct be_params bp = { .n_ctx = 64, .n_seq = 2, .n_batch = 8, .n_threads = 2, .cache_type = ct };
+    CHECK_OK(ops->open(&b, m, &bp));
+    struct eval e;
+    struct pi_batch_buf bb;
+    const struct eval_params ep = { .n_batch = 8 };
+    CHECK_OK(eval_init(&e, m, ops, b, &ep));
+    CHECK_OK(batch_buf_init(&bb, 8));
+    int32_t toks[WS_PROMPT + WS_STEPS], ids[2][WS_STEPS][5];
+    float vals[2][WS_STEPS][5];
+    for (int i = 0; i < WS_PROMPT + WS_STEPS; i++)
+        toks[i] = (int32_t)((i * 577 + 11) % V);
+    memset(ids, 0, sizeof ids), memset(vals, 0, sizeof vals);
+    const bool whole_on = e.whole_ok;
+    for (int pass = 0; pass < 2; pass++) { /* 0: through step_top, 1: op by op */
+        e.whole_ok = whole_on && pass == 0;
+        const uint64_t w0 = e.whole_steps;
+        CHECK_OK(ops->seq_clear(b, 1));
+        CHECK_OK(run_seq(&e, &bb, toks, WS_PROMPT, 0, 1, 8, NULL));
+        for (int t = 0; t < WS_STEPS; t++) {
+            const int32_t k = t % 3 == 1 ? 1 : 5;
+            batch_buf_clear(&bb);
+            batch_buf_add(&bb, toks[WS_PROMPT + t], WS_PROMPT + t, 1, true);
+            const struct pi_batch st = batch_view(&bb);
+            CHECK_OK(eval_batch_top(&e, &st, k, ids[pass][t], vals[pass][t]));
+        }
+        CHECK(e.whole_steps - w0 == (pass == 0 ? WS_STEPS : 0), "%s (%s cache): %llu steps went through step_top",
+              ops->name, cname, (unsigned long long)(e.whole_steps - w0));
+    }
+    CHECK(!memcmp(ids[0], ids[1], sizeof ids[0]) && !memcmp(vals[0], vals[1], sizeof vals[0]),
+          "%s (%s cache): the k best of whole steps differ from the steps op by op", ops->name, cname);
+    printf("backend %s, %s cache: %d decode steps through step_top = op by op (ids and logits, bitwise)\n", ops->name,
+           cname, WS_STEPS);
+    batch_buf_fini(&bb);
+    eval_fini(&e);
+    ops->close(b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -296,6 +345,7 @@ int main(int argc, char **argv)
         eval_fini(&e);
         ops->close(b);
         big_batches(ops, m, place, host, (enum be_cache_type)ct);
+        whole_steps(ops, m, (enum be_cache_type)ct);
     }
     pool_free(host);
     free(place);

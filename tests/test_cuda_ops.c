@@ -227,6 +227,16 @@ static void test_type(uint32_t type)
                 CHECK_OK(cudev_eval(d, toks, p, 0, 1, sparse, NULL, NULL));
                 CHECK_OK(cudev_step(d, toks[p], p, 1, sparse, &id2));
                 CHECK(id2 == id, "%s: graph step id %d, eval id %d", tn, id2, id);
+                /* the graph ending in the 5 best (be_cuda's step_top) = the eager step's topk, bitwise */
+                int32_t tid[2][5];
+                float tv[2][5];
+                CHECK_OK(cudev_eval(d, toks, p, 0, 1, sparse, NULL, NULL));
+                CHECK_OK(cudev_step_top(d, toks[p], p, 1, sparse, 5, tid[0], tv[0]));
+                CHECK_OK(cudev_eval(d, toks + p, 1, p, 1, sparse, NULL, NULL));
+                CHECK_OK(cudev_topk(d, 1, 0, 5, tid[1], tv[1]));
+                CHECK(!memcmp(tid[0], tid[1], sizeof tid[0]) && !memcmp(tv[0], tv[1], sizeof tv[0]) && tid[0][0] == id,
+                      "%s %s: graph top 5 (%d %.9g) differ from the eager step's (%d %.9g)", tn,
+                      sparse ? "sparse" : "dense", tid[0][0], tv[0][0], tid[1][0], tv[1][0]);
             }
         }
         ctx_free(cs);

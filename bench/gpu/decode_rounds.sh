@@ -20,13 +20,10 @@ HYBRID=${HYBRID:-}
 VARIANTS=${VARIANTS:-"d16:dense:X=1 d16:dense:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1 d4:dense:X=1
     d4:dense:PINFER_CUDA_PDL=0 s16:sparse:X=1 s16:sparse:PINFER_CUDA_PDL=0,PINFER_CUDA_MMV=1"}
 mkdir -p "$S"
+. "$(dirname "$0")/bench_files.sh"
 for f in d16 s16 d4 s4; do
     case " $VARIANTS $HYBRID" in *[[:space:]]"$f:"*) ;; *) continue ;; esac
-    case $f in
-        d16) a=(--type f16) ;; s16) a=(--type f16 --pwri) ;;
-        d4) a=(--type q4_0) ;; s4) a=(--type q4_0 --pwri --pred-type q4_0) ;;
-    esac
-    [ -f "$S/$f.gguf" ] || "$G/tools/pictl" synth --shape llama-7b "${a[@]}" -t 16 -q -o "$S/$f.gguf"
+    bench_file "$G/tools/pictl" "$S" "$f"
 done
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1
 for r in $(seq "${ROUNDS:-3}"); do

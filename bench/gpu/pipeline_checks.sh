@@ -52,18 +52,24 @@ fi
 
 # ---- a CUDA fault in gpud: reported with the failing call, gpud restarts, the request's tokens are
 # unchanged (PINFER_CUDA_FAIL_CALL aims at the middle of the generation: the number of checked
-# calls at the end of open and at close of an in-process run of the same request; FAIL_ONCE makes
-# the restarted gpud run clean). Also: each gpud start logs its weight upload (time, GB/s).
+# calls at the end of open and at close of gpud in a pipeline run of the same request — gpud's own
+# count: its one-token steps are one graph launch each, the in-process run's are op by op; FAIL_ONCE
+# makes the restarted gpud run clean). The reference tokens: an in-process run. Also: each gpud start
+# logs its weight upload (time, GB/s).
 fault_check() { # model prompt n
     local model=$1 prompt=$2 n=$3 tmp
     tmp=$(mktemp -d)
-    PINFER_CUDA_COUNT_CALLS=1 "$BIN/pictl" run --inproc --backend cuda -m "$model" -p "$prompt" -n "$n" --temp 0 \
-        --ignore-eos --json-stats "$tmp/ref.json" >/dev/null 2>"$tmp/count.log"
+    "$BIN/pictl" run --inproc --backend cuda -m "$model" -p "$prompt" -n "$n" --temp 0 \
+        --ignore-eos --json-stats "$tmp/ref.json" >/dev/null 2>"$tmp/ref.log"
+    mkdir -p "$tmp/count"
+    PINFER_CUDA_COUNT_CALLS=1 PINFER_KEEP_LOGS=1 XDG_RUNTIME_DIR="$tmp/count" "$BIN/pictl" run -m "$model" \
+        -p "$prompt" -n "$n" --temp 0 --ignore-eos -t 2 -c 512 --backend cuda >/dev/null 2>"$tmp/count.log"
+    cat "$tmp"/count/pinfer/*/logs/gpud.log >>"$tmp/count.log" 2>/dev/null
     local u t
     u=$(sed -n 's/^cuda: \([0-9]*\) checked CUDA calls at the end of open.*/\1/p' "$tmp/count.log" | head -1)
     t=$(sed -n 's/^cuda: \([0-9]*\) checked CUDA calls at close.*/\1/p' "$tmp/count.log" | tail -1)
     local at=$(( ${u:-500} + ( ${t:-4500} - ${u:-500} ) / 3 ))
-    log "fault: in-process run: ${u:-?} calls at open, ${t:-?} at close; failing call $at in gpud"
+    log "fault: gpud in a pipeline run: ${u:-?} calls at open, ${t:-?} at close; failing call $at in gpud"
     mkdir -p "$tmp/run"
     XDG_RUNTIME_DIR="$tmp/run" PINFER_CUDA_FAIL_CALL=$at PINFER_CUDA_FAIL_ONCE="$tmp/failed" \
         "$BIN/pictl" start -m "$model" --name fault -t 2 -c 512 --backend cuda >>"$OUT/checks.log" 2>&1

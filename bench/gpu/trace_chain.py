@@ -12,7 +12,7 @@ context write them to FILE when it closes (gpud/cuda/cudev_trace.c, format in gp
 The records are sorted by entry and grouped into launches: a record joins the oldest open launch of
 its kernel that has fewer records than its grid's blocks (the same grid, not this block yet, and
 begun no longer than --join-slack-us before the launch's latest exit so far), else it opens a new
-launch. A step ends with k_argmax or k_topk (--boundary); the last --steps complete steps are
+launch. A step ends with k_top1 (argmax) or k_topk (--boundary); the last --steps complete steps are
 printed (--skip-last drops the last ones first: bench_cuda ends its decode with an eager profiled
 step). Per launch (µs; entry, wait and exit relative to the step's first entry):
   entry     the first block's entry          wait    the first return from pdl_wait() (- none)
@@ -123,7 +123,7 @@ def group_launches(recs, slack_ns=20000):
 
 def drop_partial_head(recs, names, boundary):
     """A wrapped ring: its earliest step lost records. Keep what entered after the first boundary
-    launch (k_argmax / k_topk) had left."""
+    launch (k_top1 / k_topk) had left."""
     bset = {i for i, nm in enumerate(names) if nm in boundary}
     recs = sorted(recs, key=lambda r: (r[T_ENTRY], r[T_EXIT]))
     first = next((r for r in recs if r[FID] in bset), None)
@@ -346,7 +346,7 @@ def main(argv=None):
     ap.add_argument("--ghz", type=float, default=1.98, help="SM clock for the cycle counts (default 1.98)")
     ap.add_argument("--layer-start", help="a layer begins at each launch of this kernel (default: found)")
     ap.add_argument("--layer-len", type=int, help="launches a layer (default: found)")
-    ap.add_argument("--boundary", default="k_argmax,k_topk", help="kernels that end a step (default k_argmax,k_topk)")
+    ap.add_argument("--boundary", default="k_top1,k_topk", help="kernels that end a step (default k_top1,k_topk)")
     ap.add_argument("--join-slack-us", type=float, default=20.0,
                     help="a block joins an open launch only if it entered at most this long after the "
                     "launch's latest exit so far (default 20)")

@@ -2,7 +2,10 @@
  * (cudev.h). Registered in be_find() as "cuda" when the build has the toolkit.
  *
  * Each op maps onto one cudev step; ffn() writes the device share into the pending buffer and
- * ffn_add() adds it (and the host's cold share) to x in the order the interface fixes. Placement:
+ * ffn_add() adds it (and the host's cold share) to x in the order the interface fixes — except on a
+ * layer held whole, which has no host share: there the FFN's last product adds into x itself, as the
+ * decode graph does (the same single add x + y_dev, the same bits), and ffn_add() has nothing left to
+ * do — one kernel, and one break in the launch chain, fewer a layer. Placement:
  * only the neurons on_device gives this backend are uploaded (their gate, up and down_t rows,
  * compacted: cudev.h), and ffn() computes only those (dense: all of them; sparse: those ∧ each
  * token's own mask). A layer of a file without ffn_down_t is uploaded whole when any of its
@@ -26,6 +29,9 @@ struct be {
     int32_t *ids;     /* (n_batch, SAMP_BEST_MAX) topk scratch */
     float *vals;
     bool dev_mask;    /* the batch's masks are on the device (predict / set_mask since the last ffn) */
+    bool ffn_in_x;    /* the last ffn added y_dev into x itself (a layer held whole) */
+    bool in_x_on;     /* PINFER_CUDA_FFN_IN_X=0: through the pending buffer on every layer (A/B) */
+    bool whole;       /* every neuron of every layer is here: step_top replays the decode graph */
 };
 
 static void cu_close(struct be *b)
@@ -61,6 +67,8 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
         rc = pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
     for (size_t l = 0; !rc && l < L; l++)
         b->all_held[l] = true;
+    const char *in_x = getenv("PINFER_CUDA_FFN_IN_X");
+    b->in_x_on = !(in_x && strcmp(in_x, "0") == 0);
     if (!rc && p->on_device) {
         if (!(b->held = malloc(L * F)))
             rc = pi_fail(PI_E_NOMEM, "cuda backend: out of memory");
@@ -79,6 +87,9 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
         cu_close(b);
         return rc;
     }
+    b->whole = cudev_whole(b->d);
+    for (size_t l = 0; l < L; l++)
+        b->whole = b->whole && b->all_held[l];
     /* the upload is the start-up (and restart) cost of a GPU stage: one line in its log */
     struct cudev_mem mm;
     cudev_mem(b->d, &mm);
@@ -156,12 +167,18 @@ static int cu_ffn(struct be *b, const struct pi_layer_weights *w, int32_t n, boo
     if (cnt && !masked)
         cnt->neurons += (uint64_t)cudev_layer_hot(b->d, layer);
     b->dev_mask = false;
-    return cudev_ffn(b->d, layer, n, masked, true);
+    b->ffn_in_x = b->all_held[layer] && b->in_x_on;
+    return cudev_ffn(b->d, layer, n, masked, !b->ffn_in_x);
 }
 
 static int cu_ffn_add(struct be *b, int layer, int32_t n, const float *y_host)
 {
-    (void)layer;
+    if (b->ffn_in_x) {
+        b->ffn_in_x = false;
+        return y_host ? pi_fail(PI_E_INVAL, "cuda backend: layer %d is held whole on the device: it has no host "
+                                            "share to add", layer)
+                      : 0;
+    }
     return cudev_ffn_add(b->d, n, y_host);
 }
 
@@ -214,6 +231,19 @@ static int cu_topk(struct be *b, const struct pi_batch *bt, int32_t k, int32_t *
     return rc;
 }
 
+static int cu_step_top(struct be *b, const struct pi_batch *bt, bool sparse, int32_t k, int32_t *ids, float *vals,
+                       struct be_ffn_count *cnt)
+{
+    const int32_t L = b->m->hp.n_layer;
+    if (!b->whole || bt->n != 1 || !batch_wants(bt, 0))
+        return 1;
+    int rc = cudev_step_top(b->d, bt->tok[0], bt->pos[0], bt->seq ? bt->seq[0] : 0, sparse, k, ids, vals);
+    for (int32_t l = 0; !rc && l < L; l++) /* as cu_ffn counts */
+        cnt[l] = (struct be_ffn_count){ .neurons = sparse ? 0 : (uint64_t)cudev_layer_hot(b->d, l) };
+    b->dev_mask = false;
+    return rc;
+}
+
 static int cu_seq_clear(struct be *b, int32_t seq)
 {
     /* a token reads only its own sequence's cells at positions ≤ its own, all written before it */
@@ -260,6 +290,7 @@ const struct be_ops be_cuda_ops = {
     .ffn_add = cu_ffn_add,
     .output = cu_output,
     .topk = cu_topk,
+    .step_top = cu_step_top,
     .seq_clear = cu_seq_clear,
     .sync = cu_sync,
     .idle = NULL,

@@ -165,8 +165,9 @@ struct cudev {
     int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
     int32_t max_pos;         /* largest position of the batch on the device */
-    /* decode graphs: [sparse] */
-    cudaGraphExec_t graph[2];
+    /* decode graphs: [sparse]; the steps ending in the k best (cudev_step_top), for top_k[sparse] */
+    cudaGraphExec_t graph[2], top_graph[2];
+    int32_t top_k[2];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
     /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
@@ -602,9 +603,12 @@ void cudev_close(struct cudev *d)
     if (d->st)
         cudaStreamSynchronize(d->st);
     cudev_trace_close(d);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (d->graph[i])
             cudaGraphExecDestroy(d->graph[i]);
+        if (d->top_graph[i])
+            cudaGraphExecDestroy(d->top_graph[i]);
+    }
     if (d->blas)
         cublasDestroy(d->blas);
     for (int i = 0; i < d->n_reg; i++)
@@ -1358,7 +1362,9 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
     return rc;
 }
 
-static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
+/* The decode step of the token in h_batch as a graph: its layers, the output, and its greedy id
+ * (k = 0: argmax into h_ids) or its k best (ids and logits into h_ids, h_tvals). */
+static int capture(struct cudev *d, bool sparse, int32_t k, cudaGraphExec_t *out)
 {
     cudaGraph_t g = NULL;
     TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
@@ -1369,10 +1375,15 @@ static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
         rc = layers(d, 1, sparse);
     if (!rc)
         rc = cudev_output(d, 1, 0, NULL);
-    if (!rc)
+    if (!rc && !k)
         rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
+    if (!rc && k)
+        rc = CK(cuk_topk(d->logits, 1, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st));
     if (!rc)
-        rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, sizeof(int32_t), cudaMemcpyDeviceToHost, d->st));
+        rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, (size_t)(k ? k : 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                d->st));
+    if (!rc && k)
+        rc = CU(cudaMemcpyAsync(d->h_tvals, d->tvals, (size_t)k * sizeof(float), cudaMemcpyDeviceToHost, d->st));
     const int rc2 = CU(cudaStreamEndCapture(d->st, &g));
     d->capturing = false;
     if (!rc)
@@ -1384,9 +1395,9 @@ static int capture(struct cudev *d, bool sparse, cudaGraphExec_t *out)
     return rc;
 }
 
-int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
+/* the step's token into h_batch, once the stream has passed every earlier read of it */
+static int step_batch(struct cudev *d, int32_t tok, int32_t pos, int32_t seq)
 {
-    sparse = sparse && d->sparse_ok;
     if (tok < 0 || tok >= d->m->hp.n_vocab || pos < 0 || pos >= d->p.n_ctx || seq < 0 || seq >= d->p.n_seq)
         return pi_fail(PI_E_RANGE, "cuda: step token %d at (seq %d, pos %d) out of range", tok, seq, pos);
     TRY(CU(cudaStreamSynchronize(d->st)));
@@ -1394,12 +1405,52 @@ int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool spar
     d->h_batch[0] = tok;
     d->h_batch[B] = pos;
     d->h_batch[2 * B] = seq;
+    return 0;
+}
+
+int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
+{
+    sparse = sparse && d->sparse_ok;
+    TRY(step_batch(d, tok, pos, seq));
     if (!d->graph[sparse])
-        TRY(capture(d, sparse, &d->graph[sparse]));
+        TRY(capture(d, sparse, 0, &d->graph[sparse]));
     TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
     *next = d->h_ids[0];
     return 0;
+}
+
+int cudev_step_top(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t k, int32_t *ids,
+                   float *vals)
+{
+    if (sparse && !d->sparse_ok)
+        return pi_fail(PI_E_UNSUPPORTED, "cuda: the model's predictors are not on the device");
+    if (k < 1 || k > CUK_TOPK_MAX || k > d->m->hp.n_vocab)
+        return pi_fail(PI_E_RANGE, "cuda: top %d of %d logits (1..%d)", k, d->m->hp.n_vocab, CUK_TOPK_MAX);
+    TRY(step_batch(d, tok, pos, seq));
+    if (d->top_graph[sparse] && d->top_k[sparse] != k) { /* another k: another topk launch in the graph */
+        cudaGraphExecDestroy(d->top_graph[sparse]);
+        d->top_graph[sparse] = NULL;
+    }
+    if (!d->top_graph[sparse]) {
+        TRY(capture(d, sparse, k, &d->top_graph[sparse]));
+        d->top_k[sparse] = k;
+    }
+    TRY(CU(cudaGraphLaunch(d->top_graph[sparse], d->st)));
+    TRY(CU(cudaStreamSynchronize(d->st)));
+    memcpy(ids, d->h_ids, (size_t)k * sizeof *ids);
+    memcpy(vals, d->h_tvals, (size_t)k * sizeof *vals);
+    return 0;
+}
+
+bool cudev_whole(const struct cudev *d)
+{
+    if (d->n_dev_layers < d->m->hp.n_layer)
+        return false;
+    for (int il = 0; il < d->n_dev_layers; il++)
+        if (d->L[il].compact || d->L[il].host_masked)
+            return false;
+    return true;
 }
 
 int cudev_profile(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, bool sparse, double ms[CUDEV_PROF_N])

@@ -1524,6 +1524,7 @@ extern "C" int cuk_add_bias(float *y, const float *bias, int B, int64_t n, void 
 __global__ void k_add2(float *x, const float *a, const float *b, int64_t n)
 {
     CUK_TRACE_BLOCK(CUK_F_k_add2);
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         x[i] += b ? a[i] + b[i] : a[i];
@@ -1531,7 +1532,8 @@ __global__ void k_add2(float *x, const float *a, const float *b, int64_t n)
 
 extern "C" int cuk_add2(float *x, const float *a, const float *b, int64_t n, void *st)
 {
-    k_add2<<<(unsigned)((n + 255) / 256), 256, 0, S(st)>>>(x, a, b, n);
+    /* in the launch chain (cuk_pdl.cuh): a break here would expose the next layer's launch */
+    pdl_launch(k_add2, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, S(st), x, a, b, n);
     return launched();
 }
 
@@ -2024,47 +2026,6 @@ extern "C" int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, 
     if (g->f16)
         return attn_c<__half, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, S(st));
     return attn_c<float, true>(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, ri, pf, S(st));
-}
-
-/* ---- greedy sampling ---- */
-
-__global__ void __launch_bounds__(1024) k_argmax(const float *logits, int64_t n, int32_t *ids)
-{
-    CUK_TRACE_BLOCK(CUK_F_k_argmax);
-    __shared__ float bv[32];
-    __shared__ int32_t bi[32];
-    pdl_enter();
-    const float *l = logits + (int64_t)blockIdx.x * n;
-    float v = -INFINITY;
-    int32_t best = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        if (l[i] > v)
-            v = l[i], best = (int32_t)i; /* strided ascending: the first maximum of this thread */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
-        if (ov > v || (ov == v && oi < best))
-            v = ov, best = oi;
-    }
-    if (lane == 0)
-        bv[warp] = v, bi[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (bv[w] > v || (bv[w] == v && bi[w] < best))
-                v = bv[w], best = bi[w];
-        ids[blockIdx.x] = best == 0x7fffffff ? 0 : best;
-    }
-}
-
-extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
-{
-    static const bool carved = carve((const void *)k_argmax);
-    (void)carved;
-    pdl_launch(k_argmax, dim3((unsigned)B), dim3(1024), 0, S(st), logits, n, ids);
-    return launched();
 }
 
 /* ---- cuBLAS helpers ---- */

@@ -149,7 +149,8 @@ int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float
 /* Head sizes the attention kernel supports (32, 64, 128, 256). */
 bool cuk_attn_ok(int head_dim);
 
-/* ids[b] = argmax of logits row b (n): the lowest index among equal maxima. */
+/* ids[b] = argmax of logits row b (n): the lowest index among equal maxima, in cuk_topk's order (NaN
+ * lowest, -0 = +0): its k = 1 kernel (cuk_topk.cu). */
 int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st);
 
 /* For cuBLAS: x (n) f32 → f16 or bf16 bits. */

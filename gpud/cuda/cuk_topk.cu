@@ -6,14 +6,16 @@
  * histogram of the keys that share the digits found so far. Then every key above T is a candidate
  * (fewer than k), and of the keys equal to T the lowest ids, in index order (a block-wide scan over
  * contiguous chunks), fill the rest. The candidates' final positions are their ranks. No floating
- * point is computed: the result is exact and the same for any launch shape. */
+ * point is computed: the result is exact and the same for any launch shape. k = 1 (greedy) takes
+ * the best key in one pass instead (k_top1). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 extern "C" {
+#include "cuk.h" /* cuk_argmax */
 #include "cuk_topk.h"
 }
-#include "cuk_trace.cuh" /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
+#include "cuk_pdl.cuh"   /* pdl_launch, pdl_enter; CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 #define TOPK_THREADS 1024
 #define TOPK_WARPS (TOPK_THREADS / 32)
@@ -30,6 +32,44 @@ __device__ static inline uint32_t rank_key(float f)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* k = 1 (greedy): the best key, the lowest id among equal ones — the order above, in one pass
+ * (vals may be NULL: cuk_argmax) */
+__global__ void __launch_bounds__(TOPK_THREADS) k_top1(const float *__restrict__ logits, int64_t n,
+                                                       int32_t *__restrict__ ids, float *__restrict__ vals)
+{
+    CUK_TRACE_BLOCK(CUK_F_k_top1);
+    __shared__ uint32_t s_key[TOPK_WARPS];
+    __shared__ int32_t s_id[TOPK_WARPS];
+    pdl_enter();
+    const float *l = logits + (int64_t)blockIdx.x * n;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    uint32_t best = 0u;
+    int32_t id = 0x7fffffff;
+    for (int64_t i = tid; i < n; i += TOPK_THREADS) { /* ascending: the first of a thread's best */
+        const uint32_t key = rank_key(l[i]);
+        if (key > best || id == 0x7fffffff)
+            best = key, id = (int32_t)i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t ok = __shfl_xor_sync(0xffffffffu, best, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
+        if (ok > best || (ok == best && oi < id))
+            best = ok, id = oi;
+    }
+    if (lane == 0)
+        s_key[warp] = best, s_id[warp] = id;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < TOPK_WARPS; w++)
+            if (s_key[w] > best || (s_key[w] == best && s_id[w] < id))
+                best = s_key[w], id = s_id[w];
+        ids[blockIdx.x] = id;
+        if (vals)
+            vals[blockIdx.x] = l[id];
+    }
+}
+
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk(const float *__restrict__ logits, int64_t n, int k,
                                                        int32_t *__restrict__ ids, float *__restrict__ vals)
 {
@@ -39,6 +79,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(const float *__restrict__
     __shared__ uint32_t warp_sum[TOPK_WARPS];
     __shared__ uint32_t cand_key[CUK_TOPK_MAX];
     __shared__ int32_t cand_id[CUK_TOPK_MAX];
+    pdl_enter();
     const float *l = logits + (int64_t)blockIdx.x * n;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -48,10 +89,19 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk(const float *__restrict__
         for (int i = tid; i < RADIX_BINS; i += TOPK_THREADS)
             hist[i] = 0;
         __syncthreads();
-        for (int64_t i = tid; i < n; i += TOPK_THREADS) {
-            const uint32_t key = rank_key(l[i]);
-            if ((key & pmask) == prefix)
-                atomicAdd(&hist[(key >> shift) & (RADIX_BINS - 1)], 1u);
+        /* a warp's lanes that fall in one bin add once, together: logits crowd a few bins of the
+         * top digits, and 32 atomics on one shared word are served one by one */
+        for (int64_t base = (int64_t)warp * 32; base < n; base += TOPK_THREADS) {
+            const int64_t i = base + lane;
+            const uint32_t key = i < n ? rank_key(l[i]) : 0u;
+            const bool in = i < n && (key & pmask) == prefix;
+            const unsigned in_mask = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                const uint32_t bin = (key >> shift) & (RADIX_BINS - 1);
+                const unsigned peers = __match_any_sync(in_mask, bin);
+                if (lane == __ffs(peers) - 1)
+                    atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+            }
         }
         __syncthreads();
         if (tid == 0) {
@@ -138,7 +188,21 @@ extern "C" int cuk_topk(const float *logits, int B, int64_t n, int k, int32_t *i
         return 0;
     if (k < 1 || k > CUK_TOPK_MAX || k > n)
         return -(int)cudaErrorInvalidValue;
-    k_topk<<<(unsigned)B, TOPK_THREADS, 0, (cudaStream_t)st>>>(logits, n, k, ids, vals);
+    /* in the launch chain behind the output product (cuk_pdl.cuh) */
+    static const bool top1 = env_on_unless_0("PINFER_CUDA_TOP1"); /* 0: the radix passes for k = 1 too (A/B) */
+    if (k == 1 && top1)
+        pdl_launch(k_top1, dim3((unsigned)B), dim3(TOPK_THREADS), 0, (cudaStream_t)st, logits, n, ids, vals);
+    else
+        pdl_launch(k_topk, dim3((unsigned)B), dim3(TOPK_THREADS), 0, (cudaStream_t)st, logits, n, k, ids, vals);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : -(int)e;
+}
+
+extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
+{
+    if (B <= 0)
+        return 0;
+    pdl_launch(k_top1, dim3((unsigned)B), dim3(TOPK_THREADS), 0, (cudaStream_t)st, logits, n, ids, (float *)NULL);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : -(int)e;
 }
