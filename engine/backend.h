@@ -116,11 +116,11 @@ struct be_ops {
      * (common/sampling.h): what sampling needs when samp_top_needed() says k suffice, without the
      * whole rows crossing to the host (k = 1: greedy). NULL: output() */
     int (*topk)(struct be *b, const struct pi_batch *batch, int32_t k, int32_t *ids, float *vals);
-    /* (optional) the whole step of a batch of one token that wants its output — embed, every
-     * layer (sparse: each over its predicted mask), output and topk — in one request, with the bits
+    /* (optional) the whole step of a decode batch (every token wants its output) — embed, every
+     * layer (sparse: each over its predicted masks), output and topk — in one request, with the bits
      * of those ops (a device replays it as one launch: no host round trip a layer). cnt (n_layer):
      * what ffn would have counted for each layer. 1 when it does not apply here (then the caller
-     * runs the ops), 0, or a negative code. */
+     * runs the ops: e.g. too many tokens, neurons not held), 0, or a negative code. */
     int (*step_top)(struct be *b, const struct pi_batch *batch, bool sparse, int32_t k, int32_t *ids, float *vals,
                     struct be_ffn_count *cnt);
     /* forget sequence seq's cells (they may be overwritten from position 0) */

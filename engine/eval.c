@@ -238,12 +238,13 @@ int eval_batch(struct eval *e, const struct pi_batch *b, float *logits)
     return rc;
 }
 
-/* The step as one request to the backend (step_top): 1 when it does not apply. The layers' FFN
- * step (eval_ffn_local, or the pipeline's ffn_fn) would only have run the backend's ops: no layer
- * leaves neurons to the host, the masks come from the backend's predictor, and no disk tier. */
+/* The step as one request to the backend (step_top): 1 when it does not apply (the backend takes
+ * decode steps: few tokens, each wanting its candidates). The layers' FFN step (eval_ffn_local, or
+ * the pipeline's ffn_fn) would only have run the backend's ops: no layer leaves neurons to the host,
+ * the masks come from the backend's predictor, and no disk tier. */
 static int whole_step(struct eval *e, const struct pi_batch *b, int32_t k, int32_t *ids, float *vals)
 {
-    if (!e->whole_ok || e->nc || b->n != 1 || (e->sparse && !e->ops->predict))
+    if (!e->whole_ok || e->nc || (e->sparse && !e->ops->predict))
         return 1;
     uint64_t t0 = now_ns();
     const int rc = e->ops->step_top(e->be, b, e->sparse, k, ids, vals, e->whole_cnt);

@@ -61,7 +61,7 @@ struct eval {
     uint8_t *all, *mask2;    /* (n_ff) ones; (n_batch, n_ff) the next layer's predicted masks */
     struct ffn_runs pruns;
     uint64_t phase_ns[EVAL_PHASES];
-    /* one-token steps through the backend's step_top (every layer held on it, no disk tier;
+    /* decode steps through the backend's step_top (every layer held on it, no disk tier;
      * PINFER_WHOLE_STEP=0 turns it off): counted, and their per-layer counts (n_layer) */
     bool whole_ok;
     uint64_t whole_steps;

@@ -190,11 +190,14 @@ static void big_batches(const struct be_ops *ops, const struct pi_model *m, cons
     ops->close(b);
 }
 
-/* A backend with step_top (a device that replays a one-token step as one request): decode steps
+/* A backend with step_top (a device that replays a decode step as one request): decode steps
  * through it give the ids and logits of the same steps op by op, bitwise, with every layer held
- * (step_top's condition) — k changing between steps (1 and 5: another capture each time). */
-#define WS_PROMPT 5
-#define WS_STEPS 8
+ * (step_top's condition) — steps of 1, 2 and 3 sequences' tokens, k changing between steps (1 and
+ * 5: another capture each time), positions crossing 256 (cuda: the graphs of several tokens by
+ * bucket of positions, 256 then 512 cells of a 1 024-cell context). */
+#define WS_PROMPT 250
+#define WS_STEPS 9
+#define WS_SEQS 3
 static void whole_steps(const struct be_ops *ops, const struct pi_model *m, enum be_cache_type ct)
 {
     if (!ops->step_top)
@@ -202,28 +205,36 @@ static void whole_steps(const struct be_ops *ops, const struct pi_model *m, enum
     const char *cname = ct == BE_CACHE_F16 ? "f16" : "f32";
     const int32_t V = m->hp.n_vocab;
     struct be *b = NULL;
-    struct be_params bp = { .n_ctx = 64, .n_seq = 2, .n_batch = 8, .n_threads = 2, .cache_type = ct };
+    struct be_params bp = { .n_ctx = 1024, .n_seq = WS_SEQS, .n_batch = 8, .n_threads = 2, .cache_type = ct };
     CHECK_OK(ops->open(&b, m, &bp));
     struct eval e;
     struct pi_batch_buf bb;
     const struct eval_params ep = { .n_batch = 8 };
     CHECK_OK(eval_init(&e, m, ops, b, &ep));
     CHECK_OK(batch_buf_init(&bb, 8));
-    int32_t toks[WS_PROMPT + WS_STEPS], ids[2][WS_STEPS][5];
-    float vals[2][WS_STEPS][5];
-    for (int i = 0; i < WS_PROMPT + WS_STEPS; i++)
-        toks[i] = (int32_t)((i * 577 + 11) % V);
+    static int32_t toks[WS_SEQS][WS_PROMPT + WS_STEPS], ids[2][WS_STEPS][WS_SEQS * 5];
+    static float vals[2][WS_STEPS][WS_SEQS * 5];
+    for (int s = 0; s < WS_SEQS; s++)
+        for (int i = 0; i < WS_PROMPT + WS_STEPS; i++)
+            toks[s][i] = (int32_t)((i * 577 + 11 + 97 * s) % V);
     memset(ids, 0, sizeof ids), memset(vals, 0, sizeof vals);
     const bool whole_on = e.whole_ok;
     for (int pass = 0; pass < 2; pass++) { /* 0: through step_top, 1: op by op */
         e.whole_ok = whole_on && pass == 0;
         const uint64_t w0 = e.whole_steps;
-        CHECK_OK(ops->seq_clear(b, 1));
-        CHECK_OK(run_seq(&e, &bb, toks, WS_PROMPT, 0, 1, 8, NULL));
+        int32_t pos[WS_SEQS];
+        for (int s = 0; s < WS_SEQS; s++) {
+            CHECK_OK(ops->seq_clear(b, s));
+            CHECK_OK(run_seq(&e, &bb, toks[s], WS_PROMPT, 0, s, 8, NULL));
+            pos[s] = WS_PROMPT;
+        }
         for (int t = 0; t < WS_STEPS; t++) {
-            const int32_t k = t % 3 == 1 ? 1 : 5;
+            const int32_t k = t % 3 == 1 ? 1 : 5, nb = 1 + t % WS_SEQS;
             batch_buf_clear(&bb);
-            batch_buf_add(&bb, toks[WS_PROMPT + t], WS_PROMPT + t, 1, true);
+            for (int s = nb - 1; s >= 0; s--) { /* later sequences first */
+                batch_buf_add(&bb, toks[s][pos[s]], pos[s], s, true);
+                pos[s]++;
+            }
             const struct pi_batch st = batch_view(&bb);
             CHECK_OK(eval_batch_top(&e, &st, k, ids[pass][t], vals[pass][t]));
         }
@@ -232,8 +243,8 @@ static void whole_steps(const struct be_ops *ops, const struct pi_model *m, enum
     }
     CHECK(!memcmp(ids[0], ids[1], sizeof ids[0]) && !memcmp(vals[0], vals[1], sizeof vals[0]),
           "%s (%s cache): the k best of whole steps differ from the steps op by op", ops->name, cname);
-    printf("backend %s, %s cache: %d decode steps through step_top = op by op (ids and logits, bitwise)\n", ops->name,
-           cname, WS_STEPS);
+    printf("backend %s, %s cache: %d decode steps of 1-%d sequences through step_top = op by op (ids and logits, "
+           "bitwise)\n", ops->name, cname, WS_STEPS, WS_SEQS);
     batch_buf_fini(&bb);
     eval_fini(&e);
     ops->close(b);

@@ -231,7 +231,8 @@ static void test_type(uint32_t type)
                 int32_t tid[2][5];
                 float tv[2][5];
                 CHECK_OK(cudev_eval(d, toks, p, 0, 1, sparse, NULL, NULL));
-                CHECK_OK(cudev_step_top(d, toks[p], p, 1, sparse, 5, tid[0], tv[0]));
+                const int32_t seq1 = 1;
+                CHECK_OK(cudev_step_top(d, 1, &toks[p], &p, &seq1, sparse, 5, tid[0], tv[0]));
                 CHECK_OK(cudev_eval(d, toks + p, 1, p, 1, sparse, NULL, NULL));
                 CHECK_OK(cudev_topk(d, 1, 0, 5, tid[1], tv[1]));
                 CHECK(!memcmp(tid[0], tid[1], sizeof tid[0]) && !memcmp(tv[0], tv[1], sizeof tv[0]) && tid[0][0] == id,

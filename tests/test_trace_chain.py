@@ -2,7 +2,7 @@
 """test_trace_chain — bench/gpu/trace_chain.py on synthetic PINFER_CUDA_TRACE files (no GPU needed).
 
 Two launches of one kernel that overlap (the second's first block enters before the first's last,
-a second-wave block) must be told apart by their blocks; steps end with k_argmax; the layers'
+a second-wave block) must be told apart by their blocks; steps end with k_top1; the layers'
 pattern is found; --blocks' view of one kernel's working blocks; a wrapped ring drops its partial first step; --json writes the table.
 
 usage: test_trace_chain.py TRACE_CHAIN_PY"""
@@ -17,7 +17,7 @@ spec = importlib.util.spec_from_file_location("trace_chain", sys.argv[1])
 tc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tc)
 
-NAMES = ["none", "k_get_rows", "k_mmv", "k_attn_part", "k_argmax"]
+NAMES = ["none", "k_get_rows", "k_mmv", "k_attn_part", "k_top1"]
 GET_ROWS, MMV, ATTN, ARGMAX = 1, 2, 3, 4
 failures = 0
 
@@ -80,10 +80,10 @@ with tempfile.TemporaryDirectory() as d:
     first, second = mmv[0], mmv[1]
     check(sorted(r[tc.T_ENTRY] for r in first.recs) == [1_003_000, 1_003_100, 1_007_150], "the first mmv's blocks")
     check(sorted(r[tc.T_ENTRY] for r in second.recs) == [1_007_120, 1_007_300, 1_007_400], "the second mmv's blocks")
-    steps, rest = tc.split_steps(launches, NAMES, {"k_argmax"})
+    steps, rest = tc.split_steps(launches, NAMES, {"k_top1"})
     check(len(steps) == 3 and not rest, f"steps: {len(steps)}, {len(rest)} after")
     rows = tc.launch_rows(steps[-1], NAMES, 1.98)
-    check([r["kernel"] for r in rows] == ["k_get_rows"] + ["k_mmv", "k_mmv", "k_attn_part"] * 2 + ["k_argmax"],
+    check([r["kernel"] for r in rows] == ["k_get_rows"] + ["k_mmv", "k_mmv", "k_attn_part"] * 2 + ["k_top1"],
           "the step's kernels")
     check(abs(sum(r["share_us"] for r in rows) - (rows[-1]["exit_us"] - rows[0]["entry_us"])) < 1e-9,
           "the shares add up to the step")
@@ -115,8 +115,8 @@ with tempfile.TemporaryDirectory() as d:
     write(path, kept, cap=len(kept), n=len(recs))
     tr = tc.read_trace(path)
     check(tr["wrapped"], "wrapped")
-    kept = tc.drop_partial_head(tr["recs"], NAMES, {"k_argmax"})
-    steps, rest = tc.split_steps(tc.group_launches(kept), NAMES, {"k_argmax"})
+    kept = tc.drop_partial_head(tr["recs"], NAMES, {"k_top1"})
+    steps, rest = tc.split_steps(tc.group_launches(kept), NAMES, {"k_top1"})
     check(len(steps) == 2 and not rest and all(len(s) == 8 for s in steps), f"wrapped: {len(steps)} steps")
     check(tc.main([path, "--skip-last", "1"]) == 0, "main on the wrapped ring")
 

@@ -14,7 +14,8 @@
  * ("pp_invariant": the prefill's last logits bitwise equal). Bytes per token: the weights a dense
  * token streams (all but the embedding table), or for sparse the same with the FFN rows actually
  * computed (counted on the device over 16 steps). --batch: aggregate decode rate with B sequences
- * stepping together (one batch of B tokens per step, own GEMV path, no graph). */
+ * stepping together (one batch of B tokens per step, own GEMV path): op by op (agg_tok_s) and, for
+ * B ≤ 8, as the graph of a decode step that gpud replays (agg_tok_s_graph). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,27 @@ static int bench_layers(struct cudev *d, int32_t n, bool sparse)
     return 0;
 }
 
+/* B ≤ 8 sequences decoding together as gpud's decode steps go on a GPU that holds every layer: the
+ * graph of B tokens ending in each one's best candidate (cudev_step_top, k = 1), its capture in an
+ * untimed first step; tokens a second over the timed steps, or < 0 on an error. */
+static double batch_graph(struct cudev *d, const int32_t *prompt, int32_t np, int B, int steps, bool sparse)
+{
+    int32_t tok[CUDEV_GEMV_MAX], pos[CUDEV_GEMV_MAX], seq[CUDEV_GEMV_MAX], id = 0;
+    float val[CUDEV_GEMV_MAX];
+    int rc = 0;
+    for (int s = 0; !rc && s < B; s++)
+        rc = cudev_eval(d, prompt, np, 0, s, sparse, NULL, &id);
+    double t0 = now_s();
+    for (int i = 0; !rc && i <= steps; i++) {
+        if (i == 1)
+            t0 = now_s();
+        for (int s = 0; s < B; s++)
+            tok[s] = i ? tok[s] : id, pos[s] = np + i, seq[s] = s;
+        rc = cudev_step_top(d, B, tok, pos, seq, sparse, 1, tok, val);
+    }
+    return rc ? -1.0 : B * steps / (now_s() - t0);
+}
+
 /* B sequences decoding together: the same prompt in each, then steps of B tokens. */
 static int run_batch(struct cudev *d, const int32_t *prompt, int32_t np, int B, int steps, bool sparse,
                      const char *path)
@@ -218,12 +240,14 @@ static int run_batch(struct cudev *d, const int32_t *prompt, int32_t np, int B, 
             rc = cudev_argmax(d, B, 0, tok);
     }
     const double t = now_s() - t0;
-    if (rc) {
+    const double graph = rc || B > CUDEV_GEMV_MAX ? 0.0 : batch_graph(d, prompt, np, B, steps, sparse);
+    if (rc || graph < 0) {
         fprintf(stderr, "bench_cuda: batch: %s\n", pi_errmsg());
-        return rc;
+        return rc ? rc : -PI_E_DEVICE;
     }
-    printf("{\"case\":\"batch\",\"model\":\"%s\",\"mode\":\"%s\",\"batch\":%d,\"steps\":%d,\"agg_tok_s\":%.1f}\n", path,
-           sparse ? "sparse" : "dense", B, steps, B * steps / t);
+    printf("{\"case\":\"batch\",\"model\":\"%s\",\"mode\":\"%s\",\"batch\":%d,\"steps\":%d,\"agg_tok_s\":%.1f,"
+           "\"agg_tok_s_graph\":%.1f}\n",
+           path, sparse ? "sparse" : "dense", B, steps, B * steps / t, graph);
     fflush(stdout);
     return 0;
 }

@@ -8,6 +8,9 @@
 # tokens of "Once upon a time", --temp 0 --ignore-eos -c 2048 -t 16, as bench_cuda's -n 256 -c 2048.
 # A pipeline line ends with the text's md5 and gpud's own account of a decode step (its log's
 # "decode steps" line: the host around the evaluator, the layers' enqueueing, the output's wait).
+# PAR=N (2..8) adds, per file and environment, N requests at once through an instance started with
+# --parallel N (decode steps of N tokens): their summed decode rate, and N × 256 over the wall time
+# from the first request's start to the last one's end (prefills included).
 # DIR/trees.txz: pack_trees.sh's (gpu/bench/bench_cuda, gpu/tools/pictl and the stages), DIR/lib.
 set -u
 D=$1
@@ -39,6 +42,25 @@ for l in sys.stdin:
             echo "r$r $f pipeline $envs $(rate "$S/p.json") text $(md5sum <"$S/p.txt" | cut -c1-8) | gpud $step"
             [ -s "$S/p.json" ] || tail -3 "$S/p.err"
             rm -f "$S/p.json"
+            rm -rf "$X"
+        done
+        for envs in ${PAR:+${PROD_ENVS:-X=1}}; do
+            X=$S/xdg-par; rm -rf "$X"; mkdir -p "$X"
+            env ${envs//,/ } XDG_RUNTIME_DIR="$X" timeout 60 "$G/tools/pictl" start -m "$S/$f.gguf" --name par \
+                -t 16 -c 2048 --parallel "$PAR" --backend cuda >/dev/null 2>"$S/par.err" || tail -3 "$S/par.err"
+            t0=$(date +%s.%N)
+            for i in $(seq "$PAR"); do
+                XDG_RUNTIME_DIR="$X" timeout 90 "$G/tools/pictl" generate --name par -p "Once upon a time $i" -n 256 \
+                    --temp 0 --ignore-eos --json-stats "$S/par-$i.json" >/dev/null 2>>"$S/par.err" &
+            done
+            wait
+            t1=$(date +%s.%N)
+            XDG_RUNTIME_DIR="$X" timeout 30 "$G/tools/pictl" stop --name par >/dev/null 2>&1
+            echo "r$r $f parallel $PAR $envs $(python3 -c 'import json,sys
+n, t = int(sys.argv[1]), float(sys.argv[3]) - float(sys.argv[2])
+r = [json.load(open(sys.argv[4] + "/par-%d.json" % i)).get("decode_tok_s", 0) for i in range(1, n + 1)]
+print("sum %.1f wall %.1f" % (sum(r), n * 256 / t))' "$PAR" "$t0" "$t1" "$S" 2>&1 | tail -1)"
+            rm -f "$S"/par-*.json
             rm -rf "$X"
         done
         if [ -n "${INPROC:-}" ]; then

@@ -118,6 +118,11 @@ struct cu_layer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv;
 };
 
+/* cudev_step_top's graphs of several tokens by the bucket of their positions: below STEP_BUCKET0,
+ * 2·STEP_BUCKET0, ...; the last bucket any position */
+#define STEP_BUCKET0 256
+#define STEP_BUCKETS 18
+
 struct cudev {
     const struct pi_model *m;
     struct cudev_params p;
@@ -164,10 +169,12 @@ struct cudev {
     bool blas_on;            /* benchmarks: batches > CUDEV_GEMV_MAX through cuBLAS (not invariant) */
     int32_t *h_cnt;          /* (n_batch) pinned: active counts when counting */
     bool capturing;          /* a decode graph is being captured */
+    int32_t cap_max_pos;     /* ... for positions up to this one (-1: any; cudev_step_top's buckets) */
     int32_t max_pos;         /* largest position of the batch on the device */
-    /* decode graphs: [sparse]; the steps ending in the k best (cudev_step_top), for top_k[sparse] */
-    cudaGraphExec_t graph[2], top_graph[2];
-    int32_t top_k[2];
+    /* decode graphs: [sparse]; the steps of n tokens ending in their k best (cudev_step_top), for
+     * top_k[n][sparse][bucket] */
+    cudaGraphExec_t graph[2], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
+    int32_t top_k[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
     /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
@@ -606,8 +613,10 @@ void cudev_close(struct cudev *d)
     for (int i = 0; i < 2; i++) {
         if (d->graph[i])
             cudaGraphExecDestroy(d->graph[i]);
-        if (d->top_graph[i])
-            cudaGraphExecDestroy(d->top_graph[i]);
+        for (int n = 0; n <= CUDEV_GEMV_MAX; n++)
+            for (int b = 0; b < STEP_BUCKETS; b++)
+                if (d->top_graph[n][i][b])
+                    cudaGraphExecDestroy(d->top_graph[n][i][b]);
     }
     if (d->blas)
         cublasDestroy(d->blas);
@@ -914,8 +923,8 @@ static int attn_qkv(struct cudev *d, int layer, int32_t n)
 static int attn_core(struct cudev *d, int layer, int32_t n)
 {
     const int32_t *pos = d->batch + d->p.n_batch, *seq = d->batch + 2 * d->p.n_batch;
-    /* a captured graph replays at other positions: launch for the whole context there */
-    const int32_t max_pos = d->capturing ? -1 : d->max_pos;
+    /* a captured graph replays at other positions: launch for its bucket's (or the whole context) */
+    const int32_t max_pos = d->capturing ? d->cap_max_pos : d->max_pos;
     if (n == 1) /* RoPE, the cache store and attention in one kernel fewer; the same bits as below */
         return CK(cuk_rope_attn(&d->geom, d->q, d->k, d->v, pos, seq, d->k_cache[layer], d->v_cache[layer], d->rope_inv,
                                 d->att, d->apart, n, max_pos, &d->L[layer].wo, d->st));
@@ -1362,28 +1371,32 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
     return rc;
 }
 
-/* The decode step of the token in h_batch as a graph: its layers, the output, and its greedy id
- * (k = 0: argmax into h_ids) or its k best (ids and logits into h_ids, h_tvals). */
-static int capture(struct cudev *d, bool sparse, int32_t k, cudaGraphExec_t *out)
+/* The decode step of the n tokens in h_batch as a graph: their layers, the output, and the first
+ * token's greedy id (k = 0, n = 1: argmax into h_ids) or each token's k best (ids and logits into
+ * h_ids, h_tvals). A batch of n ≤ CUDEV_GEMV_MAX tokens launches the same kernels whatever its
+ * positions and sequences (cuk_pattn's choice by runs starts above that size), so the graph replays
+ * any such batch at positions ≤ max_pos (-1: any; the attention launches the chunks up to there). */
+static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t max_pos, cudaGraphExec_t *out)
 {
     cudaGraph_t g = NULL;
     TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
     d->capturing = true;
+    d->cap_max_pos = max_pos;
     const int32_t B = d->p.n_batch;
     int rc = CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
     if (!rc)
-        rc = layers(d, 1, sparse);
+        rc = layers(d, n, sparse);
     if (!rc)
-        rc = cudev_output(d, 1, 0, NULL);
+        rc = cudev_output(d, n, 0, NULL);
     if (!rc && !k)
         rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
     if (!rc && k)
-        rc = CK(cuk_topk(d->logits, 1, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st));
+        rc = CK(cuk_topk(d->logits, n, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st));
+    const size_t cells = (size_t)n * (size_t)(k ? k : 1);
     if (!rc)
-        rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, (size_t)(k ? k : 1) * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                d->st));
+        rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, cells * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st));
     if (!rc && k)
-        rc = CU(cudaMemcpyAsync(d->h_tvals, d->tvals, (size_t)k * sizeof(float), cudaMemcpyDeviceToHost, d->st));
+        rc = CU(cudaMemcpyAsync(d->h_tvals, d->tvals, cells * sizeof(float), cudaMemcpyDeviceToHost, d->st));
     const int rc2 = CU(cudaStreamEndCapture(d->st, &g));
     d->capturing = false;
     if (!rc)
@@ -1395,51 +1408,71 @@ static int capture(struct cudev *d, bool sparse, int32_t k, cudaGraphExec_t *out
     return rc;
 }
 
-/* the step's token into h_batch, once the stream has passed every earlier read of it */
-static int step_batch(struct cudev *d, int32_t tok, int32_t pos, int32_t seq)
+/* the step's n tokens into h_batch, once the stream has passed every earlier read of it */
+static int step_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
 {
-    if (tok < 0 || tok >= d->m->hp.n_vocab || pos < 0 || pos >= d->p.n_ctx || seq < 0 || seq >= d->p.n_seq)
-        return pi_fail(PI_E_RANGE, "cuda: step token %d at (seq %d, pos %d) out of range", tok, seq, pos);
+    TRY(check_n(d, n));
+    for (int32_t i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= d->m->hp.n_vocab || pos[i] < 0 || pos[i] >= d->p.n_ctx || seq[i] < 0 ||
+            seq[i] >= d->p.n_seq)
+            return pi_fail(PI_E_RANGE, "cuda: step token %d at (seq %d, pos %d) out of range", tok[i], seq[i], pos[i]);
     TRY(CU(cudaStreamSynchronize(d->st)));
     const int32_t B = d->p.n_batch;
-    d->h_batch[0] = tok;
-    d->h_batch[B] = pos;
-    d->h_batch[2 * B] = seq;
+    for (int32_t i = 0; i < n; i++) {
+        d->h_batch[i] = tok[i];
+        d->h_batch[B + i] = pos[i];
+        d->h_batch[2 * B + i] = seq[i];
+    }
     return 0;
 }
 
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
 {
     sparse = sparse && d->sparse_ok;
-    TRY(step_batch(d, tok, pos, seq));
+    TRY(step_batch(d, 1, &tok, &pos, &seq));
     if (!d->graph[sparse])
-        TRY(capture(d, sparse, 0, &d->graph[sparse]));
+        TRY(capture(d, 1, sparse, 0, -1, &d->graph[sparse]));
     TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
     *next = d->h_ids[0];
     return 0;
 }
 
-int cudev_step_top(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t k, int32_t *ids,
-                   float *vals)
+int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq, bool sparse,
+                   int32_t k, int32_t *ids, float *vals)
 {
     if (sparse && !d->sparse_ok)
         return pi_fail(PI_E_UNSUPPORTED, "cuda: the model's predictors are not on the device");
     if (k < 1 || k > CUK_TOPK_MAX || k > d->m->hp.n_vocab)
         return pi_fail(PI_E_RANGE, "cuda: top %d of %d logits (1..%d)", k, d->m->hp.n_vocab, CUK_TOPK_MAX);
-    TRY(step_batch(d, tok, pos, seq));
-    if (d->top_graph[sparse] && d->top_k[sparse] != k) { /* another k: another topk launch in the graph */
-        cudaGraphExecDestroy(d->top_graph[sparse]);
-        d->top_graph[sparse] = NULL;
+    if (n < 1 || n > CUDEV_GEMV_MAX)
+        return pi_fail(PI_E_RANGE, "cuda: a decode graph of %d tokens (1..%d)", n, CUDEV_GEMV_MAX);
+    TRY(step_batch(d, n, tok, pos, seq));
+    /* one token: a graph for any position (the attention's blocks past it leave at once, off the
+     * chain); several: a graph per bucket of positions, STEP_BUCKET0 · 2^b cells, the last one the
+     * whole context — the blocks of B tokens' empty chunks were on the chain (8 tokens at position
+     * ~40 under the whole context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2) */
+    int b = 0;
+    int32_t cells = STEP_BUCKET0, max_pos = -1;
+    for (int32_t i = 0; n > 1 && i < n; i++)
+        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
+    while (n > 1 && cells <= max_pos && b < STEP_BUCKETS - 1)
+        cells *= 2, b++;
+    max_pos = n > 1 && cells < d->p.n_ctx && b < STEP_BUCKETS - 1 ? cells - 1 : -1;
+    cudaGraphExec_t *g = &d->top_graph[n][sparse][n > 1 ? b : 0];
+    int32_t *gk = &d->top_k[n][sparse][n > 1 ? b : 0];
+    if (*g && *gk != k) { /* another k: another topk launch in the graph */
+        cudaGraphExecDestroy(*g);
+        *g = NULL;
     }
-    if (!d->top_graph[sparse]) {
-        TRY(capture(d, sparse, k, &d->top_graph[sparse]));
-        d->top_k[sparse] = k;
+    if (!*g) {
+        TRY(capture(d, n, sparse, k, max_pos, g));
+        *gk = k;
     }
-    TRY(CU(cudaGraphLaunch(d->top_graph[sparse], d->st)));
+    TRY(CU(cudaGraphLaunch(*g, d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
-    memcpy(ids, d->h_ids, (size_t)k * sizeof *ids);
-    memcpy(vals, d->h_tvals, (size_t)k * sizeof *vals);
+    memcpy(ids, d->h_ids, (size_t)n * (size_t)k * sizeof *ids);
+    memcpy(vals, d->h_tvals, (size_t)n * (size_t)k * sizeof *vals);
     return 0;
 }
 
