@@ -4,7 +4,8 @@
 #   2. the pipeline (gpud on cuda + cpud + predictord) on the tiny model at budgets from below the
 #      fixed bytes (whole-layer fallback) to a few neurons per layer to most of the model: greedy
 #      tokens against the in-process all-CPU run, and kill -9 of each stage leaves tokens and logits
-#      unchanged (hybrid_kill.py); all-GPU and -ngl 3 against all-CPU too
+#      unchanged (hybrid_kill.py); all-GPU and -ngl 3 against all-CPU too; kill -9 with all on the GPU
+#      and no logits dump (gpud decodes through the whole-step graphs): tokens unchanged
 #   1b. ipc_exit: what a CUDA IPC importer sees when the exporting process is killed
 #   3. 7B shapes (pictl synth, BENCH.md's s16 / s4): sparse hybrid at 8.9 and 12 GiB (F16) and
 #      3.1 GiB (Q4_0), -ngl at llama.cpp's layer counts, all-GPU for reference: decode tok/s
@@ -113,6 +114,10 @@ if [ -n "$FIXED" ]; then
             tee -a "$OUT/run.log"
     done
 fi
+# all on the GPU, no logits dump: gpud's decode steps are the backend's whole-step graphs
+log "hybrid_kill all-GPU (8 GiB), tokens only"
+HK_WANT_BACKEND=cuda HK_LOGITS=0 timeout 45 python3 "$D/hybrid_kill.py" "$P" "$TINY" 8 all-gpu "$OUT" "$OUT/tiny-cpu.json" 2>&1 |
+    tee -a "$OUT/run.log"
 
 fi # SPEED_ONLY
 
