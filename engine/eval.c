@@ -8,6 +8,7 @@
 #include "ncache.h"
 #include "pi_err.h"
 #include "predictor.h"
+#include "sampling.h" /* SAMP_BEST_MAX */
 #include "threadpool.h"
 
 #define DEFAULT_BATCH 64
@@ -375,7 +376,9 @@ double ctx_phase_ms(const struct pi_ctx *c, int ph)
 
 int ctx_eval_batch(struct pi_ctx *c, const struct pi_batch *b, float *logits) { return eval_batch(&c->ev, b, logits); }
 
-int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits)
+/* ctx_eval's chunks; the last one's last token's k best when k > 0 (then logits is unused) */
+static int ctx_eval_k(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits,
+                      int32_t k, int32_t *ids, float *vals)
 {
     const int32_t V = c->m->hp.n_vocab;
     if (n <= 0)
@@ -391,9 +394,24 @@ int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, fl
             batch_buf_add(&c->bb, tokens[done + i], pos + done + i, 0, all_logits || (last && i == B - 1));
         const struct pi_batch b = batch_view(&c->bb);
         float *out = all_logits ? logits + (size_t)done * V : last ? logits : NULL;
-        int rc = eval_batch(&c->ev, &b, out);
+        int rc = last && k > 0 ? eval_batch_top(&c->ev, &b, k, ids, vals) : eval_batch(&c->ev, &b, k > 0 ? NULL : out);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits)
+{
+    return ctx_eval_k(c, tokens, n, pos, logits, all_logits, 0, NULL, NULL);
+}
+
+int ctx_eval_top(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, int32_t k, int32_t *ids,
+                 float *vals)
+{
+    if (!c->ops->topk)
+        return pi_fail(PI_E_UNSUPPORTED, "eval: backend %s computes no top-k candidates", c->ops->name);
+    if (k < 1 || k > SAMP_BEST_MAX || k > c->m->hp.n_vocab)
+        return pi_fail(PI_E_RANGE, "eval: top %d of %d logits (1..%d)", k, c->m->hp.n_vocab, SAMP_BEST_MAX);
+    return ctx_eval_k(c, tokens, n, pos, NULL, false, k, ids, vals);
 }

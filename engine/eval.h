@@ -144,6 +144,10 @@ double ctx_phase_ms(const struct pi_ctx *c, int ph);
  * must already hold positions 0..pos-1. logits: n_vocab floats for the last token, or n × n_vocab
  * for every token when all_logits. Returns 0, or -PI_E_RANGE if pos + n exceeds the context. */
 int ctx_eval(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, float *logits, bool all_logits);
+/* The same with, instead of logits, the last token's k best candidates (ids, vals: k each;
+ * eval_batch_top), when the backend has topk; else -PI_E_UNSUPPORTED. */
+int ctx_eval_top(struct pi_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, int32_t k, int32_t *ids,
+                 float *vals);
 /* Any batch (seq ids < n_seq); logits as eval_batch. */
 int ctx_eval_batch(struct pi_ctx *c, const struct pi_batch *b, float *logits);
 

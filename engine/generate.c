@@ -20,10 +20,16 @@ static int ctx_evaluator(void *self, const int32_t *toks, int32_t n, int32_t pos
     return ctx_eval(self, toks, n, pos, logits, false);
 }
 
+static int ctx_top_evaluator(void *self, const int32_t *toks, int32_t n, int32_t pos, int32_t k, int32_t *ids,
+                             float *vals)
+{
+    return ctx_eval_top(self, toks, n, pos, k, ids, vals);
+}
+
 int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params *gp, const int32_t *prompt,
             int32_t n_prompt, gen_token_fn cb, void *user, struct gen_stats *st)
 {
-    const struct gen_eval ev = { .fn = ctx_evaluator, .self = c, .n_ctx = ctx_n_ctx(c) };
+    const struct gen_eval ev = { .fn = ctx_evaluator, .top = ctx_top_evaluator, .self = c, .n_ctx = ctx_n_ctx(c) };
     return gen_run_eval(&ev, m, gp, prompt, n_prompt, 0, cb, user, st);
 }
 
@@ -46,6 +52,11 @@ int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const stru
         st->hit_context_end = n_known >= n_ctx;
         return 0;
     }
+    /* candidates instead of rows where they decide the token (gpud's step_top_k rule) */
+    const int32_t need = gp->candidates_only && ev->top ? samp_top_needed(&gp->samp) : 0;
+    const int32_t k = need > 0 && need <= SAMP_BEST_MAX && need <= V ? need : 0;
+    int32_t top_ids[SAMP_BEST_MAX];
+    float top_vals[SAMP_BEST_MAX];
     int32_t *hist = malloc(((size_t)n_known + (size_t)max_new + 1) * sizeof *hist);
     float *logits = malloc((size_t)V * sizeof *logits);
     struct samp_state *ss = NULL;
@@ -62,17 +73,19 @@ int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const stru
     /* The prompt and any tokens generated before (a replay) in one prefill: the logits of a token
      * do not depend on how its predecessors were batched, so a replay continues exactly. */
     double t0 = pi_now_ms();
-    if ((rc = ev->fn(ev->self, tokens, n_known, 0, logits)))
+    if ((rc = k ? ev->top(ev->self, tokens, n_known, 0, k, top_ids, top_vals) : ev->fn(ev->self, tokens, n_known, 0,
+                                                                                       logits)))
         goto out;
     st->prefill_ms = pi_now_ms() - t0;
 
     t0 = pi_now_ms();
     for (int32_t i = 0; i < max_new; i++) {
         const int32_t pos = (int32_t)n_hist;
-        const int32_t id = samp_sample(ss, &gp->samp, logits, hist, n_hist, (uint64_t)pos);
+        const int32_t id = k ? samp_sample_top(ss, &gp->samp, top_ids, top_vals, k, (uint64_t)pos)
+                             : samp_sample(ss, &gp->samp, logits, hist, n_hist, (uint64_t)pos);
         hist[n_hist++] = id;
         st->n_gen++;
-        int stop = cb ? cb(user, id, logits, V) : 0;
+        int stop = cb ? cb(user, id, k ? NULL : logits, V) : 0;
         if (stop) {
             rc = stop < 0 ? stop : 0;
             break;
@@ -85,7 +98,7 @@ int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const stru
             st->hit_context_end = true;
             break;
         }
-        if ((rc = ev->fn(ev->self, &id, 1, pos, logits)))
+        if ((rc = k ? ev->top(ev->self, &id, 1, pos, k, top_ids, top_vals) : ev->fn(ev->self, &id, 1, pos, logits)))
             break;
     }
     st->decode_ms = pi_now_ms() - t0;

@@ -12,6 +12,10 @@
 struct gen_params {
     int32_t n_predict; /* tokens to generate; < 0: until EOG or the context is full */
     bool ignore_eos;   /* keep going past end-of-generation tokens */
+    /* the callback never reads the logits: where the sampling parameters let k candidates decide
+     * (samp_top_needed) and the evaluator has `top`, only those are computed on the host side, the
+     * callback gets NULL logits, and the tokens are the same (samp_sample_top) */
+    bool candidates_only;
     struct samp_params samp;
 };
 
@@ -21,8 +25,8 @@ struct gen_stats {
     bool hit_context_end;         /* stopped because the KV cache was full */
 };
 
-/* Called once per generated token with the logits it was sampled from. Non-zero return stops the
- * generation (and is returned by gen_run if negative). */
+/* Called once per generated token with the logits it was sampled from (NULL with
+ * candidates_only). Non-zero return stops the generation (and is returned by gen_run if negative). */
 typedef int (*gen_token_fn)(void *user, int32_t id, const float *logits, int32_t n_vocab);
 
 /* The prompt must fit the context: otherwise -PI_E_RANGE naming both lengths. */
@@ -32,8 +36,12 @@ int gen_run(struct pi_ctx *c, const struct pi_model *m, const struct gen_params 
 /* Any evaluator: logits (n_vocab) of the last of n tokens at positions pos..pos+n-1, whose
  * predecessors are already in its cache. */
 typedef int (*gen_eval_fn)(void *self, const int32_t *toks, int32_t n, int32_t pos, float *logits);
+/* The same, the last token's k best candidates instead (samp_best's order) */
+typedef int (*gen_top_fn)(void *self, const int32_t *toks, int32_t n, int32_t pos, int32_t k, int32_t *ids,
+                          float *vals);
 struct gen_eval {
     gen_eval_fn fn;
+    gen_top_fn top; /* may be NULL */
     void *self;
     int32_t n_ctx;
 };

@@ -40,6 +40,17 @@ static int on_token(void *user, int32_t id, const float *logits, int32_t n_vocab
     return 0;
 }
 
+/* candidates_only: the ids, and that no logits row came */
+static int on_candidate(void *user, int32_t id, const float *logits, int32_t n_vocab)
+{
+    struct capture *c = user;
+    (void)n_vocab;
+    if (c->n == c->cap || logits)
+        return -PI_E_RANGE;
+    c->ids[c->n++] = id;
+    return 0;
+}
+
 /* top-n ids of a row, descending by logit (ties: lower id first) */
 static void top_ids(const float *l, int32_t V, int n, int32_t *out)
 {
@@ -92,6 +103,20 @@ static void check_case(const struct pi_model *m, json_t *jc, const char *label)
     struct gen_stats st;
     CHECK_OK(gen_run(c, m, &gp, prompt_ids, n_prompt, on_token, &cap, &st));
     REQUIRE(cap.n == n_gen, "%s: generated %d tokens, expected %d", label, cap.n, n_gen);
+    /* the same generation from the best candidates only (pictl run without --dump-logits): the same
+     * tokens, and the callback gets no logits */
+    {
+        struct pi_ctx *c2 = NULL;
+        CHECK_OK(ctx_new(&c2, m, &cp));
+        struct capture top = { .cap = n_gen, .n_vocab = V, .ids = malloc((size_t)n_gen * sizeof(int32_t)) };
+        struct gen_params gt = gp;
+        gt.candidates_only = true;
+        CHECK_OK(gen_run(c2, m, &gt, prompt_ids, n_prompt, on_candidate, &top, &st));
+        CHECK(top.n == n_gen && !memcmp(top.ids, cap.ids, (size_t)n_gen * sizeof(int32_t)),
+              "%s: greedy tokens from candidates differ from tokens from logits rows", label);
+        free(top.ids);
+        ctx_free(c2);
+    }
 
     /* first-step logits */
     double max_diff = 0.0, max_ref = 0.0;

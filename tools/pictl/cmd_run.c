@@ -128,6 +128,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     struct run_sink sink = { .m = m, .logits_out = lf, .ids = gen_ids };
+    o.gen.candidates_only = !lf; /* on_token reads the logits only to dump them */
     struct gen_stats st;
     rc = gen_run(c, m, &o.gen, ids, (int32_t)n_ids, on_token, &sink, &st);
     fputc('\n', stdout);
