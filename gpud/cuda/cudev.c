@@ -175,6 +175,8 @@ struct cudev {
      * top_k[n][sparse][bucket] */
     cudaGraphExec_t graph[2], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
     int32_t top_k[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
+    int n_captured;          /* decode graphs captured, and the time they took (the log at close) */
+    double capture_s;
     int64_t max_rank;
     uint64_t *active;        /* (n_layer) when counting: Σ neurons the masked FFN computed */
     /* the pipeline's hand-off: registered (mapped) host ranges and their device addresses; the
@@ -603,6 +605,8 @@ void cudev_close(struct cudev *d)
     if (!d)
         return;
     cu_report_count("at close");
+    if (d->n_captured) /* what the graphs cost their first steps (a new k, batch size or bucket) */
+        fprintf(stderr, "cuda: %d decode graphs captured in %.1f ms\n", d->n_captured, d->capture_s * 1e3);
     /* a cold_add still waiting (its step abandoned on an error) must end before anything waits on
      * the stream: release every step */
     if (d->rel_blk)
@@ -1379,6 +1383,7 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
 static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t max_pos, cudaGraphExec_t *out)
 {
     cudaGraph_t g = NULL;
+    const double t0 = now_s();
     TRY(CU(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal)));
     d->capturing = true;
     d->cap_max_pos = max_pos;
@@ -1405,6 +1410,8 @@ static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t m
         rc = CU(cudaGraphInstantiate(out, g, 0));
     if (g)
         cudaGraphDestroy(g);
+    d->n_captured += rc == 0;
+    d->capture_s += now_s() - t0;
     return rc;
 }
 
