@@ -432,9 +432,9 @@ void gpud_log_step_time(const struct gpud *g)
         return;
     const double n = (double)d->steps * 1e3;
     fprintf(stderr,
-            "gpud: %llu decode steps (%llu of one token as one request: the backend's step_top), %.1f us a step: "
+            "gpud: %llu decode steps (%llu whole: one request to the backend, its step_top), %.1f us a step: "
             "%.1f on the host around the evaluator, %.1f enqueueing the layers, %.1f in the output and its wait "
-            "(step_top's whole step)\n",
+            "(or the whole step)\n",
             (unsigned long long)d->steps, (unsigned long long)g->ev.whole_steps, (double)d->wall_ns / n,
             (double)d->outside_ns / n, (double)d->layers_ns / n, (double)d->output_ns / n);
 }
