@@ -5,7 +5,9 @@
 # on BENCH.md's files, in ROUNDS (2) interleaved rounds. FILES: which of d16 s16 d4 s4 (default
 # "d16 s16"; synthesized into /dev/shm when missing). PROD_ENVS: the pipeline's environments, one
 # run each per round (comma-separated NAME=VALUE, X=1 for none; default "X=1"). Every run: 256
-# tokens of "Once upon a time", --temp 0 --ignore-eos -c 2048 -t 16, as bench_cuda's -n 256 -c 2048.
+# tokens of "Once upon a time", --temp 0 --ignore-eos -c 2048 -t 16, as bench_cuda's -n 256 -c 2048;
+# SAMPLING replaces "--temp 0" in the pipeline's and in-process runs (e.g. "--seed 1": llama.cpp's
+# defaults, temperature 0.8 with the 40 best candidates).
 # A pipeline line ends with the text's md5 and gpud's own account of a decode step (its log's
 # "decode steps" line: the host around the evaluator, the layers' enqueueing, the output's wait).
 # PAR=N (2..8) adds, per file and environment, N requests at once through an instance started with
@@ -23,7 +25,8 @@ for f in ${FILES:-d16 s16}; do
     bench_file "$G/tools/pictl" "$S" "$f"
 done
 "$G/bench/bench_cuda" --hbm 8 2>/dev/null | tail -1
-RUN=(-p "Once upon a time" -n 256 --temp 0 --ignore-eos -c 2048 -t 16 --backend cuda)
+read -r -a SAMP <<<"${SAMPLING:---temp 0}"
+RUN=(-p "Once upon a time" -n 256 "${SAMP[@]}" --ignore-eos -c 2048 -t 16 --backend cuda)
 rate() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_tok_s"])' "$1" 2>/dev/null; }
 for r in $(seq "${ROUNDS:-2}"); do
     for f in ${FILES:-d16 s16}; do
@@ -38,7 +41,8 @@ for l in sys.stdin:
             X=$S/xdg-$r-$f; rm -rf "$X"; mkdir -p "$X" # the instance's logs are kept there: gpud's step line
             env ${envs//,/ } PINFER_KEEP_LOGS=1 XDG_RUNTIME_DIR="$X" timeout 90 "$G/tools/pictl" run -m "$S/$f.gguf" \
                 "${RUN[@]}" --json-stats "$S/p.json" >"$S/p.txt" 2>"$S/p.err"
-            step=$(cat "$X"/pinfer/*/logs/gpud.log 2>/dev/null | grep -o 'decode steps .*' | tail -1)
+            step=$(cat "$X"/pinfer/*/logs/gpud.log 2>/dev/null | grep -o 'decode steps .*\|decode graphs captured.*' |
+                tail -2 | tr '\n' ' ')
             echo "r$r $f pipeline $envs $(rate "$S/p.json") text $(md5sum <"$S/p.txt" | cut -c1-8) | gpud $step"
             [ -s "$S/p.json" ] || tail -3 "$S/p.err"
             rm -f "$S/p.json"
