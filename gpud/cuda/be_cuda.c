@@ -87,9 +87,7 @@ static int cu_open(struct be **out, const struct pi_model *m, const struct be_pa
         cu_close(b);
         return rc;
     }
-    b->whole = cudev_whole(b->d);
-    for (size_t l = 0; l < L; l++)
-        b->whole = b->whole && b->all_held[l];
+    b->whole = cudev_whole(b->d); /* (a layer not held whole is compacted or masked there) */
     /* the upload is the start-up (and restart) cost of a GPU stage: one line in its log */
     struct cudev_mem mm;
     cudev_mem(b->d, &mm);

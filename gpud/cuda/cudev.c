@@ -870,7 +870,9 @@ static int check_layer(const struct cudev *d, int layer)
     return 0;
 }
 
-int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
+/* The batch's tokens, positions and sequences (seq NULL: all 0), checked, into the pinned h_batch
+ * once the stream has passed every earlier read of it (cudev_batch's copy, or a decode graph's) */
+static int host_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
 {
     TRY(check_n(d, n));
     const int32_t B = d->p.n_batch;
@@ -882,7 +884,6 @@ int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *p
             return pi_fail(PI_E_RANGE, "cuda: token %d at (seq %d, pos %d) outside %d sequences of %d cells", i, s,
                            pos[i], d->p.n_seq, d->p.n_ctx);
     }
-    /* the pinned copy may still be read by an earlier async copy */
     TRY(CU(cudaStreamSynchronize(d->st)));
     d->max_pos = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -891,7 +892,14 @@ int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *p
         d->h_batch[B + i] = pos[i];
         d->h_batch[2 * B + i] = seq ? seq[i] : 0;
     }
-    return CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, d->st));
+    return 0;
+}
+
+int cudev_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
+{
+    TRY(host_batch(d, n, tok, pos, seq));
+    return CU(cudaMemcpyAsync(d->batch, d->h_batch, 3 * (size_t)d->p.n_batch * sizeof(int32_t), cudaMemcpyHostToDevice,
+                              d->st));
 }
 
 int cudev_embed(struct cudev *d, int32_t n)
@@ -1415,28 +1423,10 @@ static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t m
     return rc;
 }
 
-/* the step's n tokens into h_batch, once the stream has passed every earlier read of it */
-static int step_batch(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq)
-{
-    TRY(check_n(d, n));
-    for (int32_t i = 0; i < n; i++)
-        if (tok[i] < 0 || tok[i] >= d->m->hp.n_vocab || pos[i] < 0 || pos[i] >= d->p.n_ctx || seq[i] < 0 ||
-            seq[i] >= d->p.n_seq)
-            return pi_fail(PI_E_RANGE, "cuda: step token %d at (seq %d, pos %d) out of range", tok[i], seq[i], pos[i]);
-    TRY(CU(cudaStreamSynchronize(d->st)));
-    const int32_t B = d->p.n_batch;
-    for (int32_t i = 0; i < n; i++) {
-        d->h_batch[i] = tok[i];
-        d->h_batch[B + i] = pos[i];
-        d->h_batch[2 * B + i] = seq[i];
-    }
-    return 0;
-}
-
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
 {
     sparse = sparse && d->sparse_ok;
-    TRY(step_batch(d, 1, &tok, &pos, &seq));
+    TRY(host_batch(d, 1, &tok, &pos, &seq));
     if (!d->graph[sparse])
         TRY(capture(d, 1, sparse, 0, -1, &d->graph[sparse]));
     TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
@@ -1454,20 +1444,21 @@ int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t
         return pi_fail(PI_E_RANGE, "cuda: top %d of %d logits (1..%d)", k, d->m->hp.n_vocab, CUK_TOPK_MAX);
     if (n < 1 || n > CUDEV_GEMV_MAX)
         return pi_fail(PI_E_RANGE, "cuda: a decode graph of %d tokens (1..%d)", n, CUDEV_GEMV_MAX);
-    TRY(step_batch(d, n, tok, pos, seq));
+    TRY(host_batch(d, n, tok, pos, seq));
     /* one token: a graph for any position (the attention's blocks past it leave at once, off the
      * chain); several: a graph per bucket of positions, STEP_BUCKET0 · 2^b cells, the last one the
      * whole context — the blocks of B tokens' empty chunks were on the chain (8 tokens at position
      * ~40 under the whole context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2) */
     int b = 0;
-    int32_t cells = STEP_BUCKET0, max_pos = -1;
-    for (int32_t i = 0; n > 1 && i < n; i++)
-        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
-    while (n > 1 && cells <= max_pos && b < STEP_BUCKETS - 1)
-        cells *= 2, b++;
-    max_pos = n > 1 && cells < d->p.n_ctx && b < STEP_BUCKETS - 1 ? cells - 1 : -1;
-    cudaGraphExec_t *g = &d->top_graph[n][sparse][n > 1 ? b : 0];
-    int32_t *gk = &d->top_k[n][sparse][n > 1 ? b : 0];
+    int32_t max_pos = -1; /* the graph's positions: -1 any */
+    if (n > 1) {
+        int32_t cells = STEP_BUCKET0;
+        while (cells <= d->max_pos && cells < d->p.n_ctx && b < STEP_BUCKETS - 1)
+            cells *= 2, b++;
+        max_pos = cells > d->max_pos && cells < d->p.n_ctx ? cells - 1 : -1;
+    }
+    cudaGraphExec_t *g = &d->top_graph[n][sparse][b];
+    int32_t *gk = &d->top_k[n][sparse][b];
     if (*g && *gk != k) { /* another k: another topk launch in the graph */
         cudaGraphExecDestroy(*g);
         *g = NULL;
