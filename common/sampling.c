@@ -315,6 +315,12 @@ int32_t samp_top_needed(const struct samp_params *p)
     return p->top_k > 0 ? p->top_k : 0;
 }
 
+int32_t samp_top_asked(const struct samp_params *p, int32_t n_vocab)
+{
+    const int32_t need = samp_top_needed(p);
+    return need > 0 && need <= SAMP_BEST_MAX && need <= n_vocab ? need : 0;
+}
+
 int32_t samp_sample_top(struct samp_state *s, const struct samp_params *p, const int32_t *ids, const float *logits,
                         int32_t n, uint64_t pos)
 {

@@ -66,6 +66,9 @@ int32_t samp_sample_lp(struct samp_state *s, const struct samp_params *p, const 
  * (logit descending, then id ascending; ids and their logits as in the row; -0 and +0 equal): the
  * very token samp_sample picks from the whole row (tests/test_sampling.c checks it). */
 int32_t samp_top_needed(const struct samp_params *p);
+/* samp_top_needed(p) where a backend's topk can give that many of a row of n_vocab (1..SAMP_BEST_MAX,
+ * at most n_vocab), else 0: the k gpud and the in-process loop ask for, the one rule for both */
+int32_t samp_top_asked(const struct samp_params *p, int32_t n_vocab);
 /* The k best tokens of a row of n logits in that order, as ids and their logits (k <= n): what a
  * backend's topk op returns (gpud/cuda/cuk_topk.cu computes the same on the device). NaN ranks
  * below -inf. */

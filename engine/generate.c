@@ -53,8 +53,7 @@ int gen_run_eval(const struct gen_eval *ev, const struct pi_model *m, const stru
         return 0;
     }
     /* candidates instead of rows where they decide the token (gpud's step_top_k rule) */
-    const int32_t need = gp->candidates_only && ev->top ? samp_top_needed(&gp->samp) : 0;
-    const int32_t k = need > 0 && need <= SAMP_BEST_MAX && need <= V ? need : 0;
+    const int32_t k = gp->candidates_only && ev->top ? samp_top_asked(&gp->samp, V) : 0;
     int32_t top_ids[SAMP_BEST_MAX];
     float top_vals[SAMP_BEST_MAX];
     int32_t *hist = malloc(((size_t)n_known + (size_t)max_new + 1) * sizeof *hist);

@@ -296,9 +296,8 @@ static int32_t step_top_k(const struct gpud *g, int32_t n_rows)
             continue;
         const struct pi_request *r = &g->rt.ctl->reqs[q->slot];
         const struct samp_params sp = req_samp(r);
-        const int32_t need = samp_top_needed(&sp);
-        if (need <= 0 || need > SAMP_BEST_MAX || need > g->m->hp.n_vocab || (r->flags & PI_REQ_LOGPROBS) ||
-            q->logits_fd >= 0)
+        const int32_t need = samp_top_asked(&sp, g->m->hp.n_vocab);
+        if (!need || (r->flags & PI_REQ_LOGPROBS) || q->logits_fd >= 0)
             return 0;
         k = need > k ? need : k;
     }

@@ -106,6 +106,12 @@ static void test_top(struct samp_state *s)
     CHECK(samp_top_needed(&p) == 0, "penalties need the whole row");
     p.repeat_penalty = 1.0f, p.top_k = 0;
     CHECK(samp_top_needed(&p) == 0, "sampling without top-k needs the whole row");
+    p.top_k = 40;
+    CHECK(samp_top_asked(&p, 32000) == 40 && samp_top_asked(&p, 30) == 0, "top 40 asked of 32 000 logits, not of 30");
+    p.top_k = SAMP_BEST_MAX + 1;
+    CHECK(samp_top_asked(&p, 32000) == 0, "top %d: more than a topk op gives", SAMP_BEST_MAX + 1);
+    p.temp = 0.0f;
+    CHECK(samp_top_asked(&p, 32000) == 1, "greedy asks for 1");
 }
 
 int main(void)
