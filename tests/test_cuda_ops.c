@@ -437,7 +437,7 @@ static void test_tiny(const char *path)
  * 152 064 (qwen2) and one smaller than the thread count. */
 static void test_topk(void)
 {
-    static const int64_t ns[] = { 32000, 152064, 700 };
+    static const int64_t ns[] = { 32000, 152064, 5000, 700 };
     static const int ks[] = { 1, 2, 40, CUK_TOPK_MAX };
     const int B = 6;
     for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {

@@ -1,6 +1,6 @@
-/* bench_kern — the decode step's one-token F16 products alone: time per launch and GB/s against the
- * HBM read floor of the same run, for the shapes of the 7B files and for row counts around them
- * (whether a product's time follows its bytes or the number of tile rounds on the SMs).
+/* bench_kern — the decode step's one-token products (and sampling's top-k) alone: time per launch and
+ * GB/s against the HBM read floor of the same run, for the shapes of the 7B files and for row counts
+ * around them (whether a product's time follows its bytes or the number of tile rounds on the SMs).
  *
  *   bench_kern [--reps N] [--only NAME]
  *
@@ -17,6 +17,7 @@
 #include "cuk_hand.h"
 #include "cuk_mma.h"
 #include "cuk_mmv.h"
+#include "cuk_topk.h"
 #include "model.h"
 #include "quant.h"
 
@@ -42,17 +43,24 @@ static void *copy_at(size_t n_bytes, int i)
 
 enum kind {
     K_GLU_NORM, K_GLU_IDX, K_SPLIT3_NORM, K_GEMV_ADD, K_GEMV_MASK, K_MMV_ADD, K_GEMV_RELU, K_HAND_ADD, K_HAND_OUT,
-    K_HAND_BITS, K_FC1_HAND
+    K_HAND_BITS, K_FC1_HAND, K_TOPK
 };
 
 struct kcase {
     const char *name;
     enum kind kind;
-    int64_t n_in, n_out, active; /* active: rows listed for K_GLU_IDX */
+    int64_t n_in, n_out, active; /* active: rows listed for K_GLU_IDX; K_TOPK: k of n_out, active rows */
     uint32_t type;               /* 0: F16; else a Q type (its activation quantized in the product's launches) */
 };
 
 static void *xq; /* the Q types' quantized activation rows */
+/* K_TOPK: TOPK_ROWS rows of TOPK_N logits like a model's (a bell of values, a few far above), topk's ids,
+ * values and scratch */
+#define TOPK_ROWS 8
+#define TOPK_N 32000
+static float *lg, *tv;
+static int32_t *ti;
+static void *tpart;
 /* the hand-off's host side (pinned, mapped): h and masks out, the cold share and its key in */
 static uint8_t *host_h, *host_mask;
 static uint64_t *host_bits;
@@ -118,6 +126,8 @@ static int launch(const struct kcase *c, int i)
     case K_GEMV_MASK:
         w = w_at(type, c->n_in, c->n_out, copy_at(wb, i));
         return cuk_gemv(&w, x, 1, act, CUK_MASK, 0.0f, xq, st);
+    case K_TOPK:
+        return cuk_topk(lg, (int)c->active, c->n_out, (int)c->n_in, ti, tv, tpart, st);
     }
     return -1;
 }
@@ -162,8 +172,9 @@ static int run_case(const struct kcase *c, int reps, double hbm_gbs)
     qsort(ms, 5, sizeof ms[0], cmp_f);
     const double us = 1e3 * ms[2] / reps;
     const int64_t rows = c->kind == K_GLU_IDX ? c->active : c->n_out;
-    const double bytes = (double)w_bytes(c->type ? c->type : PI_TYPE_F16, c->n_in, rows) *
-                         (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
+    const double bytes = c->kind == K_TOPK ? (double)c->active * (double)c->n_out * 4 /* the logits read */
+                                           : (double)w_bytes(c->type ? c->type : PI_TYPE_F16, c->n_in, rows) *
+                                                 (c->kind == K_GLU_NORM || c->kind == K_GLU_IDX ? 2 : 1);
     printf("{\"case\":\"%s\",\"n_in\":%lld,\"rows\":%lld,\"tiles\":%lld,\"us\":%.2f,\"MB\":%.1f,\"GBs\":%.0f,"
            "\"of_floor\":%.3f,\"floor_us\":%.2f}\n",
            c->name, (long long)c->n_in, (long long)rows, (long long)((rows + 15) / 16), us, bytes / 1e6,
@@ -231,6 +242,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kern: pinned host allocation failed\n");
         return 1;
     }
+    if (cudaMalloc((void **)&lg, (size_t)TOPK_ROWS * TOPK_N * 4) != cudaSuccess ||
+        cudaMalloc((void **)&ti, TOPK_ROWS * CUK_TOPK_MAX * 4) != cudaSuccess ||
+        cudaMalloc((void **)&tv, TOPK_ROWS * CUK_TOPK_MAX * 4) != cudaSuccess ||
+        cudaMalloc(&tpart, cuk_topk_scratch_bytes(TOPK_ROWS, TOPK_N) + 1) != cudaSuccess) {
+        fprintf(stderr, "bench_kern: device allocation failed\n");
+        return 1;
+    }
+    {
+        float *hl = malloc((size_t)TOPK_ROWS * TOPK_N * 4);
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (int i = 0; i < TOPK_ROWS * TOPK_N; i++) {
+            float v = 0.0f; /* four uniforms: a bell around 0, and one logit in 500 lifted by 8 */
+            for (int j = 0; j < 4; j++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                v += (float)(r >> 40) / (float)(1u << 24) * 4.0f - 2.0f;
+            }
+            hl[i] = v + (i % 500 == 7 ? 8.0f : 0.0f);
+        }
+        cudaMemcpy(lg, hl, (size_t)TOPK_ROWS * TOPK_N * 4, cudaMemcpyHostToDevice);
+        free(hl);
+    }
     memset(host_y, 0, 65536 * 4);
     host_key[0] = 1, host_key[1] = 0, host_key[2] = 0, host_key[3] = 0;
     host_rel = host_key + 2;
@@ -272,6 +304,11 @@ int main(int argc, char **argv)
         { "hand_out_4096", K_HAND_OUT, 11008, 4096, 0, 0 },
         { "hand_out_bits_11008", K_HAND_BITS, 11008, 4096, 2752, 0 }, /* the masks and bits only, 1/4 hot */
         { "q4_fc1_hand_h", K_FC1_HAND, 4096, 1024, 0, PI_TYPE_Q4_0 },
+        /* sampling's candidates on the device (n_in: k; active: rows): greedy, llama.cpp's top 40, the most */
+        { "topk1_32000", K_TOPK, 1, TOPK_N, 1, 0 },
+        { "topk40_32000", K_TOPK, 40, TOPK_N, 1, 0 },
+        { "topk64_32000", K_TOPK, CUK_TOPK_MAX, TOPK_N, 1, 0 },
+        { "topk40_32000_b8", K_TOPK, 40, TOPK_N, TOPK_ROWS, 0 },
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

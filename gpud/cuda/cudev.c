@@ -155,6 +155,7 @@ struct cudev {
     float *logits;           /* (n_batch, n_vocab) */
     int32_t *ids, *h_ids;    /* (n_batch, CUK_TOPK_MAX) device, pinned host: argmax and topk ids */
     float *tvals, *h_tvals;  /* (n_batch, CUK_TOPK_MAX) topk's logits */
+    void *tpart;             /* topk's slices' candidates (cuk_topk_scratch_bytes) */
     void *xh;                /* (n_batch, max(n_in)) half for cuBLAS */
     void *xq;                /* (n_batch) rows of quantized activations for the Q-type GEMV */
     float *apart;            /* attention chunk partials */
@@ -561,6 +562,7 @@ static void place_scratch(struct cudev *d)
     d->logits = take(s, u, B * (size_t)hp->n_vocab * 4);
     d->ids = take(s, u, B * CUK_TOPK_MAX * 4);
     d->tvals = take(s, u, B * CUK_TOPK_MAX * 4);
+    d->tpart = take(s, u, cuk_topk_scratch_bytes((int)B, hp->n_vocab));
     d->xq = take(s, u, B * cuk_xq_row_bytes(max_n_in(d)));
     d->apart = take(s, u, cuk_attn_part_floats(&d->geom, (int)B) * sizeof(float));
     d->rope_inv = take(s, u, (size_t)(hp->rope_dim / 2 + 1) * sizeof(float));
@@ -1321,7 +1323,7 @@ int cudev_topk(struct cudev *d, int32_t n, int32_t first, int32_t k, int32_t *id
 {
     const int32_t rows = n - first;
     const size_t cells = (size_t)rows * (size_t)k;
-    TRY(CK(cuk_topk(d->logits, rows, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st)));
+    TRY(CK(cuk_topk(d->logits, rows, d->m->hp.n_vocab, k, d->ids, d->tvals, d->tpart, d->st)));
     TRY(CU(cudaMemcpyAsync(d->h_ids, d->ids, cells * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st)));
     TRY(CU(cudaMemcpyAsync(d->h_tvals, d->tvals, cells * sizeof(float), cudaMemcpyDeviceToHost, d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
@@ -1404,7 +1406,7 @@ static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t m
     if (!rc && !k)
         rc = CK(cuk_argmax(d->logits, 1, d->m->hp.n_vocab, d->ids, d->st));
     if (!rc && k)
-        rc = CK(cuk_topk(d->logits, n, d->m->hp.n_vocab, k, d->ids, d->tvals, d->st));
+        rc = CK(cuk_topk(d->logits, n, d->m->hp.n_vocab, k, d->ids, d->tvals, d->tpart, d->st));
     const size_t cells = (size_t)n * (size_t)(k ? k : 1);
     if (!rc)
         rc = CU(cudaMemcpyAsync(d->h_ids, d->ids, cells * sizeof(int32_t), cudaMemcpyDeviceToHost, d->st));

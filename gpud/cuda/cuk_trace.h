@@ -55,7 +55,8 @@ _Static_assert(sizeof(struct cuk_trace_rec) == 48, "the file's record");
     X(k_mask_mul)                                                                                                      \
     X(k_relu)                                                                                                          \
     X(k_threshold)                                                                                                     \
-    X(k_topk)                                                                                                          \
+    X(k_topk_slice)                                                                                                    \
+    X(k_topk_merge)                                                                                                    \
     X(k_top1)                                                                                                          \
     X(k_to_half)                                                                                                       \
     X(k_hand_out)                                                                                                      \
