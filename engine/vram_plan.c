@@ -18,6 +18,8 @@
 #define AXPY_CHUNK 16      /* cuk.h CUK_AXPY_CHUNK */
 #define QBLOCK 32          /* Q8_0 / Q4_0 block */
 #define DEFAULT_BATCH 64   /* cudev's n_batch when none is given */
+#define TOPK_SLICE 2048    /* cuk_topk.cu: a row's logits a slice, about */
+#define TOPK_SLICES_MAX 64 /* cuk_topk.cu */
 
 static uint64_t al(uint64_t n) { return (n + VRAM_ALIGN - 1) / VRAM_ALIGN * VRAM_ALIGN; }
 
@@ -218,6 +220,15 @@ static uint64_t max_deq(const struct pi_model *m, const struct vram_params *p)
     return big;
 }
 
+/* cuk_topk_scratch_bytes: the (key, id) candidates of a row's slices (cuk_topk.cu topk_slices_max) */
+static uint64_t topk_scratch(uint64_t B, int64_t n)
+{
+    int64_t g = (n + TOPK_SLICE - 1) / TOPK_SLICE;
+    g = g > TOPK_SLICES_MAX ? TOPK_SLICES_MAX : g;
+    g = g > n / SAMP_BEST_MAX ? n / SAMP_BEST_MAX : g;
+    return g > 1 ? B * (uint64_t)g * SAMP_BEST_MAX * 8 : 0;
+}
+
 uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *p0)
 {
     struct vram_params p;
@@ -250,6 +261,7 @@ uint64_t vram_scratch_bytes(const struct pi_model *m, const struct vram_params *
     s += al((F + AXPY_CHUNK - 1) / AXPY_CHUNK * E * Bg * 4); /* part */
     s += al(B * (uint64_t)hp->n_vocab * 4);          /* logits */
     s += al(B * SAMP_BEST_MAX * 4) * 2;              /* ids, tvals (topk's candidates) */
+    s += al(topk_scratch(B, hp->n_vocab));           /* tpart: topk's slices' candidates */
     s += al(B * xq_row);                             /* xq: every token of a batch (the tiled GEMV) */
     /* apart: the split-K attention's arrival counters, then its partials */
     s += al((ATTN_GROUP + nt * nch * ((uint64_t)hp->head_dim + 2)) * (uint64_t)hp->n_head * sizeof(float));

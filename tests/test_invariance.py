@@ -195,22 +195,31 @@ try:
         return [pictl, "generate", "--name", name, "-p", BATCH_PROMPTS[i], "-n", str(LENS[i]), "--ignore-eos",
                 *samp, "--json-stats", js, "--dump-logits", lg]
 
-    def batch_round(tag, staggered):
-        procs = {}
-        for i in range(4):
+    def batch_round(tag, queued_first):
+        """The 8 requests; with queued_first, all of them wait for a sequence first: 4 long requests hold
+        the 4 sequences until pictl status shows the 8 queued behind them, then are cancelled (the queue
+        is certain however fast the backend is: on the GPU the first four requests used to finish
+        before the last four had started). Then 4 start together and the others join as they end."""
+        procs, holders, seen_queue = {}, [], 0
+        if queued_first:
+            hold = [pictl, "generate", "--name", name, "-p", "HOLD", "-n", "100000", "--ignore-eos", "--temp", "0"]
+            holders = [subprocess.Popen(hold, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
+            for h in holders:
+                h.stdout.read(4)  # decoding: it holds a sequence
+        for i in range(8):
             procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if staggered:  # the others join while the first ones decode
-            got = b""
-            while len(got) < 16:
-                c = procs[0].stdout.read(1)
-                if not c:
-                    break
-                got += c
-        for i in range(4, 8):
-            procs[i] = subprocess.Popen(bcmd(i, f"{tag}-{i}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        # a queue: pictl status shows it while it lasts (a fast GPU may drain it between two polls),
-        # and each request's --json-stats says how many steps it waited behind busy sequences
-        out, seen_queue = {}, 0
+        if holders:
+            end = time.time() + 60
+            while time.time() < end and seen_queue < 8:
+                st = status()
+                seen_queue = max(seen_queue, st["queued"] if st else 0)
+                time.sleep(0.02)
+            check(seen_queue >= 8, f"{tag}: 8 requests behind 4 held sequences: pictl status showed {seen_queue} queued")
+            for h in holders:
+                h.send_signal(signal.SIGINT)
+            for h in holders:
+                h.communicate(timeout=60)
+        out = {}
         while any(p.poll() is None for p in procs.values()):
             st = status()
             if st:

@@ -252,7 +252,19 @@ __global__ void __launch_bounds__(SEL_THREADS) k_topk_merge(const float *__restr
     }
 }
 
-/* slices a row of n is split into: each ≥ CUK_TOPK_MAX logits; PINFER_CUDA_TOPK_SLICES=N caps them (A/B) */
+/* slices a row of n is split into: about TOPK_SLICE logits each, at least CUK_TOPK_MAX (engine/vram_plan.c
+ * mirrors it for the scratch) */
+static int topk_slices_max(int64_t n)
+{
+    int64_t g = (n + TOPK_SLICE - 1) / TOPK_SLICE;
+    if (g > TOPK_SLICES_MAX)
+        g = TOPK_SLICES_MAX;
+    if (g > n / CUK_TOPK_MAX)
+        g = n / CUK_TOPK_MAX;
+    return g < 1 ? 1 : (int)g;
+}
+
+/* ... fewer where PINFER_CUDA_TOPK_SLICES=N caps them (A/B; 1: a block a row) */
 static int topk_slices(int64_t n)
 {
     static const int cap = [] {
@@ -260,17 +272,13 @@ static int topk_slices(int64_t n)
         const int v = e ? atoi(e) : 0;
         return v >= 1 && v <= TOPK_SLICES_MAX ? v : TOPK_SLICES_MAX;
     }();
-    int64_t g = (n + TOPK_SLICE - 1) / TOPK_SLICE;
-    if (g > cap)
-        g = cap;
-    if (g > n / CUK_TOPK_MAX)
-        g = n / CUK_TOPK_MAX;
-    return g < 1 ? 1 : (int)g;
+    const int g = topk_slices_max(n);
+    return g < cap ? g : cap;
 }
 
 extern "C" size_t cuk_topk_scratch_bytes(int B, int64_t n)
 {
-    const int G = topk_slices(n);
+    const int G = topk_slices_max(n);
     return G > 1 ? (size_t)B * (size_t)G * CUK_TOPK_MAX * sizeof(uint2) : 0;
 }
 
