@@ -151,7 +151,8 @@ static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_ro
 
 /* PINFER_CUDA_MMV_TMA: 0 the cp.async ring everywhere; 1 the tensor boxes for every dense product; 2
  * (default) the boxes where the product runs one block an SM — gate + up (boxes of a chunk a matrix,
- * S 5), q/k/v, down (two chunks, S 4; a stage more where mmv_deeper says) — and the cp.async ring where it runs two (wo, fc2: short
+ * S 5), q/k/v (two chunks, S 4; a stage more where mmv_deeper says), down (one chunk, S 10: mmv_deep)
+ * — and the cp.async ring where it runs two (wo, fc2: short
  * streams, where two blocks hide the chunk wait; the boxes at one block lost 7 % / 22 % there). Read
  * once (a captured graph must not change kernels). */
 static int mmv_tma(void)
@@ -202,6 +203,20 @@ static int mmv_ts(void)
     }
     return v;
 }
+/* A long-row product that adds into y (down: K 11 008) on one block an SM with a ring of one-chunk
+ * boxes as deep as fits (10 stages, else 8) instead of two-chunk boxes, 4 or 5 stages: more requests
+ * of a warp in flight, each smaller. Measured (H200, 2026-12-04, calls q3 and q4): bench_kern's down
+ * 24.39 → 24.07 µs (0.831 → 0.847 of the floor); d16 in three interleaved rounds 272.98 tok/s against
+ * 271.58 off (+0.5 %) and 272.09 on the tree before (+0.3 %). The same ring lost for wo (rows of
+ * 4 096, whose two blocks an SM sit beside the attention and issue half its weights before their
+ * wait: −2.3 %) and for q/k/v and the output (~−0.3 %); wo's two blocks on tensor boxes (one chunk, 5
+ * stages) lost too (wo 9.40 → 10.44 µs, s16 −1.2 %). PINFER_CUDA_MMV_DEEP=0 turns it off (read once). */
+static bool mmv_deep(int64_t K)
+{
+    static const bool on = env_on_unless_0("PINFER_CUDA_MMV_DEEP");
+    return on && K > 4096;
+}
+
 /* PINFER_CUDA_MMV_Y_EARLY=0: CUK_ADD reads y at the sum (the load at the tile's end), else at the
  * tile's start (read once) */
 static bool mmv_y_early(void)
@@ -682,6 +697,14 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
                      const mvo &o, cudaStream_t st)
 {
     const int tma = IDX ? 0 : mmv_tma(); /* a gathered product's rows are no tensor map's boxes */
+    if constexpr (NM == 1 && !IDX && MODE == CUK_ADD && !NORM)
+        if (tma && mmv_deep(K)) {
+            const size_t row = (size_t)K * sizeof(float);
+            if (ring_bytes<1, 10, 1>() + row <= MMV_SMEM_MAX)
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 10, 1, 1>(w0, w1, K, n_out, x, B, o, st);
+            if (ring_bytes<1, 8, 1>() + row <= MMV_SMEM_MAX)
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 8, 1, 1>(w0, w1, K, n_out, x, B, o, st);
+        }
     if constexpr (NM == 1) {
         const size_t row = (size_t)K * sizeof(float);
         auto two_fit = [&](size_t ring) { return 2 * (ring + row + mv_static<NM>()) <= sm_smem(); };
