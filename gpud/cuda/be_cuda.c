@@ -236,8 +236,7 @@ static int cu_step_top(struct be *b, const struct pi_batch *bt, bool sparse, int
     /* a decode step: every token wants its candidates, as many tokens as a decode graph takes */
     if (!b->whole || bt->n < 1 || bt->n > CUDEV_GEMV_MAX || batch_n_out(bt) != bt->n)
         return 1;
-    int32_t seq0[CUDEV_GEMV_MAX] = { 0 };
-    int rc = cudev_step_top(b->d, bt->n, bt->tok, bt->pos, bt->seq ? bt->seq : seq0, sparse, k, ids, vals);
+    int rc = cudev_step_top(b->d, bt->n, bt->tok, bt->pos, bt->seq, sparse, k, ids, vals);
     for (int32_t l = 0; !rc && l < L; l++) /* as cu_ffn counts */
         cnt[l] = (struct be_ffn_count){ .neurons = sparse ? 0 : (uint64_t)cudev_layer_hot(b->d, l) };
     b->dev_mask = false;

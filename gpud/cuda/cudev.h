@@ -138,11 +138,12 @@ int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int3
 /* One decode step of one token as a CUDA graph (captured on first use per sparse flag, replayed
  * after): *next = its greedy successor. */
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next);
-/* A decode step of n ≤ CUDEV_GEMV_MAX tokens (tok, pos, seq: n each; any sequences) ending in each
- * token's k best candidates (cudev_topk's ids and logits, n × k) instead of a greedy id: a graph per
- * (n, sparse), captured again when k changes. The bits of the eager ops (cudev_attn, cudev_predict,
- * cudev_ffn adding into x, cudev_output, cudev_topk). Only where every layer is whole on the device
- * (cudev_whole): the graph computes every neuron of every layer here. */
+/* A decode step of n ≤ CUDEV_GEMV_MAX tokens (tok, pos, seq: n each, any sequences; seq NULL: all 0)
+ * ending in each token's k best candidates (cudev_topk's ids and logits, n × k) instead of a greedy
+ * id: a graph per (n, sparse, bucket of positions for n > 1), captured again when k changes. The bits
+ * of the eager ops (cudev_attn, cudev_predict, cudev_ffn adding into x, cudev_output, cudev_topk).
+ * Only where every layer is whole on the device (cudev_whole): the graph computes every neuron of
+ * every layer here. */
 int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t *pos, const int32_t *seq, bool sparse,
                    int32_t k, int32_t *ids, float *vals);
 /* every layer, and every neuron of each, is on the device */
