@@ -192,8 +192,9 @@ static void big_batches(const struct be_ops *ops, const struct pi_model *m, cons
 
 /* A backend with step_top (a device that replays a decode step as one request): decode steps
  * through it give the ids and logits of the same steps op by op, bitwise, with every layer held
- * (step_top's condition) — steps of 1, 2 and 3 sequences' tokens, k changing between steps (1 and
- * 5: another capture each time), positions crossing 256 (cuda: the graphs of several tokens by
+ * (step_top's condition) — steps of 1, 2 and 3 sequences' tokens, k changing between steps (1, 5
+ * and 3: cuda's greedy graph, its sampling graph captured at 5, whose first 3 of 5 answer k = 3),
+ * positions crossing 256 (cuda: the graphs of several tokens by
  * bucket of positions, 256 then 512 cells of a 1 024-cell context). */
 #define WS_PROMPT 250
 #define WS_STEPS 9
@@ -232,7 +233,7 @@ static void whole_steps(const struct be_ops *ops, const struct pi_model *m, enum
             pos[s] = WS_PROMPT;
         }
         for (int t = 0; t < WS_STEPS; t++) {
-            const int32_t k = t % 3 == 1 ? 1 : 5, nb = 1 + t % WS_SEQS;
+            const int32_t k = t % 3 == 1 ? 1 : (t / 3) % 2 ? 3 : 5, nb = 1 + t % WS_SEQS;
             batch_buf_clear(&bb);
             for (int s = nb - 1; s >= 0; s--) { /* later sequences first */
                 batch_buf_add(&bb, toks[s][pos[s]], pos[s], s, true);

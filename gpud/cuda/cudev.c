@@ -172,10 +172,11 @@ struct cudev {
     bool capturing;          /* a decode graph is being captured */
     int32_t cap_max_pos;     /* ... for positions up to this one (-1: any; cudev_step_top's buckets) */
     int32_t max_pos;         /* largest position of the batch on the device */
-    /* decode graphs: [sparse]; the steps of n tokens ending in their k best (cudev_step_top), for
-     * top_k[n][sparse][bucket] */
-    cudaGraphExec_t graph[2], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
-    int32_t top_k[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS];
+    /* decode graphs: [sparse]; the steps of n tokens ending in their k best (cudev_step_top):
+     * [n][sparse][bucket][k > 1], the greedy one for k = 1, the other for top_k[...] best (the
+     * largest k asked for so far; a smaller k reads each row's first k) */
+    cudaGraphExec_t graph[2], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS][2];
+    int32_t top_k[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS][2];
     int n_captured;          /* decode graphs captured, and the time they took (the log at close) */
     double capture_s;
     int64_t max_rank;
@@ -621,8 +622,9 @@ void cudev_close(struct cudev *d)
             cudaGraphExecDestroy(d->graph[i]);
         for (int n = 0; n <= CUDEV_GEMV_MAX; n++)
             for (int b = 0; b < STEP_BUCKETS; b++)
-                if (d->top_graph[n][i][b])
-                    cudaGraphExecDestroy(d->top_graph[n][i][b]);
+                for (int s = 0; s < 2; s++)
+                    if (d->top_graph[n][i][b][s])
+                        cudaGraphExecDestroy(d->top_graph[n][i][b][s]);
     }
     if (d->blas)
         cublasDestroy(d->blas);
@@ -1459,9 +1461,14 @@ int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t
             cells *= 2, b++;
         max_pos = cells > d->max_pos && cells < d->p.n_ctx ? cells - 1 : -1;
     }
-    cudaGraphExec_t *g = &d->top_graph[n][sparse][b];
-    int32_t *gk = &d->top_k[n][sparse][b];
-    if (*g && *gk != k) { /* another k: another topk launch in the graph */
+    /* greedy and sampling requests mixed in a batch's life (one joining, one leaving) would otherwise
+     * recapture at each change of the largest k (2-4 ms each): a graph for k = 1 and one for the
+     * largest k > 1 asked for, whose rows' first k are the k best (samp_best's order: top-k is a
+     * prefix of top-K) */
+    const int sampling = k > 1;
+    cudaGraphExec_t *g = &d->top_graph[n][sparse][b][sampling];
+    int32_t *gk = &d->top_k[n][sparse][b][sampling];
+    if (*g && *gk < k) { /* more candidates than the graph's topk launch takes */
         cudaGraphExecDestroy(*g);
         *g = NULL;
     }
@@ -1471,8 +1478,10 @@ int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t
     }
     TRY(CU(cudaGraphLaunch(*g, d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
-    memcpy(ids, d->h_ids, (size_t)n * (size_t)k * sizeof *ids);
-    memcpy(vals, d->h_tvals, (size_t)n * (size_t)k * sizeof *vals);
+    for (int32_t r = 0; r < n; r++) {
+        memcpy(ids + (size_t)r * k, d->h_ids + (size_t)r * *gk, (size_t)k * sizeof *ids);
+        memcpy(vals + (size_t)r * k, d->h_tvals + (size_t)r * *gk, (size_t)k * sizeof *vals);
+    }
     return 0;
 }
 
