@@ -118,8 +118,8 @@ struct cu_layer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv;
 };
 
-/* cudev_step_top's graphs of several tokens by the bucket of their positions: below STEP_BUCKET0,
- * 2·STEP_BUCKET0, ...; the last bucket any position */
+/* the decode graphs by the bucket of their positions: below STEP_BUCKET0, 2·STEP_BUCKET0, ...; the
+ * last bucket any position (step_bucket) */
 #define STEP_BUCKET0 256
 #define STEP_BUCKETS 18
 
@@ -172,10 +172,10 @@ struct cudev {
     bool capturing;          /* a decode graph is being captured */
     int32_t cap_max_pos;     /* ... for positions up to this one (-1: any; cudev_step_top's buckets) */
     int32_t max_pos;         /* largest position of the batch on the device */
-    /* decode graphs: [sparse]; the steps of n tokens ending in their k best (cudev_step_top):
+    /* decode graphs: [sparse][bucket]; the steps of n tokens ending in their k best (cudev_step_top):
      * [n][sparse][bucket][k > 1], the greedy one for k = 1, the other for top_k[...] best (the
      * largest k asked for so far; a smaller k reads each row's first k) */
-    cudaGraphExec_t graph[2], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS][2];
+    cudaGraphExec_t graph[2][STEP_BUCKETS], top_graph[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS][2];
     int32_t top_k[CUDEV_GEMV_MAX + 1][2][STEP_BUCKETS][2];
     int n_captured;          /* decode graphs captured, and the time they took (the log at close) */
     double capture_s;
@@ -618,8 +618,9 @@ void cudev_close(struct cudev *d)
         cudaStreamSynchronize(d->st);
     cudev_trace_close(d);
     for (int i = 0; i < 2; i++) {
-        if (d->graph[i])
-            cudaGraphExecDestroy(d->graph[i]);
+        for (int b = 0; b < STEP_BUCKETS; b++)
+            if (d->graph[i][b])
+                cudaGraphExecDestroy(d->graph[i][b]);
         for (int n = 0; n <= CUDEV_GEMV_MAX; n++)
             for (int b = 0; b < STEP_BUCKETS; b++)
                 for (int s = 0; s < 2; s++)
@@ -720,6 +721,9 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
                                       .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
                                       .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
                                       .f16 = !p->kv_f32 };
+    d->geom.cluster = d->n_dev_layers > 0;
+    for (int il = 0; il < d->n_dev_layers; il++)
+        d->geom.cluster &= cuk_attn_cluster_ok(d->L[il].wqkv.q ? &d->L[il].wqkv : NULL);
     /* scratch */
     if (!rc) {
         place_scratch(d);
@@ -1427,13 +1431,36 @@ static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t m
     return rc;
 }
 
+/* The bucket of the batch's positions (host_batch's max_pos) for a decode graph of n tokens: b for
+ * positions below STEP_BUCKET0 · 2^b, the last bucket the whole context (*max_pos: the graph's largest
+ * position, -1 any). Why graphs by position: the attention launches the chunks up to the graph's
+ * position — B tokens' empty chunks were on the chain (8 tokens at position ~40 under the whole
+ * context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2), and below STEP_BUCKET0 (cuk.cu's
+ * ATTN_CLUSTER chunks) a token's chunks merge in a cluster where geom.cluster. One token without
+ * clusters: one graph for any position (its blocks past the position leave at once, off the chain;
+ * by bucket the Q4_0 files lost 1-1.5 %, r6). */
+static int step_bucket(const struct cudev *d, int32_t n, int32_t *max_pos)
+{
+    int b = 0;
+    *max_pos = -1;
+    if (n == 1 && !d->geom.cluster)
+        return 0;
+    int32_t cells = STEP_BUCKET0;
+    while (cells <= d->max_pos && cells < d->p.n_ctx && b < STEP_BUCKETS - 1)
+        cells *= 2, b++;
+    *max_pos = cells > d->max_pos && cells < d->p.n_ctx ? cells - 1 : -1;
+    return b;
+}
+
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next)
 {
     sparse = sparse && d->sparse_ok;
     TRY(host_batch(d, 1, &tok, &pos, &seq));
-    if (!d->graph[sparse])
-        TRY(capture(d, 1, sparse, 0, -1, &d->graph[sparse]));
-    TRY(CU(cudaGraphLaunch(d->graph[sparse], d->st)));
+    int32_t max_pos;
+    const int b = step_bucket(d, 1, &max_pos);
+    if (!d->graph[sparse][b])
+        TRY(capture(d, 1, sparse, 0, max_pos, &d->graph[sparse][b]));
+    TRY(CU(cudaGraphLaunch(d->graph[sparse][b], d->st)));
     TRY(CU(cudaStreamSynchronize(d->st)));
     *next = d->h_ids[0];
     return 0;
@@ -1449,18 +1476,8 @@ int cudev_step_top(struct cudev *d, int32_t n, const int32_t *tok, const int32_t
     if (n < 1 || n > CUDEV_GEMV_MAX)
         return pi_fail(PI_E_RANGE, "cuda: a decode graph of %d tokens (1..%d)", n, CUDEV_GEMV_MAX);
     TRY(host_batch(d, n, tok, pos, seq));
-    /* one token: a graph for any position (the attention's blocks past it leave at once, off the
-     * chain); several: a graph per bucket of positions, STEP_BUCKET0 · 2^b cells, the last one the
-     * whole context — the blocks of B tokens' empty chunks were on the chain (8 tokens at position
-     * ~40 under the whole context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2) */
-    int b = 0;
-    int32_t max_pos = -1; /* the graph's positions: -1 any */
-    if (n > 1) {
-        int32_t cells = STEP_BUCKET0;
-        while (cells <= d->max_pos && cells < d->p.n_ctx && b < STEP_BUCKETS - 1)
-            cells *= 2, b++;
-        max_pos = cells > d->max_pos && cells < d->p.n_ctx ? cells - 1 : -1;
-    }
+    int32_t max_pos;
+    const int b = step_bucket(d, n, &max_pos);
     /* greedy and sampling requests mixed in a batch's life (one joining, one leaving) would otherwise
      * recapture at each change of the largest k (2-4 ms each): a graph for k = 1 and one for the
      * largest k > 1 asked for, whose rows' first k are the k best (samp_best's order: top-k is a

@@ -135,12 +135,12 @@ int cudev_count_active(struct cudev *d, bool on, uint64_t *per_layer);
  * id in *id when id != NULL. sparse: predictors per layer (when available). */
 int cudev_eval(struct cudev *d, const int32_t *tok, int32_t n, int32_t pos, int32_t seq, bool sparse, float *logits,
                int32_t *id);
-/* One decode step of one token as a CUDA graph (captured on first use per sparse flag, replayed
- * after): *next = its greedy successor. */
+/* One decode step of one token as a CUDA graph (captured on first use per sparse flag and bucket
+ * of positions, replayed after): *next = its greedy successor. */
 int cudev_step(struct cudev *d, int32_t tok, int32_t pos, int32_t seq, bool sparse, int32_t *next);
 /* A decode step of n ≤ CUDEV_GEMV_MAX tokens (tok, pos, seq: n each, any sequences; seq NULL: all 0)
  * ending in each token's k best candidates (cudev_topk's ids and logits, n × k) instead of a greedy
- * id: a graph per (n, sparse, bucket of positions for n > 1) for k = 1, and one for the largest k > 1
+ * id: a graph per (n, sparse, bucket of positions) for k = 1, and one for the largest k > 1
  * asked for so far (captured again only when a larger k comes; a smaller one reads its prefix). The bits
  * of the eager ops (cudev_attn, cudev_predict, cudev_ffn adding into x, cudev_output, cudev_topk).
  * Only where every layer is whole on the device (cudev_whole): the graph computes every neuron of

@@ -1726,12 +1726,14 @@ __device__ static void l2_fetch_share(const l2_pf &pf)
 /* Split-K attention ("flash decoding"): one block per (token, head, chunk of 32 cells of the token's
  * own sequence, ≤ its position), computing the chunk's partial as cuk_attn_dev.cuh defines it; the
  * last block of a (token, head) to finish merges the chunks in chunk order (attn_merge_out: one
- * launch a layer, not a merge kernel after it, whose launch and drain sat on the decode chain).
+ * launch a layer, not a merge kernel after it, whose launch and drain sat on the decode chain) — or,
+ * CL (geom.cluster, every chunk with cells in one cluster), chunk 0's block merges them from its shared
+ * memory (cuk_attn_dev.cuh: d16 +0.5 %, s16 +1.5 % on the H200, r5).
  * Scores: thread (cell t = tid / 4, quarter j = tid % 4) runs the fmaf chain of its quarter of the
  * dims, the cell's four lanes' chains are added in order (attn_score). One warp then takes the
  * chunk's softmax (lane = cell). p·v: thread i runs dim i's fmaf chain over the cells in order (its
  * v values loaded up front, with the keys: one memory round trip instead of two). */
-template <class C, int DL, bool ROPE>
+template <class C, int DL, bool ROPE, bool CL>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_geom g, const float *q, C *kc, C *vc,
                                                                const int32_t *pos, const int32_t *seq, float *part,
                                                                unsigned *arrive, float *out, int n_chunk,
@@ -1743,9 +1745,18 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
     static_assert(NT == ATTN_CHUNK * ATTN_QSEG && DQ % 8 == 0, "a thread per (cell, quarter), 8-value loads");
     __shared__ float sc[ATTN_CHUNK], ps[ATTN_CHUNK], ml[2];
     __shared__ __align__(16) float rv[ROPE ? 2 : 1][ROPE ? D : 4];
+    /* CL: chunk 0's block receives the other chunks' partials here, and their arrivals on cbar */
+    __shared__ __align__(16) float cpart[CL ? (ATTN_CLUSTER - 1) * (D + 2) : 1];
+    __shared__ __align__(8) uint64_t cbar;
     const int tok = blockIdx.x, h = blockIdx.y, c = blockIdx.z, kvh = h / (g.n_head / g.n_head_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int32_t n_kv = pos[tok] + 1, c0 = c * ATTN_CHUNK;
+    const int nc_all = (n_kv + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the (token, head)'s chunks with cells */
+    if constexpr (CL) { /* a cluster a (token, head), the rank its chunk: chunk 0's barrier, then every thread arrives */
+        if (c == 0 && threadIdx.x == 0)
+            cl_bar_init(&cbar, nc_all > 1 ? (unsigned)(nc_all - 1) : 1u);
+        cl_arrive();
+    }
     if (c0 >= n_kv) { /* a chunk past the position: nothing to do (leaving before the wait measured the same) */
         pdl_enter();
         l2_fetch_share(pf);
@@ -1880,7 +1891,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
             ml[0] = m, ml[1] = l;
     }
     __syncthreads();
-    const int nc_all = (n_kv + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the blocks of (tok, h) that get here */
     float o[NDT];
 #pragma unroll
     for (int i = 0; i < NDT; i++) {
@@ -1898,6 +1908,27 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) k_attn_part(struct cuk_attn_g
             if (d < D)
                 ot[d] = attn_merge_one(ml[0], ml[1], o[i]);
         }
+        return;
+    }
+    if constexpr (CL) {
+        if (c > 0) { /* the partial into chunk 0's shared memory, then the arrival on its barrier */
+            cl_wait(); /* chunk 0's barrier is initialized */
+            const uint32_t rp = cl_rank0(cl_smem(cpart + (c - 1) * (D + 2)));
+#pragma unroll
+            for (int i = 0; i < NDT; i++) {
+                const int d = threadIdx.x + NT * i;
+                if (d < D)
+                    cl_put(rp + 4u * (uint32_t)d, o[i]);
+            }
+            if (threadIdx.x == 0)
+                cl_put(rp + 4u * (uint32_t)D, ml[0]), cl_put(rp + 4u * (uint32_t)(D + 1), ml[1]);
+            __syncthreads();
+            if (threadIdx.x == 0)
+                cl_bar_arrive_rank0(&cbar);
+            return;
+        }
+        cl_bar_wait(&cbar);
+        attn_merge_first<NDT>(ml[0], ml[1], o, cpart, nc_all - 1, D, ot, threadIdx.x, NT);
         return;
     }
     float *pt = part + (((int64_t)tok * g.n_head + h) * n_chunk + c) * (D + 2);
@@ -1948,6 +1979,17 @@ static l2_pf l2_pf_of(const struct cuk_w *w)
     return pf;
 }
 
+/* PINFER_CUDA_ATTN_CLUSTER (read once): cuk_attn_cluster_ok's 0 / 1 / 2 */
+extern "C" bool cuk_attn_cluster_ok(const struct cuk_w *qkv)
+{
+    static const int mode = [] {
+        const char *e = getenv("PINFER_CUDA_ATTN_CLUSTER");
+        return e && *e ? atoi(e) : 1;
+    }();
+    return mode == 2 || (mode == 1 && qkv && qkv->q && cuk_mma_on(qkv->type) && cuk_mmv_level() >= 2 &&
+                         cuk_mmv_fits(qkv, 1)); /* cuk_norm_gemv_split3's streamed case for one token */
+}
+
 /* PINFER_CUDA_ATTN_PRELOAD=0: the fused RoPE attention loads its cached cells after the wait (read once) */
 static bool attn_preload_on(void)
 {
@@ -1963,13 +2005,20 @@ static int attn_launch(const struct cuk_attn_geom *g, const float *q, void *k_ca
     const int nch = (g->n_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK; /* the partials' stride */
     const int nlaunch = max_pos >= 0 && max_pos < g->n_ctx ? max_pos / ATTN_CHUNK + 1 : nch;
     const int64_t Q = (int64_t)g->n_head * g->head_dim;
-    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE>);
+    static const bool carved = carve((const void *)k_attn_part<C, DL, ROPE, false>) &&
+                               carve((const void *)k_attn_part<C, DL, ROPE, true>);
     (void)carved;
+    /* every chunk with cells in one cluster (a power of two of blocks along z): the merge in shared memory */
+    unsigned cz = 0;
+    if (g->cluster && nlaunch <= ATTN_CLUSTER)
+        for (cz = 1; cz < (unsigned)nlaunch;)
+            cz *= 2;
     return attn_groups(B, [&](int t0, int nt) {
-        pdl_launch(k_attn_part<C, DL, ROPE>, dim3((unsigned)nt, (unsigned)g->n_head, (unsigned)nlaunch),
-                   dim3(ATTN_WARPS * 32), 0, st, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0, seq + t0,
-                   attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k, ri.v, ri.inv_freq,
-                   attn_preload_on(), pf);
+        pdl_launch_clusters(cz ? k_attn_part<C, DL, ROPE, true> : k_attn_part<C, DL, ROPE, false>,
+                            dim3((unsigned)nt, (unsigned)g->n_head, cz ? cz : (unsigned)nlaunch),
+                            dim3(ATTN_WARPS * 32), 0, st, cz, *g, q + t0 * Q, (C *)k_cache, (C *)v_cache, pos + t0,
+                            seq + t0, attn_partials(part, g->n_head), attn_arrivals(part), out + t0 * Q, nch, ri.k,
+                            ri.v, ri.inv_freq, attn_preload_on(), pf);
     });
 }
 

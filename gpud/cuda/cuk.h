@@ -124,6 +124,7 @@ struct cuk_attn_geom {
     float rope_theta;
     int n_ctx, n_seq;
     bool f16;
+    bool cluster; /* a token's chunks merged in a cluster where they fit one (cuk_attn_cluster_ok) */
 };
 
 /* Rotate q (B, n_head·d) and k (B, n_kv·d) in place at pos[b], then store k and v into the cache
@@ -138,6 +139,12 @@ int cuk_rope_store(const struct cuk_attn_geom *g, float *q, float *k, const floa
 int cuk_attn(const struct cuk_attn_geom *g, const float *q, const void *k_cache, const void *v_cache,
              const int32_t *pos, const int32_t *seq, float *out, float *part, int B, int32_t max_pos, void *st);
 size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
+/* Whether the attention after a q/k/v product on qkv (NULL: not one weight) merges each token's chunks
+ * in a cluster of blocks where they fit one (positions below 256; geom.cluster): where qkv streams on
+ * the one-block-an-SM kernel (cuk_mmv.h), which leaves room for a cluster's blocks beside it — beside
+ * the Q types' products the clusters lost (bench/gpu/NOTES.md r5, r6). PINFER_CUDA_ATTN_CLUSTER: 0
+ * never, 2 always (the tests' way to run it on any model), else this. */
+bool cuk_attn_cluster_ok(const struct cuk_w *qkv);
 /* cuk_rope_store then cuk_attn, the same bits; for one token (and a kv head per head) one launch
  * fewer: the attention rotates q itself, and its block over the token's own cell rotates k and
  * stores k and v first (q and k are then left unrotated). PINFER_CUDA_ROPE_FUSE=0: always the two.

@@ -116,6 +116,74 @@ __device__ static inline void attn_merge_out(const float *pt, int nc, int D, flo
     }
 }
 
+/* The merge through a cluster's distributed shared memory, where all of a (token, head)'s chunks fit
+ * one cluster of ATTN_CLUSTER blocks along z (positions below ATTN_CLUSTER · ATTN_CHUNK; the block's
+ * rank in its cluster is its chunk): the blocks of chunks 1.. store their partials straight into the
+ * shared memory of chunk 0's block and arrive on its barrier; chunk 0's block merges in chunk order,
+ * its own chunk from registers. Why: through L2, one block seeing the slowest block's partial costs
+ * ~1.3 % of a d16 token (the arrival's release, atomic and loads, or a wait on the stores' landing —
+ * bench/gpu/NOTES.md r1-r4); inside a GPC it is a store and a barrier. The ordering: chunk 0's block
+ * initializes its barrier for the other working chunks before every thread of the cluster arrives on
+ * the cluster barrier; a peer waits on that barrier before its first store into chunk 0's memory
+ * (the barrier exists), stores, then (after its own bar.sync) its thread 0 arrives with release on
+ * chunk 0's barrier, and leaves; chunk 0's block waits on its barrier with acquire. */
+#define ATTN_CLUSTER 8
+
+__device__ static inline uint32_t cl_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* the same shared-memory offset in the cluster's rank-0 block */
+__device__ static inline uint32_t cl_rank0(uint32_t a)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, 0;\n" : "=r"(r) : "r"(a));
+    return r;
+}
+__device__ static inline void cl_arrive(void) { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ static inline void cl_wait(void) { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+__device__ static inline void cl_put(uint32_t a, float v)
+{
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory");
+}
+__device__ static inline void cl_bar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cl_smem(bar)), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ static inline void cl_bar_arrive_rank0(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cl_rank0(cl_smem(bar)))
+                 : "memory");
+}
+__device__ static inline void cl_bar_wait(uint64_t *bar)
+{
+    asm volatile("{\n .reg .pred p;\n"
+                 "CL_BAR_WAIT%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], 0;\n"
+                 " @!p bra CL_BAR_WAIT%=;\n}\n" ::"r"(cl_smem(bar))
+                 : "memory");
+}
+
+/* chunk 0's block: its own chunk (m0, l0, o0) then the np chunks after it from cp (per chunk D sums o,
+ * then m and l), in chunk order; dims i = tid + nt·k (k < NDT) */
+template <int NDT>
+__device__ static inline void attn_merge_first(float m0, float l0, const float (&o0)[NDT], const float *cp, int np,
+                                               int D, float *ot, int tid, int nt)
+{
+#pragma unroll
+    for (int k = 0; k < NDT; k++) {
+        const int i = tid + nt * k;
+        if (i >= D)
+            continue;
+        float M = -INFINITY, L = 0.0f, a, b;
+        attn_merge_step(&M, &L, m0, l0, &a, &b);
+        float A = attn_merge_acc(0.0f, o0[k], a, b);
+        for (int c = 0; c < np; c++) {
+            const float *pc = cp + c * (D + 2);
+            attn_merge_step(&M, &L, pc[D], pc[D + 1], &a, &b);
+            A = attn_merge_acc(A, pc[i], a, b);
+        }
+        ot[i] = __fdiv_rn(A, L);
+    }
+}
+
 /* The split-K partial buffer: ATTN_GROUP × n_head arrival counters (zero between launches: the last
  * block of a (token, head) to arrive merges, then zeroes its counter), then the partials. */
 __device__ __host__ static inline unsigned *attn_arrivals(float *part) { return (unsigned *)part; }

@@ -68,17 +68,32 @@ static bool pdl_on(void)
 }
 
 /* kernel<<<grid, block, smem, st>>>(args...) with the programmatic-serialization attribute (when
- * on). A failed launch is reported as a <<<>>> launch's is: through cudaGetLastError (launched()). */
+ * on), in clusters of cz blocks along z when cz > 0. A failed launch is reported as a <<<>>> launch's
+ * is: through cudaGetLastError (launched()). */
+template <typename... KArgs, typename... Args>
+static void pdl_launch_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                unsigned cz, Args &&...args)
+{
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (pdl_on() && st) { /* the legacy stream (tests' NULL) in plain order */
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cz > 0) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1, at[n].val.clusterDim.y = 1, at[n++].val.clusterDim.z = cz;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = n;
+    cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 template <typename... KArgs, typename... Args>
 static void pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args &&...args)
 {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = pdl_on() && st ? 1 : 0; /* the legacy stream (tests' NULL) in plain order */
-    cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    pdl_launch_clusters(kernel, grid, block, smem, st, 0u, std::forward<Args>(args)...);
 }
 
 #endif
