@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench/gpu/final_check.sh — one GPU-machine call that checks a merged tree end to end:
 #   1. the CUDA tests (per-op against f64, the tensor-core kernels, the host-side traits, the device
-#      top-k, mixed batches = alone; the tensor-core ones also in the split activation mode) and
-#      test_hybrid on the calibrated tiny model
+#      top-k, mixed batches = alone; the tensor-core ones also in the split activation mode, the
+#      attention's cluster merge on every model and on none) and test_hybrid on the calibrated tiny model
 #   2. pipeline_checks.sh greedy + fault: gpud on cuda, greedy tokens vs cpu, kill -9 of each stage
 #   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
 #   4. the CPU table of issue 9 (bench_sparse.py --pipeline: dense / sparse, in-process / pipeline,
@@ -71,6 +71,16 @@ for lv in 0 2; do
         PINFER_CUDA_Q1=$lv timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-q1$lv.log" 2>&1
         log "$t PINFER_CUDA_Q1=$lv rc=$? ($(tail -1 "$W/$t-q1$lv.log"))"
         grep -m5 "failed:" "$W/$t-q1$lv.log" | tee -a "$W/final.log"
+    done
+done
+# the attention's merge in clusters (PINFER_CUDA_ATTN_CLUSTER: 1, the default, beside the streamed
+# F16/BF16 products only; 2 on every model, 0 never): the same bits either way
+for cl in 0 2; do
+    for t in test_cuda_ops test_backend_ops; do
+        [ -x "$G/tests/$t" ] || continue
+        PINFER_CUDA_ATTN_CLUSTER=$cl timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-cl$cl.log" 2>&1
+        log "$t PINFER_CUDA_ATTN_CLUSTER=$cl rc=$? ($(tail -1 "$W/$t-cl$cl.log"))"
+        grep -m5 "failed:" "$W/$t-cl$cl.log" | tee -a "$W/final.log"
     done
 done
 timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
