@@ -1979,6 +1979,25 @@ static l2_pf l2_pf_of(const struct cuk_w *w)
     return pf;
 }
 
+/* whether the device places a cluster of the attention's largest instance at all (read once): a
+ * partitioned GPU may not, and a launch it refuses would fail every step */
+static bool attn_clusters_fit(void)
+{
+    static const bool fit = [] {
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = 1, at.val.clusterDim.y = 1, at.val.clusterDim.z = ATTN_CLUSTER;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, 1, ATTN_CLUSTER), cfg.blockDim = dim3(ATTN_WARPS * 32), cfg.attrs = &at, cfg.numAttrs = 1;
+        int n = 0;
+        const cudaError_t e =
+            cudaOccupancyMaxActiveClusters(&n, (const void *)k_attn_part<float, 8, true, true>, &cfg);
+        cudaGetLastError(); /* a refusal is this answer, not an error of the next launch */
+        return e == cudaSuccess && n > 0;
+    }();
+    return fit;
+}
+
 /* PINFER_CUDA_ATTN_CLUSTER (read once): cuk_attn_cluster_ok's 0 / 1 / 2 */
 extern "C" bool cuk_attn_cluster_ok(const struct cuk_w *qkv)
 {
@@ -1986,7 +2005,9 @@ extern "C" bool cuk_attn_cluster_ok(const struct cuk_w *qkv)
         const char *e = getenv("PINFER_CUDA_ATTN_CLUSTER");
         return e && *e ? atoi(e) : 1;
     }();
-    return mode == 2 || (mode == 1 && qkv && qkv->q && cuk_mma_on(qkv->type) && cuk_mmv_level() >= 2 &&
+    if (mode == 0 || !attn_clusters_fit())
+        return false;
+    return mode == 2 || (qkv && qkv->q && cuk_mma_on(qkv->type) && cuk_mmv_level() >= 2 &&
                          cuk_mmv_fits(qkv, 1)); /* cuk_norm_gemv_split3's streamed case for one token */
 }
 

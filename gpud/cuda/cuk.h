@@ -143,7 +143,8 @@ size_t cuk_attn_part_floats(const struct cuk_attn_geom *g, int B);
  * in a cluster of blocks where they fit one (positions below 256; geom.cluster): where qkv streams on
  * the one-block-an-SM kernel (cuk_mmv.h), which leaves room for a cluster's blocks beside it — beside
  * the Q types' products the clusters lost (bench/gpu/NOTES.md r5, r6). PINFER_CUDA_ATTN_CLUSTER: 0
- * never, 2 always (the tests' way to run it on any model), else this. */
+ * never, 2 always (the tests' way to run it on any model), else this; never where the device cannot
+ * place such a cluster (cudaOccupancyMaxActiveClusters: 0). */
 bool cuk_attn_cluster_ok(const struct cuk_w *qkv);
 /* cuk_rope_store then cuk_attn, the same bits; for one token (and a kv head per head) one launch
  * fewer: the attention rotates q itself, and its block over the token's own cell rotates k and
