@@ -55,34 +55,30 @@ for t in test_cuda_ops test_backend_ops test_backend_ops_random test_cuda_mma te
     log "$t rc=$? ($(tail -1 "$W/$t.log"))"
     grep -m5 "failed:" "$W/$t.log" | tee -a "$W/final.log"
 done
-# the split activation mode of the F16 products (PINFER_CUDA_MMA_ACT=split; the f16 mode is the
-# default): its invariance, and the f32 tolerances against the CPU that it keeps
-for t in test_cuda_mma test_cuda_ops test_backend_ops; do
-    [ -x "$G/tests/$t" ] || continue
-    PINFER_CUDA_MMA_ACT=split timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-split.log" 2>&1
-    log "$t split mode rc=$? ($(tail -1 "$W/$t-split.log"))"
-    grep -m5 "failed:" "$W/$t-split.log" | tee -a "$W/final.log"
-done
-# the Q types' one-launch products at every level (PINFER_CUDA_Q1: 0 the two launches, 2 also the
-# gathered GLU; 1 is the default run above): each bitwise against the other path inside the tests
-for lv in 0 2; do
-    for t in test_cuda_ops test_backend_ops; do
-        [ -x "$G/tests/$t" ] || continue
-        PINFER_CUDA_Q1=$lv timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-q1$lv.log" 2>&1
-        log "$t PINFER_CUDA_Q1=$lv rc=$? ($(tail -1 "$W/$t-q1$lv.log"))"
-        grep -m5 "failed:" "$W/$t-q1$lv.log" | tee -a "$W/final.log"
+# env_tests NAME "VALUES" TEST...: each test again under NAME=VALUE for each value (the tests check
+# each path bitwise against the other inside)
+env_tests() {
+    local name=$1 values=$2 v t l
+    shift 2
+    for v in $values; do
+        for t in "$@"; do
+            [ -x "$G/tests/$t" ] || continue
+            l=$W/$t-$name-$v.log
+            env "$name=$v" timeout 90 "$G/tests/$t" "$TINY" >"$l" 2>&1
+            log "$t $name=$v rc=$? ($(tail -1 "$l"))"
+            grep -m5 "failed:" "$l" | tee -a "$W/final.log"
+        done
     done
-done
-# the attention's merge in clusters (PINFER_CUDA_ATTN_CLUSTER: 1, the default, beside the streamed
-# F16/BF16 products only; 2 on every model, 0 never): the same bits either way
-for cl in 0 2; do
-    for t in test_cuda_ops test_backend_ops; do
-        [ -x "$G/tests/$t" ] || continue
-        PINFER_CUDA_ATTN_CLUSTER=$cl timeout 90 "$G/tests/$t" "$TINY" >"$W/$t-cl$cl.log" 2>&1
-        log "$t PINFER_CUDA_ATTN_CLUSTER=$cl rc=$? ($(tail -1 "$W/$t-cl$cl.log"))"
-        grep -m5 "failed:" "$W/$t-cl$cl.log" | tee -a "$W/final.log"
-    done
-done
+}
+# the split activation mode of the F16 products (the f16 mode is the default): its invariance, and
+# the f32 tolerances against the CPU that it keeps
+env_tests PINFER_CUDA_MMA_ACT split test_cuda_mma test_cuda_ops test_backend_ops
+# the Q types' one-launch products at every level (0 the two launches, 2 also the gathered GLU; 1 is
+# the default run above)
+env_tests PINFER_CUDA_Q1 "0 2" test_cuda_ops test_backend_ops
+# the attention's merge in clusters (1, the default, beside the streamed F16/BF16 products only; 2 on
+# every model, 0 never): the same bits either way
+env_tests PINFER_CUDA_ATTN_CLUSTER "0 2" test_cuda_ops test_backend_ops
 timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
 log "test_hybrid rc=$? ($(tail -1 "$W/test_hybrid.log"))"
 grep -m5 "failed:" "$W/test_hybrid.log" | tee -a "$W/final.log"
