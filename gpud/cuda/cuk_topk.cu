@@ -22,6 +22,7 @@ extern "C" {
 #include "cuk.h" /* cuk_argmax */
 #include "cuk_topk.h"
 }
+#include "cuk_compact_dev.cuh" /* block_scan_excl */
 #include "cuk_pdl.cuh"   /* pdl_launch, pdl_enter; CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 #define TOPK_THREADS 1024 /* k_top1 */
@@ -29,7 +30,6 @@ extern "C" {
 #define RADIX_BITS 8
 #define RADIX_BINS (1 << RADIX_BITS)
 #define SEL_THREADS RADIX_BINS /* block_select: a thread per bin in the scan */
-#define SEL_WARPS (SEL_THREADS / 32)
 #define TOPK_SLICE 2048        /* a slice's logits, about: fewer blocks make the merge longer */
 #define TOPK_SLICES_MAX 64
 
@@ -96,21 +96,11 @@ struct cand_keys {
 
 struct select_smem {
     uint32_t hist[RADIX_BINS];
-    uint32_t wsum[SEL_WARPS];
+    int32_t wsum[33]; /* block_scan_excl's */
     uint32_t prefix, need, exact, n_cand;
     uint32_t key[CUK_TOPK_MAX];
     int32_t id[CUK_TOPK_MAX];
 };
-
-/* the sum over the block's warps before this thread's (each warp's total in wsum; a barrier between
- * the write and this read, and another before wsum is written again) */
-__device__ static inline uint32_t warps_before(const uint32_t *wsum, int warp)
-{
-    uint32_t s = 0;
-    for (int w = 0; w < warp; w++)
-        s += wsum[w];
-    return s;
-}
 
 /* The k best of the m keys of src, unordered, into sm.key / sm.id[0, k). Ids ascend with i among
  * equal keys. Every thread of the block calls it. */
@@ -140,18 +130,8 @@ template <class Keys> __device__ static void block_select(const Keys &src, int64
         /* thread t reads bin 255 - t: its inclusive sum counts the keys in bins at or above it; the
          * one thread where it first reaches `need` holds the k-th best's digit */
         const uint32_t h = sm.hist[RADIX_BINS - 1 - tid];
-        uint32_t incl = h;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o)
-                incl += v;
-        }
-        if (lane == 31)
-            sm.wsum[warp] = incl;
-        __syncthreads();
-        incl += warps_before(sm.wsum, warp);
-        const uint32_t excl = incl - h;
+        int32_t total;
+        const uint32_t excl = (uint32_t)block_scan_excl<SEL_THREADS>((int32_t)h, sm.wsum, &total), incl = excl + h;
         if (excl < need && incl >= need) {
             sm.prefix = prefix | (uint32_t)(RADIX_BINS - 1 - tid) << shift;
             sm.need = need - excl;
@@ -180,17 +160,13 @@ template <class Keys> __device__ static void block_select(const Keys &src, int64
         for (int64_t r = 0; r < m && taken < need; r += SEL_THREADS) {
             const int64_t i = r + tid;
             const bool eq = i < m && src.key(i) == prefix;
-            const unsigned bal = __ballot_sync(0xffffffffu, eq);
-            if (lane == 0)
-                sm.wsum[warp] = (uint32_t)__popc(bal);
-            __syncthreads();
-            const uint32_t at = taken + warps_before(sm.wsum, warp) + (uint32_t)__popc(bal & ((1u << lane) - 1u));
+            int32_t n_eq;
+            const uint32_t at = taken + (uint32_t)block_scan_excl<SEL_THREADS>(eq, sm.wsum, &n_eq);
             if (eq && at < need) {
                 sm.key[base + at] = prefix;
                 sm.id[base + at] = src.id(i);
             }
-            taken += warps_before(sm.wsum, SEL_WARPS);
-            __syncthreads();
+            taken += (uint32_t)n_eq;
         }
     }
     __syncthreads();
