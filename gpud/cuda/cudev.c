@@ -1306,8 +1306,15 @@ int cudev_output(struct cudev *d, int32_t n, int32_t first, float *logits)
                        d->n_dev_layers, hp->n_layer);
     if (first < 0 || k < 1)
         return pi_fail(PI_E_RANGE, "cuda: output rows %d..%d", first, n - 1);
-    TRY(CK(cuk_rmsnorm(d->xn, d->x + (size_t)first * E, d->output_norm, k, E, E, hp->norm_eps, d->st)));
-    TRY(mm(d, &d->output, d->xn, k, d->logits, CUK_SET));
+    const float *x = d->x + (size_t)first * E;
+    if (!use_blas(d, k)) { /* the norm in the product's kernel where it can (cuk_mmv.h): the bits of the
+                            * two below; a single-block k_rmsnorm held the chain ~13 µs a token */
+        TRY(CK(cuk_norm_gemv_split3(&d->output, x, d->output_norm, hp->norm_eps, k, d->xn, d->logits, hp->n_vocab,
+                                    NULL, 0, NULL, d->xq, d->st)));
+    } else {
+        TRY(CK(cuk_rmsnorm(d->xn, x, d->output_norm, k, E, E, hp->norm_eps, d->st)));
+        TRY(mm(d, &d->output, d->xn, k, d->logits, CUK_SET));
+    }
     if (!logits)
         return 0;
     TRY(CU(cudaMemcpyAsync(logits, d->logits, (size_t)k * hp->n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
