@@ -1,8 +1,8 @@
 /* vram_plan.c — the CUDA backend's device memory, byte for byte (see vram_plan.h). The formulas
  * mirror gpud/cuda/cudev.c's arenas (place_all, place_scratch, the KV arena) and the kernels' own
- * size functions (cuk.cu: cuk_w_qbytes/dbytes, cuk_xq_row_bytes, cuk_attn_part_floats,
- * cuk_axpy_part_floats); tests/test_hybrid.c checks on the device that cudev allocates exactly
- * these numbers. */
+ * size functions (cuk_w_qbytes/dbytes in cuk_weights.cu, cuk_xq_row_bytes in cuk_gemv.cu,
+ * cuk_attn_part_floats in cuk_attn.cu, cuk_axpy_part_floats in cuk_sparse.cu); tests/test_hybrid.c
+ * checks on the device that cudev allocates exactly these numbers. */
 #include "vram_plan.h"
 
 #include <string.h>
@@ -13,8 +13,8 @@
 #include "sampling.h"
 
 #define KV_TENSORS 2       /* K and V */
-#define ATTN_CHUNK 32      /* cuk.cu: cells per attention block */
-#define ATTN_GROUP 64      /* cuk.cu: tokens per attention launch pair */
+#define ATTN_CHUNK 32      /* cuk_attn_dev.cuh: cells per attention block */
+#define ATTN_GROUP 64      /* cuk_attn_dev.cuh: tokens per attention launch pair */
 #define AXPY_CHUNK 16      /* cuk.h CUK_AXPY_CHUNK */
 #define QBLOCK 32          /* Q8_0 / Q4_0 block */
 #define DEFAULT_BATCH 64   /* cudev's n_batch when none is given */
@@ -23,7 +23,7 @@
 
 static uint64_t al(uint64_t n) { return (n + VRAM_ALIGN - 1) / VRAM_ALIGN * VRAM_ALIGN; }
 
-/* elements per 16-byte lane load and quant bytes per lane group, as cuk.cu's lane_elems/qbytes
+/* elements per 16-byte lane load and quant bytes per lane group, as cuk_weights.cu's lane_elems/qbytes
  * (cuk_traits.cuh: E, 16 NQ); every quantized type but Q8_0 is one 16-byte word per 32 elements */
 static bool lane(uint32_t type, int *elems, int *qbytes)
 {

@@ -3,7 +3,7 @@
 # CUDA tests (test_cuda_mma, also under the prefill tilings of TILES; test_cuda_ops, test_backend_ops,
 # test_backend_ops_random, the first two also with PINFER_CUDA_PATTN=2 = the tiled prompt attention
 # for every batch of more than one token), then pp512 of d16 (default = the tiled attention,
-# PINFER_CUDA_PATTN=0 = cuk.cu's split-K attention for every batch, and each tiling of TILES, same
+# PINFER_CUDA_PATTN=0 = cuk_attn.cu's split-K attention for every batch, and each tiling of TILES, same
 # run; PINFER_CUDA_PATTN_PF=1 = its variant that prefetches the next chunk, PINFER_CUDA_PATTN_TT=16 =
 # tiles of 16 tokens, each with test_cuda_ops and test_backend_ops) and
 # d4, each with its per-part profile of one 512-token batch and of a decode step.

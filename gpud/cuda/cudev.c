@@ -1442,7 +1442,7 @@ static int capture(struct cudev *d, int32_t n, bool sparse, int32_t k, int32_t m
  * positions below STEP_BUCKET0 · 2^b, the last bucket the whole context (*max_pos: the graph's largest
  * position, -1 any). Why graphs by position: the attention launches the chunks up to the graph's
  * position — B tokens' empty chunks were on the chain (8 tokens at position ~40 under the whole
- * context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2), and below STEP_BUCKET0 (cuk.cu's
+ * context's graph: 8 % slower than op by op, bench/gpu/NOTES.md p2), and below STEP_BUCKET0 (cuk_attn.cu's
  * ATTN_CLUSTER chunks) a token's chunks merge in a cluster where geom.cluster. One token without
  * clusters: one graph for any position (its blocks past the position leave at once, off the chain;
  * by bucket the Q4_0 files lost 1-1.5 %, r6). */

@@ -1,5 +1,5 @@
 /* cudev.h — the GPU executor's device context: the model's weights, a KV cache and scratch in the
- * GPU's memory, and the forward-pass steps over a batch of tokens on it (kernels: cuk.cu).
+ * GPU's memory, and the forward-pass steps over a batch of tokens on it (kernels: cuk.h).
  *
  * Everything is allocated when the context opens (weights uploaded from the model's mapped
  * tensors, the KV cache, every scratch buffer for n_batch tokens), so no step allocates; the bytes

@@ -1,4 +1,4 @@
-/* cuk.h — the CUDA kernels of the GPU executor, behind a C interface (cuk.cu implements them).
+/* cuk.h — the CUDA kernels of the GPU executor, behind a C interface (the cuk_*.cu files implement them, one concern each).
  *
  * Everything here takes device pointers and a stream (cudaStream_t passed as void *) and only
  * enqueues work: launchers return 0 or a negative cudaError_t of the launch. No CUDA header is
@@ -150,7 +150,7 @@ bool cuk_attn_cluster_ok(const struct cuk_w *qkv);
  * fewer: the attention rotates q itself, and its block over the token's own cell rotates k and
  * stores k and v first (q and k are then left unrotated). PINFER_CUDA_ROPE_FUSE=0: always the two.
  * l2_next (NULL: none): the weight the next product reads; for one token the attention's blocks
- * fetch it into L2 after their wait (the attention reads little from the HBM; see cuk.cu). */
+ * fetch it into L2 after their wait (the attention reads little from the HBM; see cuk_attn.cu). */
 int cuk_rope_attn(const struct cuk_attn_geom *g, float *q, float *k, const float *v, const int32_t *pos,
                   const int32_t *seq, void *k_cache, void *v_cache, const float *inv_freq, float *out, float *part,
                   int B, int32_t max_pos, const struct cuk_w *l2_next, void *st);

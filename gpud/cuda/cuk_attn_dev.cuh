@@ -1,5 +1,5 @@
 /* cuk_attn_dev.cuh — what a token's attention output IS, bit for bit, written once for the two
- * kernels that compute it: cuk.cu's split-K attention (decode and small batches: k_attn_part per
+ * kernels that compute it: cuk_attn.cu's split-K attention (decode and small batches: k_attn_part per
  * chunk, the last chunk of a (token, head) to finish merging them: attn_merge_out) and
  * cuk_pattn.cu's tiled prompt attention (k_pattn: one block per tile of tokens and head, walking the
  * chunks itself). Each kernel arranges the work its own way; the

@@ -1,6 +1,6 @@
 /* cuk_compact_dev.cuh — the ordered block scan of one mask row for the gathered gate/up of a raw mask
  * (cuk_mmv.cu's MSK kernels, cuk_norm_glu_mask): every block lists the row itself and keeps its share
- * of the list, one kernel fewer in the sparse step than k_compact then the product (cuk.cu's k_compact
+ * of the list, one kernel fewer in the sparse step than k_compact then the product (cuk_sparse.cu's k_compact
  * writes whole lists where this kernel does not apply).
  *
  * Thread t takes a contiguous segment of at most 64 bytes (16-byte multiples; the caller keeps the row
@@ -18,7 +18,7 @@ __device__ static inline uint32_t nz_nib(uint32_t w) { return ((__vcmpne4(w, 0u)
 
 /* the block's exclusive scan of each thread's count c (over the warp, then over the warps): the count
  * before this thread's; *total the block's. wsum: 33 ints of shared memory. Every thread of the block
- * calls it (two barriers). Used by k_compact (cuk.cu), mask_scan and cuk_topk.cu's block_select. */
+ * calls it (two barriers). Used by k_compact (cuk_sparse.cu), mask_scan and cuk_topk.cu's block_select. */
 template <int NT> __device__ static inline int32_t block_scan_excl(int32_t c, int32_t *wsum, int32_t *total)
 {
     static_assert(NT % 32 == 0 && NT <= 1024, "whole warps, at most 32");

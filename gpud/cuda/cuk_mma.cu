@@ -44,10 +44,9 @@ extern "C" {
  * tokens g and g + 1 of a quarter warp's 16-byte loads 64 bytes apart modulo 128) */
 #define MM_TOKB(LO) ((LO) ? 320 : 192)
 
-#include "cuk_mma_dev.cuh" /* launched, H2, split4, mma, wd, mma_chunk, mout and its epilogues, cp.async, elem */
+#include "cuk_mma_dev.cuh" /* launched and S (cuk_launch.cuh), H2, split4, mma, wd, mma_chunk, mout and its epilogues, cp.async, elem */
 #include "cuk_pdl.cuh"
 
-static cudaStream_t S(void *st) { return (cudaStream_t)st; }
 
 extern "C" bool cuk_mma_type(uint32_t type) { return type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
 

@@ -1,7 +1,7 @@
 /* cuk_mma.h — F16 / BF16 matrix products on the tensor cores (mma.sync m16n8k16, f32 accumulate), one
- * kernel family for every batch size (cuk_mma.cu implements them; cuk.cu dispatches to them).
+ * kernel family for every batch size (cuk_mma.cu implements them; cuk_gemv.cu dispatches to them).
  *
- * Why: the CUDA-core GEMV (cuk.cu k_gemv) is batch-invariant but runs prefill at a fraction of the
+ * Why: the CUDA-core GEMV (cuk_gemv.cu k_gemv) is batch-invariant but runs prefill at a fraction of the
  * tensor cores' rate. These kernels compute every (row, token) output with the same instruction
  * sequence whatever the batch: tokens are the mma's N dimension (padded to 8; decode is memory-bound,
  * the empty columns cost nothing), K is split into CUK_MMA_KS fixed ranges of 64-element chunks (a
@@ -44,7 +44,7 @@
 #define CUK_MMA_KS 8 /* K ranges (the fixed split-K; also the decode kernel's warps per block) */
 
 /* The types these kernels take (F16, BF16) and whether they are in use: PINFER_CUDA_MMA=0 in the
- * environment falls back to cuk.cu's CUDA-core kernels (benchmarks: the A/B in one run). */
+ * environment falls back to cuk_gemv.cu's CUDA-core kernels (benchmarks: the A/B in one run). */
 bool cuk_mma_type(uint32_t type);
 bool cuk_mma_on(uint32_t type);
 /* Whether products of this weight type round the activation to f16 once (F16 weights, unless

@@ -17,11 +17,7 @@
 #error "define CH (elements of K per chunk) before including cuk_mma_dev.cuh"
 #endif
 
-static int launched(void)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
-}
+#include "cuk_launch.cuh" /* launched, S */
 
 /* ---- the activation split: x = hi + lo ---- */
 

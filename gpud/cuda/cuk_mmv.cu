@@ -231,7 +231,7 @@ static bool mmv_deeper(int64_t K)
     return mmv_ts() == 1 || (mmv_ts() == 2 && K <= 4096 && cpr >= 4);
 }
 
-/* cuk.cu's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
+/* cuk_lane_dev.cuh's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
 __device__ static float block_sum(float v, float *sh)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -1,6 +1,6 @@
 /* cuk_mmv.h — F16 / BF16 products of one token a block (a decode token; the sparse path's gathered
  * rows of up to 8 tokens, a block each) streamed through a cp.async shared-memory pipeline
- * (cuk_mmv.cu implements them; cuk.cu and cudev.c call them).
+ * (cuk_mmv.cu implements them; cuk_gemv.cu and cudev.c call them).
  *
  * Why: cuk_mma.cu's decode kernel gives every 16-row tile its own block of 8 warps, each loading two
  * 64-element chunks and then waiting for them, and the gathered FFN rows (~70 tiles at 10 % active)

@@ -7,7 +7,7 @@
  * quarter's fmaf chains, cuk_attn_dev.cuh); a warp a token for the score from its quarters, the
  * chunk's softmax and the merge step (TT/4 tokens side by side); then p·v (each thread TT/8 tokens
  * × D/16 dims, each an fmaf chain over the chunk's cells) folded into A. Every operation on a
- * token's values is the one cuk_attn_dev.cuh defines, in its order: the bits are cuk.cu's split-K
+ * token's values is the one cuk_attn_dev.cuh defines, in its order: the bits are cuk_attn.cu's split-K
  * attention's (k_attn_part, merging in its last block). A tile holding tokens of several sequences
  * walks each sequence's chunks in turn (the others masked); the caller sends batches of many short runs to
  * cuk_attn (cuk_pattn). */
@@ -27,13 +27,9 @@ extern "C" {
 #define PT_THREADS 128
 #define PT_KPAD 4 /* floats of padding a row of q and k: rows 16 bytes apart in the banks */
 
-static int launched(void)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
-}
+#include "cuk_launch.cuh" /* launched */
 
-#include "cuk_attn_dev.cuh" /* the definition of the output, one with cuk.cu */
+#include "cuk_attn_dev.cuh" /* the definition of the output, one with cuk_attn.cu */
 #include "cuk_trace.cuh"    /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
 
 /* 8 consecutive cache values (16-byte aligned) as stored: one or two 16-byte loads, then as floats */

@@ -1,5 +1,5 @@
 /* cuk_pattn.h — attention for prompt batches (cuk_pattn.cu): the output cuk_attn_dev.cuh defines,
- * bit for bit what cuk.cu's split-K attention (cuk_attn, the decode path) gives, computed by one
+ * bit for bit what cuk_attn.cu's split-K attention (cuk_attn, the decode path) gives, computed by one
  * block per (head, tile of 16 tokens) that reads each chunk of 32 KV cells once for the tile and
  * keeps the tile's merge state itself (pp512 d16: attention 22.4 → 5.5 ms a step, bench/gpu/NOTES.md).
  *

@@ -100,7 +100,11 @@ struct cuk_trace_file_head {
  * pointers (cuk_trace.cuh's cuk_tr), set by its own setter; all are given the same ring and counter.
  * buf NULL: the kernels write nothing. 0 or a negative cudaError_t. Defined only in a CUK_TRACE build. */
 #define CUK_TRACE_SETTERS(X)                                                                                           \
-    X(cuk_trace_set)                                                                                                   \
+    X(cuk_weights_trace_set)                                                                                           \
+    X(cuk_gemv_trace_set)                                                                                              \
+    X(cuk_sparse_trace_set)                                                                                            \
+    X(cuk_elem_trace_set)                                                                                              \
+    X(cuk_attn_trace_set)                                                                                              \
     X(cuk_mma_trace_set)                                                                                               \
     X(cuk_mmv_trace_set)                                                                                               \
     X(cuk_hand_trace_set)                                                                                              \

@@ -1,4 +1,4 @@
-/* cuk_traits.cuh — the block-type traits of cuk.cu's templated kernels (one GEMV, GLU, AXPY,
+/* cuk_traits.cuh — the block-type traits of the CUDA-core templated kernels (one GEMV, GLU, AXPY,
  * get_rows, dequant and repack template for every weight type; no copy of a kernel per type).
  *
  * A lane block is what one lane loads at a time: E elements held in NQ 16-byte words of the

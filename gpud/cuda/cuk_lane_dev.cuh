@@ -1,0 +1,57 @@
+/* cuk_lane_dev.cuh — device pieces of the CUDA-core kernels: a lane block of a repacked weight row
+ * (load_lb; layout: cuk_traits.cuh), the fixed-order sums over a warp and a block, and the GLU's
+ * activation. One definition for the products (cuk_gemv.cu), the sparse AXPY (cuk_sparse.cu), the
+ * norms and elementwise kernels (cuk_elem.cu) and the row lookups (cuk_weights.cu); static /
+ * templates, each object its own copy. Include after cuk_traits.cuh and model.h. */
+#ifndef CUK_LANE_DEV_CUH
+#define CUK_LANE_DEV_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Load lane block b of a row: NQ words, and the scale. */
+template <class T>
+__device__ static inline void load_lb(const uint8_t *__restrict__ qrow, const uint8_t *__restrict__ drow, int64_t nb,
+                                      int64_t b, uint4 *qq, typename T::S *s)
+{
+    const uint4 *p = (const uint4 *)(qrow + b * (int64_t)(16 * T::NQ));
+#pragma unroll
+    for (int i = 0; i < T::NQ; i++)
+        qq[i] = __ldg(p + i);
+    T::side(drow, nb, b, *s);
+}
+
+__device__ static inline float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static float block_sum(float v, float *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += sh[i];
+    __syncthreads();
+    return s;
+}
+
+/* a (gate, up) pair through the FFN's activation kind (model.h's PI_ACT_*) */
+__device__ static inline float glu(int kind, float g, float u)
+{
+    if (kind == PI_ACT_SWIGLU)
+        return g / (1.0f + expf(-g)) * u;
+    if (kind == PI_ACT_REGLU)
+        return g > 0.0f ? g * u : 0.0f;
+    return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
+}
+
+#endif
