@@ -7,6 +7,7 @@
 
 #include "cuk_hand_dev.cuh"
 #include "cuk_pdl.cuh"
+#include "cuk_launch.cuh" /* launched, S */
 
 extern "C" {
 #include "cuk_hand.h"
@@ -69,12 +70,11 @@ extern "C" int cuk_hand_out(const void *x, int64_t n_h, const uint8_t *mask, int
                  (cold->n_hot < cold->n_ff && cold->n_hot > 0 && !cold->cold_tab)))
         return -(int)cudaErrorInvalidValue;
     const bool partial = cold && cold->n_hot > 0 && cold->n_hot < cold->n_ff;
-    pdl_launch(k_hand_out, dim3(1), dim3(OUT_THREADS), 0, (cudaStream_t)st, (const uint8_t *)x, n_h, mask,
+    pdl_launch(k_hand_out, dim3(1), dim3(OUT_THREADS), 0, S(st), (const uint8_t *)x, n_h, mask,
                mask ? n_mask : (int64_t)0, (uint8_t *)h, hmask, partial ? cold->cold_tab : (const uint64_t *)nullptr,
                cold && cold->n_hot == 0, cold ? cold->n_ff : (int64_t)0, cold ? cold->bits : (uint64_t *)nullptr,
                key, seq);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
+    return launched();
 }
 
 extern "C" void cuk_cold_table(const int32_t *hot_ids, int64_t n_hot, int64_t n_ff, uint64_t *tab)
@@ -136,10 +136,9 @@ extern "C" int cuk_hand_add(float *x, const float *pending, const float *y_key, 
     if (n < 1)
         return 0;
     const int64_t per_block = (int64_t)ADD_THREADS * ADD_PER_THREAD;
-    pdl_launch(k_hand_add, dim3((unsigned)((n + per_block - 1) / per_block)), dim3(ADD_THREADS), 0, (cudaStream_t)st, x,
+    pdl_launch(k_hand_add, dim3((unsigned)((n + per_block - 1) / per_block)), dim3(ADD_THREADS), 0, S(st), x,
                pending, y_key, key, y_rel, rel, seq, n);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
+    return launched();
 }
 
 /* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */

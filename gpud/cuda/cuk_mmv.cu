@@ -753,7 +753,7 @@ extern "C" int cuk_mmv_gemv(const struct cuk_w *w, const float *x, int B, void *
         return 0;
     mvo o = {};
     o.y = y, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.thr = thr;
-    const cudaStream_t s = (cudaStream_t)st;
+    const cudaStream_t s = S(st);
     return w->type == PI_TYPE_BF16 ? gemv_b<true, true, false>(w, x, B, o, mode, s)
            : cuk_mma_act16(w->type) ? gemv_b<false, false, false>(w, x, B, o, mode, s)
                                     : gemv_b<false, true, false>(w, x, B, o, mode, s);
@@ -793,7 +793,7 @@ extern "C" int cuk_mmv_glu(const struct cuk_w *gate, const struct cuk_w *up, con
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     const uint8_t *g = (const uint8_t *)gate->q, *u = (const uint8_t *)up->q;
     const int64_t K = gate->n_in, N = gate->n_out;
-    const cudaStream_t s = (cudaStream_t)st;
+    const cudaStream_t s = S(st);
     return glu_b<false>(gate->type, g, u, K, N, x, B, o, idx != nullptr, s);
 }
 
@@ -826,7 +826,7 @@ extern "C" int cuk_norm_gemv_split3(const struct cuk_w *w, const float *x, const
     mvo o = {};
     o.y = y0, o.y1 = y1, o.y2 = y2, o.n0 = n0, o.n1 = n1, o.nw = norm_w, o.eps = eps;
     const uint8_t *q = (const uint8_t *)w->q;
-    const cudaStream_t s = (cudaStream_t)st;
+    const cudaStream_t s = S(st);
     if (w->type == PI_TYPE_BF16)
         return mv_launch<true, true, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s);
     return cuk_mma_act16(w->type) ? mv_launch<false, false, CUK_SPLIT3, 1, false, true>(q, nullptr, w->n_in, w->n_out, x, 1, o, s)
@@ -848,7 +848,7 @@ extern "C" int cuk_norm_glu(const struct cuk_w *gate, const struct cuk_w *up, co
     o.y = act, o.kind = act_kind, o.idx = idx, o.cnt = cnt, o.idx_stride = idx_stride, o.compact = compact;
     o.nw = norm_w, o.eps = eps;
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in,
-                       gate->n_out, x, 1, o, idx != nullptr, (cudaStream_t)st);
+                       gate->n_out, x, 1, o, idx != nullptr, S(st));
 }
 
 /* PINFER_CUDA_GLU_MASK=0: cuk_norm_glu_mask declines, the caller runs k_compact then cuk_norm_glu (read once) */
@@ -870,7 +870,7 @@ extern "C" int cuk_norm_glu_mask(const struct cuk_w *gate, const struct cuk_w *u
     o.y = act, o.kind = act_kind, o.idx_stride = idx_stride, o.compact = true;
     o.nw = norm_w, o.eps = eps, o.mask = mask, o.list = idx, o.list_n = cnt;
     return glu_b<true>(gate->type, (const uint8_t *)gate->q, (const uint8_t *)up->q, gate->n_in, N, x, 1, o, true,
-                       (cudaStream_t)st);
+                       S(st));
 }
 
 /* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */

@@ -377,8 +377,8 @@ extern "C" int cuk_pattn(const struct cuk_attn_geom *g, const float *q, const vo
     const bool aligned = !(((uintptr_t)q | (uintptr_t)k_cache | (uintptr_t)v_cache) & 15);
     if (prompt && aligned && g->n_head % g->n_head_kv == 0) {
         if (g->f16)
-            return pattn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, B, (cudaStream_t)st);
-        return pattn_c<float>(g, q, k_cache, v_cache, pos, seq, out, B, (cudaStream_t)st);
+            return pattn_c<__half>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
+        return pattn_c<float>(g, q, k_cache, v_cache, pos, seq, out, B, S(st));
     }
     return cuk_attn(g, q, k_cache, v_cache, pos, seq, out, part, B, max_pos, st);
 }

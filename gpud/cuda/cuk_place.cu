@@ -6,6 +6,7 @@ extern "C" {
 #include "cuk_place.h"
 }
 #include "cuk_trace.cuh" /* CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
+#include "cuk_launch.cuh" /* launched, S */
 
 #define GATHER_THREADS 256
 
@@ -25,9 +26,8 @@ extern "C" int cuk_gather_mask(const uint8_t *mask, int B, int64_t n_ff, const i
     if (B < 1 || n_hot < 1)
         return 0;
     const dim3 grid((unsigned)((n_hot + GATHER_THREADS - 1) / GATHER_THREADS), (unsigned)B);
-    k_gather_mask<<<grid, GATHER_THREADS, 0, (cudaStream_t)st>>>(mask, n_ff, ids, n_hot, out);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
+    k_gather_mask<<<grid, GATHER_THREADS, 0, S(st)>>>(mask, n_ff, ids, n_hot, out);
+    return launched();
 }
 
 /* this object's copy of the trace ring's pointers (cuk_trace.cuh; a CUK_TRACE build only) */

@@ -24,6 +24,7 @@ extern "C" {
 }
 #include "cuk_compact_dev.cuh" /* block_scan_excl */
 #include "cuk_pdl.cuh"   /* pdl_launch, pdl_enter; CUK_TRACE_BLOCK (a -Dcuk_trace=true build) */
+#include "cuk_launch.cuh" /* launched, S */
 
 #define TOPK_THREADS 1024 /* k_top1 */
 #define TOPK_WARPS (TOPK_THREADS / 32)
@@ -267,7 +268,7 @@ extern "C" int cuk_topk(const float *logits, int B, int64_t n, int k, int32_t *i
         return -(int)cudaErrorInvalidValue;
     /* in the launch chain behind the output product (cuk_pdl.cuh) */
     static const bool top1 = env_on_unless_0("PINFER_CUDA_TOP1"); /* 0: the radix selection for k = 1 too (A/B) */
-    const cudaStream_t s = (cudaStream_t)st;
+    const cudaStream_t s = S(st);
     const int G = topk_slices(n);
     if (k == 1 && top1)
         pdl_launch(k_top1, dim3((unsigned)B), dim3(TOPK_THREADS), 0, s, logits, n, ids, vals);
@@ -283,17 +284,15 @@ extern "C" int cuk_topk(const float *logits, int B, int64_t n, int k, int32_t *i
         pdl_launch(k_topk_merge, dim3((unsigned)B), dim3(SEL_THREADS), 0, s, logits, n, k, G, (const uint2 *)part, ids,
                    vals);
     }
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
+    return launched();
 }
 
 extern "C" int cuk_argmax(const float *logits, int B, int64_t n, int32_t *ids, void *st)
 {
     if (B <= 0)
         return 0;
-    pdl_launch(k_top1, dim3((unsigned)B), dim3(TOPK_THREADS), 0, (cudaStream_t)st, logits, n, ids, (float *)NULL);
-    const cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : -(int)e;
+    pdl_launch(k_top1, dim3((unsigned)B), dim3(TOPK_THREADS), 0, S(st), logits, n, ids, (float *)NULL);
+    return launched();
 }
 
 extern "C" int cuk_topk_host(const float *rows, int B, int64_t n, int k, int32_t *ids, float *vals)
