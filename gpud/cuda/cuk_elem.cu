@@ -14,6 +14,7 @@ extern "C" {
 #include "cuk_launch.cuh"
 #include "cuk_pdl.cuh"
 #include "cuk_lane_dev.cuh"
+#include "cuk_act_dev.cuh" /* glu */
 
 __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t sx, float eps)
 {

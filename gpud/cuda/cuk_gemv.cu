@@ -41,6 +41,7 @@ extern "C" {
 #include "cuk_traits.cuh"
 #include "cuk_pdl.cuh" /* the decode chain's launches: pdl_launch, pdl_wait / pdl_trigger in the kernels */
 #include "cuk_lane_dev.cuh"
+#include "cuk_act_dev.cuh" /* glu */
 
 /* ---- GEMV ---- */
 

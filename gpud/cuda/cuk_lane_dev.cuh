@@ -1,13 +1,12 @@
 /* cuk_lane_dev.cuh — device pieces of the CUDA-core kernels: a lane block of a repacked weight row
- * (load_lb; layout: cuk_traits.cuh), the fixed-order sums over a warp and a block, and the GLU's
- * activation. One definition for the products (cuk_gemv.cu), the sparse AXPY (cuk_sparse.cu), the
- * norms and elementwise kernels (cuk_elem.cu) and the row lookups (cuk_weights.cu); static /
- * templates, each object its own copy. Include after cuk_traits.cuh and model.h. */
+ * (load_lb; layout: cuk_traits.cuh) and the fixed-order sums over a warp and a block. One definition
+ * for the products (cuk_gemv.cu), the sparse AXPY (cuk_sparse.cu), the norms and elementwise kernels
+ * (cuk_elem.cu) and the row lookups (cuk_weights.cu); static / templates, each object its own copy.
+ * Include after cuk_traits.cuh. */
 #ifndef CUK_LANE_DEV_CUH
 #define CUK_LANE_DEV_CUH
 
 #include <cuda_runtime.h>
-#include <math.h>
 #include <stdint.h>
 
 /* Load lane block b of a row: NQ words, and the scale. */
@@ -42,16 +41,6 @@ __device__ static float block_sum(float v, float *sh)
         s += sh[i];
     __syncthreads();
     return s;
-}
-
-/* a (gate, up) pair through the FFN's activation kind (model.h's PI_ACT_*) */
-__device__ static inline float glu(int kind, float g, float u)
-{
-    if (kind == PI_ACT_SWIGLU)
-        return g / (1.0f + expf(-g)) * u;
-    if (kind == PI_ACT_REGLU)
-        return g > 0.0f ? g * u : 0.0f;
-    return (g > 0.0f && u > 0.0f) ? g * u : 0.0f;
 }
 
 #endif

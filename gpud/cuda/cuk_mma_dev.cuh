@@ -18,6 +18,7 @@
 #endif
 
 #include "cuk_launch.cuh" /* launched, S */
+#include "cuk_act_dev.cuh" /* glu */
 
 /* ---- the activation split: x = hi + lo ---- */
 
@@ -128,21 +129,12 @@ __device__ static inline void emit(const mout &o, int64_t n_out, int64_t r, int6
         ((uint8_t *)o.y)[at] = v >= o.thr;
 }
 
-__device__ static inline float glu_f(int kind, float g, float u)
-{
-    if (kind == PI_ACT_SWIGLU)
-        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-    if (kind == PI_ACT_REGLU)
-        return g > 0.0f ? __fmul_rn(g, u) : 0.0f;
-    return (g > 0.0f && u > 0.0f) ? __fmul_rn(g, u) : 0.0f;
-}
-
 /* the GLU of list position j (row rr) for token tok */
 template <bool IDX>
 __device__ static inline void emit_glu(const mout &o, int64_t n_out, int64_t j, int64_t tok, float g, float u)
 {
     const int64_t rr = IDX && !o.compact ? o.idx[tok * o.idx_stride + j] : j; /* compact: no list read */
-    ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu_f(o.kind, g, u);
+    ((float *)o.y)[tok * (IDX ? o.idx_stride : n_out) + (o.compact ? j : rr)] = glu(o.kind, g, u);
 }
 
 /* ---- cp.async ---- */
