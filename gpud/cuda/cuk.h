@@ -1,8 +1,12 @@
-/* cuk.h — the CUDA kernels of the GPU executor, behind a C interface (the cuk_*.cu files implement them, one concern each).
+/* cuk.h — the CUDA kernels of the GPU executor, behind a C interface. Implemented by one file a
+ * concern: cuk_weights.cu (sizes, repacking, cuk_get_rows, cuk_dequant_f16), cuk_gemv.cu (cuk_gemv*,
+ * cuk_glu, cuk_normq_*), cuk_sparse.cu (cuk_axpy_rows, cuk_compact, cuk_iota), cuk_elem.cu (norms,
+ * elementwise, cuk_to_half), cuk_attn.cu (RoPE, the KV store, the decode attention), cuk_topk.cu
+ * (cuk_argmax), cuk_device.cu (cuk_sm_count, cuk_read_bench).
  *
  * Everything here takes device pointers and a stream (cudaStream_t passed as void *) and only
  * enqueues work: launchers return 0 or a negative cudaError_t of the launch. No CUDA header is
- * needed to include this file, so the C side of the backend (cudev.c) and the tests stay C11.
+ * needed to include this file, so the C side of the backend (cudev*.c) and the tests stay C11.
  *
  * Weights on the device (struct cuk_w): F32 / F16 / BF16 rows exactly as in the GGUF (row-major,
  * n_in contiguous); the quantized types repacked at upload into two arrays, the quants of every
