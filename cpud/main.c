@@ -7,9 +7,8 @@
 int main(int argc, char **argv)
 {
     struct cpud c;
-    int rc = cpud_init(&c, argc, argv);
-    if (!rc)
-        rc = cpud_run(&c);
+    const int rc_init = cpud_init(&c, argc, argv);
+    const int rc = rc_init ? rc_init : cpud_run(&c);
     if (rc) {
         if (c.rt.me)
             stage_fail(&c.rt, rc, "cpud");
@@ -17,5 +16,5 @@ int main(int argc, char **argv)
             fprintf(stderr, "cpud: %s: %s\n", pi_strerror(rc), pi_errmsg());
     }
     cpud_fini(&c);
-    return rc ? 1 : 0;
+    return rc_init ? stage_start_exit_status(rc_init) : rc ? 1 : 0;
 }

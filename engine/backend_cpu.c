@@ -498,8 +498,10 @@ int be_open_named(const char *name, const struct pi_model *m, const struct be_pa
             }
             if (!any)
                 return rc;
-            if (why && why_len)
-                snprintf(why, why_len, "cuda: %s: %s", pi_strerror(rc), pi_errmsg());
+            if (why && why_len) { /* the detail names the backend already ("cuda: no CUDA device: ...") */
+                const char *d = pi_errmsg();
+                snprintf(why, why_len, "%s%s", strncmp(d, "cuda", 4) ? "cuda: " : "", d[0] ? d : pi_strerror(rc));
+            }
         } else if (why && why_len) {
             snprintf(why, why_len, "cuda: not built in (the CUDA toolkit was not found at build time)");
         }

@@ -285,6 +285,7 @@ struct pi_ctx {
     struct eval ev;
     struct pi_batch_buf bb;
     int32_t n_ctx, n_batch;
+    char backend_why[256]; /* why `auto` runs on the CPU ("" when it did not have to choose) */
 };
 
 int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_params *p)
@@ -297,7 +298,8 @@ int ctx_new(struct pi_ctx **out, const struct pi_model *m, const struct pi_ctx_p
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
     const int nt = p->n_threads > 0 ? p->n_threads : 1;
     const struct be_params bp = { .n_ctx = c->n_ctx, .n_seq = p->n_seq, .n_batch = c->n_batch, .n_threads = nt };
-    int rc = be_open_named(p->backend ? p->backend : "cpu", m, &bp, p->cache_type, &c->ops, &c->be, NULL, 0);
+    int rc = be_open_named(p->backend ? p->backend : "cpu", m, &bp, p->cache_type, &c->ops, &c->be, c->backend_why,
+                           sizeof c->backend_why);
     if (!rc && c->ops != &be_cpu_ops)
         rc = pool_new(&c->host, nt);
     if (!rc) {
@@ -328,6 +330,7 @@ void ctx_free(struct pi_ctx *c)
 }
 
 const char *ctx_backend(const struct pi_ctx *c) { return c->ops->name; }
+const char *ctx_backend_why(const struct pi_ctx *c) { return c->backend_why; }
 int32_t ctx_n_ctx(const struct pi_ctx *c) { return c->n_ctx; }
 bool ctx_is_sparse(const struct pi_ctx *c) { return c->ev.sparse; }
 struct eval *ctx_eval_state(struct pi_ctx *c) { return &c->ev; }

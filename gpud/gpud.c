@@ -60,6 +60,7 @@ int gpud_init(struct gpud *g, int argc, char **argv)
     }
     if (why[0])
         fprintf(stderr, "gpud: --backend %s: not using cuda (%s)\n", backend, why);
+    snprintf(ctl->backend_why, sizeof ctl->backend_why, "%s", why);
     snprintf(ctl->backend_used, sizeof ctl->backend_used, "%s", g->be_ops->name);
     /* device memory by kind, from the backend's allocator (status, --json-stats, [perf]) */
     struct be_mem mem = { 0 };

@@ -3,6 +3,7 @@
 
 #include "gpud.h"
 #include "pi_err.h"
+#include "stage.h"
 
 int main(int argc, char **argv)
 {
@@ -14,7 +15,7 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, "gpud: %s: %s\n", pi_strerror(rc), pi_errmsg());
         gpud_fini(&g);
-        return 1;
+        return stage_start_exit_status(rc);
     }
     rc = gpud_run(&g);
     gpud_log_step_time(&g);

@@ -248,6 +248,7 @@ struct pi_ctl {
     int32_t n_gpu_layers;            /* supervisor: whole-layer placement (-ngl, or the budget's
                                         fallback): the first N layers on the GPU; -1: by neurons */
     int32_t reserved2;
+    char backend_why[PI_MSG_MAX];    /* gpud: why `auto` did not open the device backend ("" if it did) */
 };
 
 enum pi_predict_in { PI_PREDICT_IN_GPUD = 0, PI_PREDICT_IN_PREDICTORD = 1 };

@@ -173,6 +173,20 @@ void stage_fail(struct stage_rt *rt, int rc, const char *what)
                  d[0] ? ": " : "", d);
 }
 
+int stage_start_exit_status(int rc)
+{
+    switch (rc < 0 ? -rc : rc) {
+    case PI_E_UNSUPPORTED:
+    case PI_E_NOTFOUND:
+    case PI_E_TYPE:
+    case PI_E_RANGE:
+    case PI_E_INVAL:
+        return STAGE_EXIT_CONFIG;
+    default:
+        return 1;
+    }
+}
+
 void stage_prof(struct stage_rt *rt, int layer, uint64_t compute_ns, uint64_t wait_ns, uint64_t bytes)
 {
     struct pi_stage_info *me = rt->me;

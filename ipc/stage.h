@@ -18,6 +18,11 @@
                                       STAGE_HUNG_MS without one */
 #define STAGE_HUNG_MS 5000
 #define STAGE_ATTACH_TIMEOUT_MS 10000
+/* Exit status of a stage whose start failed for a reason that no restart can fix — the options or
+ * the model: a backend without its device, an unsupported tensor type, a missing tensor, a bad value
+ * (sysexits' EX_CONFIG). Before the instance first serves, the supervisor fails the start at the
+ * first such exit instead of restarting the stage SUP_GIVEUP_DEATHS times. */
+#define STAGE_EXIT_CONFIG 78
 
 struct stage_rt {
     enum pi_stage stage;
@@ -47,6 +52,9 @@ void stage_set_ready(struct stage_rt *rt);
 bool stage_should_stop(const struct stage_rt *rt);
 /* Record a fatal error for pictl status before exiting. */
 void stage_fail(struct stage_rt *rt, int rc, const char *what);
+/* The exit status of a stage whose start failed with rc: STAGE_EXIT_CONFIG where rc says the options
+ * or the model are at fault, 1 otherwise (I/O, memory, a device fault: a restart may help). */
+int stage_start_exit_status(int rc);
 
 /* Add one work item to this stage's per-layer profile (relaxed atomics) and trace. */
 void stage_prof(struct stage_rt *rt, int layer, uint64_t compute_ns, uint64_t wait_ns, uint64_t bytes);

@@ -7,9 +7,8 @@
 int main(int argc, char **argv)
 {
     struct predictord p;
-    int rc = predictord_init(&p, argc, argv);
-    if (!rc)
-        rc = predictord_run(&p);
+    const int rc_init = predictord_init(&p, argc, argv);
+    const int rc = rc_init ? rc_init : predictord_run(&p);
     if (rc) {
         if (p.rt.me)
             stage_fail(&p.rt, rc, "predictord");
@@ -17,5 +16,5 @@ int main(int argc, char **argv)
             fprintf(stderr, "predictord: %s: %s\n", pi_strerror(rc), pi_errmsg());
     }
     predictord_fini(&p);
-    return rc ? 1 : 0;
+    return rc_init ? stage_start_exit_status(rc_init) : rc ? 1 : 0;
 }

@@ -524,7 +524,9 @@ static void describe_status(int status, char *buf, size_t cap)
         snprintf(buf, cap, "wait status 0x%x", (unsigned)status);
 }
 
-static void give_up(struct sup *s, enum pi_stage id, const char *how)
+/* how: the last death's wait status in words; at_once: the stage said its start cannot succeed
+ * (STAGE_EXIT_CONFIG), so its own error is the whole story */
+static void give_up(struct sup *s, enum pi_stage id, const char *how, bool at_once)
 {
     struct sup_stage *st = &s->st[id];
     st->gave_up = true;
@@ -532,9 +534,14 @@ static void give_up(struct sup *s, enum pi_stage id, const char *how)
     atomic_store_explicit(&info(s, id)->state, PI_STAGE_FAILED, memory_order_relaxed);
     const bool required = stage_required(s, id);
     const char *last = info(s, id)->last_error;
-    set_error(s, "%s died %d times within %d s (last: %s%s%.*s)%s", stage_name(id), SUP_GIVEUP_DEATHS,
-              SUP_GIVEUP_WINDOW_MS / 1000, how, last[0] ? ": " : "", (int)sizeof info(s, id)->last_error, last,
-              required ? "" : "; continuing without it");
+    const int last_len = (int)sizeof info(s, id)->last_error;
+    if (at_once)
+        set_error(s, "%s cannot start: %.*s%s", stage_name(id), last_len, last[0] ? last : how,
+                  required ? "" : "; continuing without it");
+    else
+        set_error(s, "%s died %d times within %d s (last: %s%s%.*s)%s", stage_name(id), SUP_GIVEUP_DEATHS,
+                  SUP_GIVEUP_WINDOW_MS / 1000, how, last[0] ? ": " : "", last_len, last,
+                  required ? "" : "; continuing without it");
     if (!required)
         return;
     if (!s->served) {
@@ -576,6 +583,13 @@ static void on_death(struct sup *s, enum pi_stage id, int status)
     /* loaderd's job may be done once the image is READY: a clean exit then is not a death */
     if (id == PI_STAGE_LOADERD && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !stage_required(s, id))
         return;
+    /* the stage's start failed on the options or the model (a backend without its device, a tensor
+     * type it lacks): a restart would fail the same way, so the start fails now. Once the instance has
+     * served, the usual restarts apply (a device may come back). */
+    if (!s->served && WIFEXITED(status) && WEXITSTATUS(status) == STAGE_EXIT_CONFIG) {
+        give_up(s, id, how, true);
+        return;
+    }
     if (now - started >= SUP_BACKOFF_RESET_MS * MS)
         st->backoff_n = 0;
     st->deaths[st->n_deaths++ % SUP_GIVEUP_DEATHS] = now;
@@ -583,7 +597,7 @@ static void on_death(struct sup *s, enum pi_stage id, int status)
     for (unsigned i = 0; i < SUP_GIVEUP_DEATHS && i < st->n_deaths; i++)
         recent += now - st->deaths[i] <= SUP_GIVEUP_WINDOW_MS * MS;
     if (recent >= SUP_GIVEUP_DEATHS) {
-        give_up(s, id, how);
+        give_up(s, id, how, false);
         return;
     }
     uint64_t delay_ms = 0;

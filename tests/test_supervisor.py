@@ -6,11 +6,17 @@ segments and directories, restarts on request, after kill -9 and after a hang (S
 ephemeral `pictl run` whose owner is killed, and a supervisor that survives malformed commands
 sent as raw nanomsg REQ frames.
 
-usage: test_supervisor.py PICTL MODEL.gguf BUILD_DIR
-The stages are found next to pictl's build tree (or $PINFER_STAGE_DIR)."""
+usage: test_supervisor.py PICTL MODEL.gguf BUILD_DIR [--cuda-no-device]
+The stages are found next to pictl's build tree (or $PINFER_STAGE_DIR).
+
+--cuda-no-device (a build with the CUDA backend; the 'cuda' suite) runs only what such a build does
+where it finds no device (CUDA_VISIBLE_DEVICES="" makes that so on any machine): `--backend cuda`
+fails at once naming the reason, in process and in the pipeline, and `auto` runs on the CPU and says
+why."""
 import json, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time
 
 pictl, model, build = sys.argv[1:4]
+only_cuda_no_device = sys.argv[4:5] == ["--cuda-no-device"]
 uid = os.geteuid()
 tag = f"sv{os.getpid()}"
 failures = 0
@@ -77,8 +83,8 @@ def cleanup(name):
     shutil.rmtree(runtime_dir(name), ignore_errors=True)
 
 
-def start(name, *extra, m=None):
-    p = run("start", "-m", m or model, "--name", name, "-t", "1", "-c", "256", *extra)
+def start(name, *extra, m=None, env=None):
+    p = run("start", "-m", m or model, "--name", name, "-t", "1", "-c", "256", *extra, env=env)
     check(p.returncode == 0, f"{name}: start exited {p.returncode}: {p.stderr.decode(errors='replace')[:300]}")
     return p
 
@@ -411,6 +417,50 @@ def ephemeral_run_owner_killed():
                        capture_output=True, timeout=60)
     check(q.returncode == 0, f"pictl run: {q.stderr[-300:]!r}")
 
+
+def cuda_no_device():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    name = f"{tag}_nodev"
+    needle = "no CUDA device"
+    try:
+        t0 = time.time()
+        p = run("start", "-m", model, "--name", name, "-t", "1", "-c", "256", "--backend", "cuda", env=env)
+        dt, err = time.time() - t0, p.stderr.decode(errors="replace")
+        check(p.returncode == 1, f"start --backend cuda exited {p.returncode}")
+        check(dt < START_FAIL_LIMIT_S, f"start --backend cuda took {dt:.1f} s to fail (restarts of gpud?)")
+        check("gpud cannot start" in err and needle in err, f"start --backend cuda: stderr {err.strip()[-300:]!r}")
+        no_leftovers(name, "start --backend cuda")
+    finally:
+        cleanup(name)
+    for how in ([], ["--inproc"]):
+        t0 = time.time()
+        p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "4", "--temp", "0", "--backend", "cuda", env=env)
+        dt, err = time.time() - t0, p.stderr.decode(errors="replace")
+        check(p.returncode != 0 and needle in err, f"run {how} --backend cuda: {p.returncode} {err.strip()[-300:]!r}")
+        check(dt < START_FAIL_LIMIT_S, f"run {how} --backend cuda took {dt:.1f} s to fail")
+    # auto: the CPU, and the reason on stderr; the same tokens as --backend cpu
+    ref = run("run", "--inproc", "-m", model, "-p", "ROMEO:", "-n", "8", "--temp", "0", "--backend", "cpu")
+    for how, who in (([], "gpud"), (["--inproc"], "pictl run")):
+        p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "8", "--temp", "0", env=env)
+        err = p.stderr.decode(errors="replace")
+        check(p.returncode == 0 and p.stdout == ref.stdout, f"run {how} auto: {p.returncode} {p.stdout[:60]!r}")
+        check(f"{who}: running on the CPU: cuda: {needle}" in err, f"run {how} auto: stderr {err.strip()[-300:]!r}")
+    try:
+        start(name, env=env)
+        st = status(name) or {}
+        check(st.get("backend") == "cpu" and needle in st.get("backend_why", ""),
+              f"status: backend {st.get('backend')!r}, backend_why {st.get('backend_why')!r}")
+    finally:
+        cleanup(name)
+
+
+if only_cuda_no_device:
+    probe = run("run", "--inproc", "-m", model, "-p", "x", "-n", "1", "--backend", "cuda",
+                env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    if b"not built in" in probe.stderr:
+        print("SKIP: pictl is built without the CUDA backend")
+        sys.exit(77)
+    tests = [cuda_no_device]
 
 for fn in tests:
     t0 = time.time()

@@ -236,6 +236,9 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
                  (double)ours / gib, (double)ctl->vram_context / gib, budget, (long long)ctl->hot_neurons,
                  (long long)ctl->n_layer * ctl->n_ff, cov);
     }
+    char why[sizeof ctl->backend_why + 1];
+    snprintf(why, sizeof why, "%.*s", (int)sizeof ctl->backend_why, ctl->backend_why);
+    run_opts_note_backend("gpud", why);
     fprintf(stderr,
             "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
             "%.1f ms, %.2f tok/s%s%s%s\n",

@@ -66,6 +66,7 @@ int cmd_perplexity(int argc, char **argv)
         pictl_error("perplexity", "create context", rc);
         goto out;
     }
+    run_opts_note_backend("pictl perplexity", ctx_backend_why(c));
     chunk = malloc((size_t)n_ctx * sizeof *chunk);
     logits = malloc((size_t)n_ctx * (size_t)V * sizeof *logits);
     if (!chunk || !logits) {

@@ -118,6 +118,7 @@ int cmd_run(int argc, char **argv)
         pictl_error("run", "create context", rc);
         goto out;
     }
+    run_opts_note_backend("pictl run", ctx_backend_why(c));
     if (o.ram_budget_gib >= 0 && (rc = run_disk_open(&disk, m, o.model, o.bundle, o.ram_budget_gib,
                                                      (unsigned)o.stream_qd, c))) {
         pictl_error("run", "--ram-budget", rc);

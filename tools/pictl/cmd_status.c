@@ -132,6 +132,7 @@ json_t *inst_status_json(const struct pi_ctl *ctl)
     json_object_set_new(j, "ctx", json_integer(ctl->n_ctx));
     json_object_set_new(j, "backend", str_field(ctl->backend_used[0] ? ctl->backend_used : ctl->backend,
                                                 sizeof ctl->backend_used));
+    json_object_set_new(j, "backend_why", str_field(ctl->backend_why, sizeof ctl->backend_why));
     json_object_set_new(j, "n_layer", json_integer(ctl->n_layer));
     json_object_set_new(j, "n_embd", json_integer(ctl->n_embd));
     json_object_set_new(j, "n_ff", json_integer(ctl->n_ff));

@@ -483,6 +483,12 @@ int run_opts_check_utf8(const char *text, size_t len)
     return 0;
 }
 
+void run_opts_note_backend(const char *who, const char *why)
+{
+    if (why && why[0] && be_find("cuda"))
+        fprintf(stderr, "%s: running on the CPU: %s\n", who, why);
+}
+
 int run_opts_weights(const struct run_opts *o, const char **why)
 {
     if (o->weights == MODEL_WEIGHTS_READ) {

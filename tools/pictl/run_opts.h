@@ -52,6 +52,11 @@ int run_opts_check_utf8(const char *s, size_t len);
  * mapping unless --no-mmap. */
 int run_opts_weights(const struct run_opts *o, const char **why);
 
+/* Say on stderr why `--backend auto` runs on the CPU ("WHO: running on the CPU: WHY"; why:
+ * be_open_named's reason, "" when it did not fall back). Silent in a build without the CUDA backend:
+ * there the CPU is the only choice. */
+void run_opts_note_backend(const char *who, const char *why);
+
 /* Read a whole file into a NUL-terminated buffer (malloc'd). */
 int read_text_file(const char *path, char **out, size_t *len);
 
