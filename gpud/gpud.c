@@ -49,10 +49,13 @@ int gpud_init(struct gpud *g, int argc, char **argv)
             if (strcmp(backend, "auto") || rc != -PI_E_UNSUPPORTED)
                 return rc;
             /* auto without a device: every layer on the host */
-            fprintf(stderr, "gpud: -ngl %d: no GPU (%s): every layer on the CPU\n", ctl->n_gpu_layers, pi_errmsg());
+            char no_gpu[PI_MSG_MAX];
+            snprintf(no_gpu, sizeof no_gpu, "%s", pi_errmsg());
+            fprintf(stderr, "gpud: -ngl %d: no GPU (%s): every layer on the CPU\n", ctl->n_gpu_layers, no_gpu);
             g->be = NULL;
             if ((rc = be_open_named("cpu", g->m, &bp, ctl->cache_type, &g->be_ops, &g->be, why, sizeof why)))
                 return rc;
+            snprintf(why, sizeof why, "%s", no_gpu);
         }
     } else if ((rc = be_open_named(ctl->n_gpu_layers == 0 ? "cpu" : backend, g->m, &bp, ctl->cache_type, &g->be_ops,
                                    &g->be, why, sizeof why))) {

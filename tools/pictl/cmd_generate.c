@@ -227,13 +227,16 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     const uint64_t ours = ctl->vram_weights + ctl->vram_hot + ctl->vram_pred + ctl->vram_kv + ctl->vram_scratch;
     if (ctl->vram_context || ctl->vram_budget >= 0) {
         const double gib = (double)(1ull << 30);
-        char budget[48] = "no budget", cov[48] = "";
+        char budget[48] = "no budget", cov[48] = "", mem[128] = "";
         if (ctl->vram_budget >= 0)
             snprintf(budget, sizeof budget, "budget %.2f GiB", (double)ctl->vram_budget / gib);
         if (ctl->hot_coverage >= 0)
             snprintf(cov, sizeof cov, ", %.1f%% of activations", 100.0 * ctl->hot_coverage);
-        snprintf(vram, sizeof vram, " | vram %.2f GiB + context %.2f GiB (%s) | hot neurons %lld of %lld%s",
-                 (double)ours / gib, (double)ctl->vram_context / gib, budget, (long long)ctl->hot_neurons,
+        /* a budget with auto on a host without a device: the placement stands, on gpud's CPU backend */
+        if (strncmp(ctl->backend_used, "cpu", sizeof ctl->backend_used))
+            snprintf(mem, sizeof mem, " | vram %.2f GiB + context %.2f GiB (%s)", (double)ours / gib,
+                     (double)ctl->vram_context / gib, budget);
+        snprintf(vram, sizeof vram, "%s | hot neurons %lld of %lld%s", mem, (long long)ctl->hot_neurons,
                  (long long)ctl->n_layer * ctl->n_ff, cov);
     }
     char why[sizeof ctl->backend_why + 1];
