@@ -2,7 +2,8 @@
 # bench/gpu/final_check.sh — one GPU-machine call that checks a merged tree end to end:
 #   1. the CUDA tests (per-op against f64, the tensor-core kernels, the host-side traits, the device
 #      top-k, mixed batches = alone; the tensor-core ones also in the split activation mode, the
-#      attention's cluster merge on every model and on none) and test_hybrid on the calibrated tiny model
+#      attention's cluster merge on every model and on none) and test_hybrid on the calibrated tiny model;
+#      cuda_no_device (test_supervisor.py --cuda-no-device: what the build does where it sees no device)
 #   2. pipeline_checks.sh greedy + fault: gpud on cuda, greedy tokens vs cpu, kill -9 of each stage
 #   3. hybrid.sh's tiny part (SKIP_7B): hybrid greedy = all-CPU at three budgets, kill -9 each stage
 #   4. the CPU table of issue 9 (bench_sparse.py --pipeline: dense / sparse, in-process / pipeline,
@@ -81,6 +82,10 @@ env_tests PINFER_CUDA_Q1 "0 2" test_cuda_ops test_backend_ops
 env_tests PINFER_CUDA_ATTN_CLUSTER "0 2" test_cuda_ops test_backend_ops
 timeout 60 "$G/tests/test_hybrid" "$CAL" >"$W/test_hybrid.log" 2>&1
 log "test_hybrid rc=$? ($(tail -1 "$W/test_hybrid.log"))"
+# no device (CUDA_VISIBLE_DEVICES=""): --backend cuda fails at once naming the reason, auto runs on the CPU
+timeout 60 python3 tests/test_supervisor.py "$G/tools/pictl" "$TINY" "$G" --cuda-no-device >"$W/cuda_no_device.log" 2>&1
+log "cuda_no_device rc=$? ($(tail -1 "$W/cuda_no_device.log"))"
+grep -m5 "FAIL" "$W/cuda_no_device.log" | tee -a "$W/final.log"
 grep -m5 "failed:" "$W/test_hybrid.log" | tee -a "$W/final.log"
 
 # 2. the pipeline on cuda: greedy vs cpu, kill -9 of each stage
