@@ -181,6 +181,7 @@ int stage_start_exit_status(int rc)
     case PI_E_TYPE:
     case PI_E_RANGE:
     case PI_E_INVAL:
+    case PI_E_NOMEM: /* e.g. a KV cache of -c x --parallel cells that the device or the host cannot hold */
         return STAGE_EXIT_CONFIG;
     default:
         return 1;

@@ -12,7 +12,7 @@ The stages are found next to pictl's build tree (or $PINFER_STAGE_DIR).
 --cuda-no-device (a build with the CUDA backend; the 'cuda' suite) runs only what such a build does
 where it finds no device (CUDA_VISIBLE_DEVICES="" makes that so on any machine): `--backend cuda`
 fails at once naming the reason, in process and in the pipeline, and `auto` runs on the CPU and says
-why."""
+why; and, where there is a device, a model that does not fit it fails at once with what it needs."""
 import json, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time
 
 pictl, model, build = sys.argv[1:4]
@@ -454,13 +454,31 @@ def cuda_no_device():
         cleanup(name)
 
 
+def cuda_does_not_fit():
+    """On a device: a model whose arenas exceed the free memory (PINFER_CUDA_FREE_MIB=1 says there is
+    1 MiB) fails the start at once with what it needs, in process and in the pipeline."""
+    probe = run("run", "--inproc", "-m", model, "-p", "x", "-n", "1", "--backend", "cuda")
+    if probe.returncode != 0:
+        print(f"cuda_does_not_fit: SKIP (no usable device: {probe.stderr.decode(errors='replace').strip()[-120:]})",
+              file=sys.stderr)
+        return
+    env = dict(os.environ, PINFER_CUDA_FREE_MIB="1")
+    for how in ([], ["--inproc"]):
+        t0 = time.time()
+        p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "4", "--backend", "cuda", env=env)
+        dt, err = time.time() - t0, p.stderr.decode(errors="replace")
+        check(p.returncode != 0 and "GiB free of" in err and "KV cache" in err and "-ngl" in err,
+              f"run {how} on a device too small: {p.returncode} {err.strip()[-400:]!r}")
+        check(dt < START_FAIL_LIMIT_S + 5, f"run {how} on a device too small took {dt:.1f} s to fail")
+
+
 if only_cuda_no_device:
     probe = run("run", "--inproc", "-m", model, "-p", "x", "-n", "1", "--backend", "cuda",
                 env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     if b"not built in" in probe.stderr:
         print("SKIP: pictl is built without the CUDA backend")
         sys.exit(77)
-    tests = [cuda_no_device]
+    tests = [cuda_no_device, cuda_does_not_fit]
 
 for fn in tests:
     t0 = time.time()

@@ -429,6 +429,32 @@ static uint64_t dev_used(void)
     return (uint64_t)(tot - fr);
 }
 
+/* The arenas against the device's free memory (after the context and cuBLAS took theirs): a start
+ * that cannot fit fails with what it needs and what to change, as -PI_E_NOMEM (a restart would fail
+ * the same way: the supervisor fails the start at once). 64 MiB of margin for what the runtime
+ * allocates beside the arenas (graphs, the pinned staging is host memory). PINFER_CUDA_FREE_MIB=N
+ * (tests) takes the free memory as at most N MiB, so a model "does not fit" on any device. */
+static int check_fits(const struct cudev *d)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        return 0; /* the allocations will say */
+    const char *cap = getenv("PINFER_CUDA_FREE_MIB");
+    if (cap && *cap && (size_t)strtoull(cap, NULL, 10) << 20 < fr)
+        fr = (size_t)strtoull(cap, NULL, 10) << 20;
+    const size_t margin = (size_t)64 << 20, need = d->w_bytes + d->kv_bytes + d->s_bytes;
+    if (need + margin <= fr)
+        return 0;
+    const double gib = (double)(1ull << 30);
+    return pi_fail(PI_E_NOMEM,
+                   "cuda: %s has %.2f GiB free of %.2f GiB; this needs %.2f GiB: weights %.2f GiB (%d of %d "
+                   "layers), KV cache %.2f GiB (-c %d x %d sequences, %s), scratch %.2f GiB — lower -c or "
+                   "--parallel, or keep part of the model on the CPU (--vram-budget GIB, -ngl N)",
+                   d->prop.name, (double)fr / gib, (double)tot / gib, (double)(need + margin) / gib,
+                   (double)d->w_bytes / gib, d->n_dev_layers, d->m->hp.n_layer, (double)d->kv_bytes / gib,
+                   d->p.n_ctx, d->p.n_seq, d->p.kv_f32 ? "f32" : "f16", (double)d->s_bytes / gib);
+}
+
 void cudev_close(struct cudev *d)
 {
     if (!d)
@@ -522,19 +548,32 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         rc = CB(cublasSetStream(d->blas, d->st));
     if (!rc)
         d->ctx_bytes = dev_used();
-    /* weights */
+    /* the three arenas counted first (weights, KV cache, scratch), so that a model that does not fit
+     * fails here naming what it needs, before any of them is allocated */
     if (!rc)
         rc = place_all(d);
-    if (!rc) {
-        d->w_bytes = d->w_used;
-        rc = CU(cudaMalloc(&d->w_arena, d->w_bytes));
-    }
-    if (!rc)
-        rc = place_all(d);
-    /* KV cache */
+    d->w_bytes = d->w_used;
     const size_t KV = (size_t)hp->n_head_kv * hp->head_dim, es = p->kv_f32 ? 4 : 2;
     const size_t per = al((size_t)d->p.n_seq * (size_t)d->p.n_ctx * KV * es);
     d->kv_bytes = per * 2 * (size_t)d->n_dev_layers;
+    d->geom = (struct cuk_attn_geom){ .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                      .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
+                                      .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
+                                      .f16 = !p->kv_f32 };
+    if (!rc) { /* (the scratch does not depend on geom.cluster, set below from the placed weights) */
+        place_scratch(d);
+        d->s_bytes = d->s_used;
+        rc = check_fits(d);
+    }
+    /* weights */
+    if (!rc)
+        rc = CU(cudaMalloc(&d->w_arena, d->w_bytes));
+    if (!rc)
+        rc = place_all(d);
+    d->geom.cluster = !rc && d->n_dev_layers > 0;
+    for (int il = 0; d->geom.cluster && il < d->n_dev_layers; il++)
+        d->geom.cluster &= cuk_attn_cluster_ok(d->L[il].wqkv.q ? &d->L[il].wqkv : NULL);
+    /* KV cache */
     if (!rc)
         rc = CU(cudaMalloc(&d->kv_arena, d->kv_bytes));
     if (!rc)
@@ -543,19 +582,9 @@ int cudev_open(struct cudev **out, const struct pi_model *m, const struct cudev_
         d->k_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il);
         d->v_cache[il] = (char *)d->kv_arena + per * (size_t)(2 * il + 1);
     }
-    d->geom = (struct cuk_attn_geom){ .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                      .rope_dim = hp->rope_dim, .rope_mode = (int)hp->rope_mode,
-                                      .rope_theta = hp->rope_theta, .n_ctx = d->p.n_ctx, .n_seq = d->p.n_seq,
-                                      .f16 = !p->kv_f32 };
-    d->geom.cluster = d->n_dev_layers > 0;
-    for (int il = 0; il < d->n_dev_layers; il++)
-        d->geom.cluster &= cuk_attn_cluster_ok(d->L[il].wqkv.q ? &d->L[il].wqkv : NULL);
     /* scratch */
-    if (!rc) {
-        place_scratch(d);
-        d->s_bytes = d->s_used;
+    if (!rc)
         rc = CU(cudaMalloc(&d->s_arena, d->s_bytes));
-    }
     if (!rc)
         place_scratch(d);
     /* the upload stages through the scratch arena, which is cleared after it */
