@@ -2,7 +2,8 @@
 """test_quantize_cli — pictl quantize's command line: --help, the dry-run plan (one line per tensor,
 the summary, no file), the flags reaching the plan (--output-tensor-type, --token-embedding-type,
 --leave-output-tensor, --pure), llama-quantize's positional thread count, refusals (unknown TYPE or
-type, re-quantizing without --allow-requantize) with exit codes and messages, and a written file
+type, re-quantizing without --allow-requantize, an output that is the input) with exit codes and
+messages, and a written file
 that quantizes again to the same bytes (deterministic).
 
 usage: test_quantize_cli.py PICTL MODEL.gguf"""
@@ -68,8 +69,18 @@ rc, _, err = q(a, c, "q8_0")
 check(rc == 1 and "--allow-requantize" in err and not os.path.exists(c), "re-quantizing refused")
 rc, _, _ = q("-q", "--allow-requantize", a, c, "q8_0")
 check(rc == 0 and os.path.exists(c), "re-quantizing allowed")
-for p in (a, b, c):
-    if os.path.exists(p):
+# the output naming the input (directly or through a link) is refused before anything is written:
+# the writer's rename would have replaced the model with its quantized copy
+link = os.path.join(tmp, "link.gguf")
+os.symlink(a, link)
+before = digest(a)
+for out in (a, link):
+    rc, _, err = q("-q", "--allow-requantize", a, out, "q8_0")
+    check(rc == 1 and "refusing to overwrite an input" in err and digest(a) == before,
+          f"output = input ({os.path.basename(out)}) refused, input kept: rc {rc} {err[-200:]!r}")
+check(not os.path.exists(a + ".tmp"), "no .tmp left by the refusal")
+for p in (link, a, b, c):
+    if os.path.lexists(p):
         os.unlink(p)
 os.rmdir(tmp)
 print(f"test_quantize_cli: {failures} failed", file=sys.stderr)

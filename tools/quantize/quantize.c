@@ -101,6 +101,9 @@ int qz_run(const struct qz_opts *o)
     int rc;
     const int nth = o->n_threads > 0 ? o->n_threads : 1;
 
+    /* the writer renames OUT.tmp over OUT: with OUT the input, the model would be replaced */
+    if (!o->dry_run && (rc = gguf_check_not_input(o->out, o->in, "the input model")))
+        goto out;
     if ((rc = gguf_open(&f, o->in)))
         goto out;
     struct qz_model m;
