@@ -3,7 +3,7 @@
 --dump-logits and --json-stats files, seeds, and clear errors for bad input.
 
 usage: test_cli.py PICTL MODEL.gguf FIXTURES_DIR"""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, shutil, struct, subprocess, sys, tempfile
 
 pictl, model, fixtures = sys.argv[1:4]
 ref = json.load(open(os.path.join(fixtures, "models/tiny-relu-llama/reference.json")))
@@ -88,6 +88,18 @@ expect_error(["run", "-m", model, "-p", "word " * 200, "-c", "64", "-n", "4"], "
 expect_error(["run", "-m", model, "-p", "x", "--temp", "warm"], "--temp", code=2, what="bad flag value")
 expect_error(["run", "-m", model], "prompt", code=2, what="no prompt")
 expect_error(["frobnicate"], "unknown command", code=2, what="unknown command")
+# an output file that is an input (directly or through a link) is refused, and the input kept
+mcopy, mlink, pfile = (os.path.join(tmp, n) for n in ("m.gguf", "m-link.gguf", "prompt.txt"))
+shutil.copy(model, mcopy)
+os.symlink(mcopy, mlink)
+open(pfile, "w").write("ROMEO:")
+size = os.path.getsize(mcopy)
+for args, what in (([ "--dump-logits", mlink], "--dump-logits = the model"), (["--json-stats", mcopy], "--json-stats = the model"),
+                   (["-f", pfile, "--json-stats", pfile], "--json-stats = the -f file")):
+    for how in (["--inproc"], []):
+        a = ["run", *how, "-m", mcopy, "-n", "2", *args] + ([] if "-f" in args else ["-p", "x"])
+        expect_error(a, "refusing to overwrite an input", code=2, what=f"{what} {how}")
+check(os.path.getsize(mcopy) == size and open(pfile).read() == "ROMEO:", "the inputs are kept")
 
 # invalid UTF-8 in a prompt (issue 7, item 5): one behaviour everywhere, refused with the offset of the
 # bad byte and the command's own name; before, the pipeline said "out of memory" and --inproc took it

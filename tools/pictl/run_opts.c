@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend.h"  /* enum be_cache_type */
+#include "gguf.h"     /* gguf_check_not_input */
 #include "model.h"    /* enum model_weights */
 #include "instance.h" /* INST_DEFAULT_NAME */
 #include "pi_err.h"
@@ -422,6 +423,17 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
                 "disk: give one\n", name);
         return -PI_E_INVAL;
     }
+    /* an output file naming an input (directly or through a link) would replace it: refused before
+     * anything is read or written */
+    const char *outs[] = { o->dump_logits, o->json_stats };
+    const struct { const char *path, *what; } ins[] = { { o->model, "the model" }, { o->file, "the -f file" },
+                                                         { o->bundle, "the --bundle" } };
+    for (size_t k = 0; k < sizeof outs / sizeof outs[0]; k++)
+        for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+            if (gguf_check_not_input(outs[k], ins[i].path, ins[i].what)) {
+                fprintf(stderr, "pictl %s: %s\n", name, pi_errmsg());
+                return -PI_E_INVAL;
+            }
     if (cmd == RUN_OPTS_PERPLEXITY) {
         if (!o->file) {
             fprintf(stderr, "pictl perplexity: -f TEXTFILE is required\n");
