@@ -91,6 +91,10 @@ static bool stage_required(const struct sup *s, enum pi_stage id)
         return true;
     if (id == PI_STAGE_LOADERD)
         return atomic_load_explicit(&s->winfo->state, memory_order_acquire) != PI_WEIGHTS_READY;
+    /* with the weights segment trimmed of its FFN rows (--ram-budget), only cpud can compute them:
+     * gpud waits for it, so an instance without cpud would take requests and never finish them */
+    if (id == PI_STAGE_CPUD)
+        return atomic_load_explicit(&s->ctl->weights_trimmed, memory_order_acquire) != 0;
     return false;
 }
 
@@ -551,8 +555,7 @@ static void give_up(struct sup *s, enum pi_stage id, const char *how, bool at_on
         return;
     }
     set_state(s, PI_INST_FAILED);
-    if (id == PI_STAGE_GPUD)
-        sup_fail_requests(s, s->ctl->error);
+    sup_fail_requests(s, s->ctl->error); /* no request in flight can end without a required stage */
 }
 
 static void on_death(struct sup *s, enum pi_stage id, int status)

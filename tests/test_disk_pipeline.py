@@ -92,6 +92,14 @@ try:
             "--rank", "32", "--epochs", "2", "-t", "2", "-q")
     if not check(p.returncode == 0, f"calibrate failed: {p.stderr[-400:]!r}"):
         sys.exit(1)
+    # without its bundle the start fails at once, naming the file and how to make it (cpud could not
+    # start, and with the weights trimmed of their FFN rows no request would ever end)
+    for how in (["start", "--name", name + "nb"], ["run", "-p", "x", "-n", "2"]):
+        t0 = time.time()
+        p = run(how[0], "-m", cal, *how[1:], "-t", "1", "-c", "256", "--ram-budget", "0.001", timeout=60)
+        err = p.stderr.decode(errors="replace")
+        check(p.returncode != 0 and ".ffnbundle" in err and "pictl bundle" in err and time.time() - t0 < 10,
+              f"{how[0]} --ram-budget without a bundle: rc {p.returncode} in {time.time() - t0:.1f} s, {err[-300:]!r}")
     p = run("bundle", cal, "--align", "512")
     check(p.returncode == 0, f"bundle: {p.stderr[-300:]!r}")
     refs = {}

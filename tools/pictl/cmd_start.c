@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h" /* enum be_cache_type */
+#include "bundle.h"
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
@@ -200,6 +201,23 @@ static int write_apid_config(const struct start_opts *o)
     return rc;
 }
 
+/* --ram-budget: cpud reads the FFN rows beyond the budget from MODEL.ffnbundle. Checked against the
+ * model before anything exists, as the in-process run does: without it cpud cannot start (and with the
+ * weights segment trimmed of its FFN rows, no step could end). */
+static int check_bundle(const char *model_path, const struct pi_model *m)
+{
+    char path[PATH_MAX];
+    struct bundle_hdr h;
+    bool direct = false;
+    int fd = -1;
+    int rc = bundle_default_path(model_path, path, sizeof path);
+    if (!rc)
+        rc = bundle_open(path, m, false, &fd, &direct, &h);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 int inst_start(const struct start_opts *o)
 {
     struct pi_model *m = NULL;
@@ -214,11 +232,11 @@ int inst_start(const struct start_opts *o)
         return pi_fail(PI_E_RANGE, "--gpu-ffn-share %g is not in [0, 1]", (double)o->gpu_ffn_share);
     if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "auto") && !be_find(o->backend))
         return pi_fail(PI_E_UNSUPPORTED, "backend '%s' is not built in (built: cpu)", o->backend);
+    if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
+        return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
     /* fail fast, with the reader's message, before anything exists */
     if ((rc = model_load(&m, o->model)))
         return rc;
-    if (o->n_parallel < 0 || o->n_parallel > PI_MAX_REQUESTS)
-        return pi_fail(PI_E_RANGE, "--parallel %d is not in [1, %d]", o->n_parallel, PI_MAX_REQUESTS);
     struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
                               .cache_type = o->cache_type,
                               .gpu_ffn_share = o->ram_budget_gib > 0 && o->vram_budget_gib < 0 ? 0.0f : o->gpu_ffn_share,
@@ -240,6 +258,8 @@ int inst_start(const struct start_opts *o)
         goto out;
     }
     snprintf(cfg.model_path, sizeof cfg.model_path, "%s", abs_path);
+    if (cfg.ram_budget && (rc = check_bundle(cfg.model_path, m)))
+        goto out;
     if ((rc = inst_lock(o->name, &lock_fd)))
         goto out;
     cfg.lock_fd = lock_fd;
