@@ -245,7 +245,7 @@ int gen_client_run(const char *name, const struct run_opts *o, const volatile si
     fprintf(stderr,
             "[perf] model %s (%s%s%s%.*s), threads %d | prompt %d tok, prefill %.1f ms (%.1f tok/s) | decode %d tok, "
             "%.1f ms, %.2f tok/s%s%s%s\n",
-            m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) ? ", sparse" : "",
+            m->name, quant_traits(m->layers[0].wq.type)->name, pred_available(m) && !o->dense ? ", sparse" : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? ", " : "",
             ctl->backend_used[0] && strcmp(ctl->backend_used, "cpu") ? (int)sizeof ctl->backend_used : 0,
             ctl->backend_used, ctl->n_threads, g.n_prompt, g.prefill_ms,
