@@ -90,6 +90,7 @@ int apid_run(struct apid *a, const char *instance)
         goto fail;
     if ((rc = apid_server_start(a)))
         goto fail;
+    a->listened = true;
     if (pthread_create(&loader, NULL, loader_main, a) == 0)
         loader_started = true;
     fprintf(stderr, "apid: listening on http://%s%s%s:%d/ (model %s, api key %s, queue %d, timeout %d s)\n",

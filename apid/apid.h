@@ -59,6 +59,7 @@ struct apid {
     struct MHD_Daemon *mhd;
     /* set once by the loader thread (release), read by handlers (acquire) */
     _Atomic bool ready;
+    bool listened; /* the server came up: a later failure is not a start failure */
     struct pi_model *model;        /* from the weights image: tokenizer and metadata only */
     int32_t eot_id;                /* the template's end-of-turn token, -1 if the vocabulary lacks it */
     enum chat_family family;

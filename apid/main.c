@@ -4,6 +4,7 @@
 
 #include "apid.h"
 #include "pi_err.h"
+#include "stage.h"
 
 int main(int argc, char **argv)
 {
@@ -14,8 +15,9 @@ int main(int argc, char **argv)
         return 0;
     if (rc) {
         fprintf(stderr, "apid: %s: %s\n", pi_strerror(rc), pi_errmsg());
-        return 2;
+        return stage_start_exit_status(rc);
     }
     rc = apid_run(&a, instance);
-    return rc ? 1 : 0;
+    /* a start that failed on its settings (the address: in use, not this machine's) would fail again */
+    return !rc ? 0 : a.listened ? 1 : stage_start_exit_status(rc);
 }

@@ -323,8 +323,8 @@ int apid_server_start(struct apid *a)
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)APID_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
                               (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!a->mhd)
-        return pi_fail(PI_E_IO, "cannot listen on %s:%d (in use, or not an address of this machine?)", a->cfg.host,
+    if (!a->mhd) /* the address given is unusable here: a setting, not a fault a restart could clear */
+        return pi_fail(PI_E_INVAL, "cannot listen on %s:%d (in use, or not an address of this machine?)", a->cfg.host,
                        a->cfg.port);
     return 0;
 }

@@ -95,6 +95,10 @@ static bool stage_required(const struct sup *s, enum pi_stage id)
      * gpud waits for it, so an instance without cpud would take requests and never finish them */
     if (id == PI_STAGE_CPUD)
         return atomic_load_explicit(&s->ctl->weights_trimmed, memory_order_acquire) != 0;
+    /* apid (--http): an apid that cannot start (its address in use, not this machine's) fails the
+     * start — the user asked for the HTTP API; once the instance serves, it is optional */
+    if (id == PI_STAGE_APID)
+        return !s->served;
     return false;
 }
 
@@ -726,6 +730,10 @@ static void advance(struct sup *s)
             if (!stage_ready(s, id) && !s->st[id].gave_up && !s->served)
                 return;
         }
+        /* --http: the first start waits for apid to listen (READY at once) or to fail its start, so
+         * that an address it cannot listen on fails the start instead of a serving instance without it */
+        if (s->cfg->http && !s->served && !stage_ready(s, PI_STAGE_APID) && !s->st[PI_STAGE_APID].gave_up)
+            return;
         set_state(s, PI_INST_SERVING);
         if (!s->served)
             sup_log("serving");

@@ -765,6 +765,15 @@ def main():
             return
         cfg = os.path.join(runtime_dir(name), "apid.json")
         check(os.stat(cfg).st_mode & 0o777 == 0o600, "apid.json is 0600 (it holds the key)")
+        # a second instance on the same address: apid cannot listen, so its start fails at once with
+        # apid's message and leaves nothing (before, it said 'serving' and ran without its HTTP API)
+        t0 = time.time()
+        p = run("start", "-m", model, "--name", tag + "c", "-t", "1", "-c", "256", "--http", f"127.0.0.1:{port}")
+        err = p.stderr.decode(errors="replace")
+        check(p.returncode != 0 and "apid cannot start" in err and "cannot listen" in err and time.time() - t0 < 10,
+              f"start --http on a busy port: rc {p.returncode} in {time.time() - t0:.1f} s, {err[-300:]!r}")
+        check(status(tag + "c") is None, "nothing of the failed instance is left")
+        cleanup(tag + "c")
         for fn in (greedy_and_streams, logprobs_penalties_ids, lambda c_: pictl_chat_matches(c_, name), lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
                    lambda c_: disconnect_frees_slot(c_, name), lambda c_: load_test(c_, name),
                    lambda c_: disconnect_while_queued(c_, name), lambda c_: kill_gpud_mid_stream(c_, name), lambda c_: kill_apid_mid_stream(c_, name)):
