@@ -146,9 +146,11 @@ int synth_design_get(const struct synth_opts *o, struct synth_design *d)
     if (!tt || (o->type != PI_TYPE_F32 && (!tt->from_float || !tt->to_float || o->type == PI_TYPE_Q8_K)))
         return pi_fail(PI_E_INVAL, "synth: type %u: expected a weight type with a quantizer (f32, f16, q8_0, q4_k...)",
                        o->type);
-    if (s->n_embd % tt->blck_size || s->n_ff % tt->blck_size || s->n_embd % SYNTH_SUB_OFF)
-        return pi_fail(PI_E_INVAL, "synth: n_embd %d and n_ff %d must be multiples of %d", s->n_embd, s->n_ff,
-                       SYNTH_SUB_OFF);
+    if (s->n_embd % SYNTH_SUB_OFF)
+        return pi_fail(PI_E_INVAL, "synth: n_embd %d must be a multiple of %d", s->n_embd, SYNTH_SUB_OFF);
+    if (s->n_embd % tt->blck_size || s->n_ff % tt->blck_size)
+        return pi_fail(PI_E_INVAL, "synth: n_embd %d and n_ff %d must be multiples of %s's block of %d", s->n_embd,
+                       s->n_ff, tt->name, (int)tt->blck_size);
     const struct pi_type_traits *pt = quant_traits(o->pred_type);
     if (!pt || (o->pred_type != PI_TYPE_F32 && o->pred_type != PI_TYPE_F16 && o->pred_type != PI_TYPE_Q8_0 &&
                 o->pred_type != PI_TYPE_Q4_0))
