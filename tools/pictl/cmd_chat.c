@@ -161,6 +161,10 @@ static int chat_loop(const char *name, const char *template_name, const char *sy
         fprintf(stderr, "pictl chat: %s (template %s); /reset, /exit, Ctrl-C stops a reply\n", c.m->name,
                 chat_family_name(c.fam));
     char *line = malloc(CHAT_LINE_MAX);
+    if (!line) {
+        rc = pi_fail(PI_E_NOMEM, "chat: out of memory");
+        goto out;
+    }
     for (;;) {
         if (c.tty) {
             fputs("> ", stdout);
