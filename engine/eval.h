@@ -126,7 +126,7 @@ struct eval *ctx_eval_state(struct pi_ctx *c);
 
 /* The backend the context runs on. */
 const char *ctx_backend(const struct pi_ctx *c);
-/* Why `--backend auto` did not open the device backend ("cuda: unsupported: no CUDA device: ..."),
+/* Why `--backend auto` did not open the device backend ("cuda: no CUDA device: ..."),
  * or "" when it did or was not asked to choose. */
 const char *ctx_backend_why(const struct pi_ctx *c);
 /* calibration's recorder: see be_ffn_hook (dense FFN only; CPU backend only) */

@@ -20,8 +20,9 @@
 #define STAGE_ATTACH_TIMEOUT_MS 10000
 /* Exit status of a stage whose start failed for a reason that no restart can fix — the options or
  * the model: a backend without its device, an unsupported tensor type, a missing tensor, a bad value,
- * more memory than the device or host has (sysexits' EX_CONFIG). Before the instance first serves, the supervisor fails the start at the
- * first such exit instead of restarting the stage SUP_GIVEUP_DEATHS times. */
+ * more memory than the device or host has (sysexits' EX_CONFIG). Before the instance first serves,
+ * the supervisor fails the start at the first such exit instead of restarting the stage
+ * SUP_GIVEUP_DEATHS times. */
 #define STAGE_EXIT_CONFIG 78
 
 struct stage_rt {
