@@ -49,6 +49,10 @@ try:
         sys.exit(1)
     p = run("run", "--inproc", "-m", cal, "-p", "x", "-n", "1", "--ram-budget", "1")
     check(p.returncode != 0 and b"pictl bundle" in p.stderr, f"no bundle: {p.stderr[-300:]!r}")
+    size = os.path.getsize(cal)
+    p = run("bundle", cal, "-o", cal)
+    check(p.returncode != 0 and b"refusing to overwrite an input" in p.stderr and os.path.getsize(cal) == size,
+          f"bundle -o MODEL must refuse and keep the model: {p.stderr[-300:]!r}")
     p = run("bundle", cal, "--align", "512")
     check(p.returncode == 0 and os.path.exists(cal + ".ffnbundle"), f"bundle: {p.stderr[-300:]!r}")
     p = run("bundle", cal, "--verify")

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "bundle.h"
+#include "gguf.h"
 #include "model.h"
 #include "pi_err.h"
 #include "pictl.h"
@@ -62,9 +63,12 @@ int cmd_bundle(int argc, char **argv)
         snprintf(path, sizeof path, "%s", out);
     else if (bundle_default_path(model, path, sizeof path))
         return pictl_error("bundle", model, -PI_E_INVAL);
-    struct pi_model *m = NULL;
-    int rc = model_load(&m, model);
+    /* the writer renames OUT.tmp over OUT: -o naming the model would replace it */
+    int rc = verify ? 0 : gguf_check_not_input(path, model, "the model");
     if (rc)
+        return pictl_error("bundle", path, rc);
+    struct pi_model *m = NULL;
+    if ((rc = model_load(&m, model)))
         return pictl_error("bundle", model, rc);
     if (verify) {
         int fd;
