@@ -87,10 +87,9 @@ static void seq_leave(struct gpud *g, struct gpud_seq *q, int rc)
         q->logits_fd = -1;
     }
     const uint64_t now = stage_now_ns();
-    if (!rc) {
-        const uint64_t first = q->first_ns ? q->first_ns : now;
-        r->prefill_ns = first - q->start_ns;
-        r->decode_ns = now - first;
+    if (!rc) { /* no first token (-n 0): nothing was evaluated, no time to report */
+        r->prefill_ns = q->first_ns ? q->first_ns - q->start_ns : 0;
+        r->decode_ns = q->first_ns ? now - q->first_ns : 0;
     }
     finish(r, rc);
     q->slot = -1;
