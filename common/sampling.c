@@ -289,6 +289,8 @@ void samp_best(const float *l, int32_t n, int32_t k, int32_t *ids, float *vals)
     uint32_t keys[SAMP_BEST_MAX];
     if (k > SAMP_BEST_MAX)
         k = SAMP_BEST_MAX;
+    if (k <= 0) /* nothing asked (the loop's k-th would be keys[-1]) */
+        return;
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
         const uint32_t key = rank_key(l[i]);

@@ -205,7 +205,7 @@ static int heldout_pred_frac(const struct cal_gemm *g, const struct cal_rec *r, 
     int rc = cal_threshold(g, r, layer, r->n_train, r->n_rows, tmp, recall, &thr, NULL);
     if (!rc)
         rc = cal_evaluate(g, r, layer, r->n_train, r->n_rows, tmp, thr, &st);
-    *frac = cal_pred_frac(&st);
+    *frac = rc ? 0.0 : cal_pred_frac(&st); /* st is set only when both succeeded */
     return rc;
 }
 
