@@ -316,7 +316,7 @@ static void after_logits(struct gpud *g, int32_t s, const float *logits, const i
     const int32_t pos = q->n_known;
     const uint32_t n = atomic_load_explicit(&r->n_gen, memory_order_relaxed);
     /* the penalties see the request's whole token history, which a replay has too: same tokens */
-    const bool want_lp = (r->flags & PI_REQ_LOGPROBS) && n < PI_LP_MAX_TOKENS;
+    const bool want_lp = logits && (r->flags & PI_REQ_LOGPROBS) && n < PI_LP_MAX_TOKENS; /* (step_top_k: rows) */
     struct samp_logprobs lp;
     const int32_t id = logits ? samp_sample_lp(g->ss, &sp, logits, r->tokens, (size_t)q->n_known, (uint64_t)pos,
                                                want_lp ? r->n_probs : 0, want_lp ? &lp : NULL)
