@@ -729,6 +729,8 @@ static void advance(struct sup *s)
             enum pi_stage id = data_stages[i];
             if (!stage_ready(s, id) && !s->st[id].gave_up && !s->served)
                 return;
+            if (s->st[id].gave_up && stage_required(s, id)) /* FAILED until `pictl restart` brings it back */
+                return;
         }
         /* --http: the first start waits for apid to listen (READY at once) or to fail its start, so
          * that an address it cannot listen on fails the start instead of a serving instance without it */

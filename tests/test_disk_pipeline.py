@@ -200,6 +200,36 @@ try:
         check(d and d["loaderd_errors"] == 1, f"loaderd's error count: {d}")
         got = generate(0, "after-error")
         check(got == refs.get(0), "the request after the read error differs")
+    run("stop", "--name", name, timeout=60)
+
+    # cpud cannot come back (its bundle is gone): with the weights segment trimmed of the FFN rows no
+    # step can end without cpud, so once its restarts are used up the request in flight fails with
+    # the reason and the instance says FAILED — nothing waits forever
+    p = run("start", "-m", cal, "--name", name, "-t", "2", "-c", "512", "--ram-budget", f"{budget:.9f}")
+    if check(p.returncode == 0, f"start for the lost bundle: {p.stderr[-300:]!r}"):
+        g = subprocess.Popen([pictl, "generate", "--name", name, "-p", PROMPTS[0][0], "-n", "2000", "--ignore-eos",
+                              "--temp", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        got = b""
+        while len(got) < 16 and g.poll() is None:
+            got += g.stdout.read(1)
+        bundle = cal + ".ffnbundle"
+        os.rename(bundle, bundle + ".away")
+        t0 = time.time()
+        pid = status()["stages"]["cpud"]["pid"]
+        if pid > 0:
+            os.kill(pid, signal.SIGKILL)
+        try:
+            _, err = g.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            g.kill()
+            _, err = g.communicate()
+        err = err.decode(errors="replace")
+        print(f"lost bundle: the request ended after {time.time() - t0:.1f} s: {err.strip()[-200:]}")
+        check(g.returncode != 0 and "cpud died" in err and "ffnbundle" in err,
+              f"with cpud gone for good the request must fail naming why: rc {g.returncode}, {err[-300:]!r}")
+        st = status()
+        check(st is not None and st["state"] == "failed", f"the instance's state: {st and st['state']}")
+        os.rename(bundle + ".away", bundle)
 finally:
     run("stop", "--name", name, timeout=60)
     shutil.rmtree(tmp, ignore_errors=True)
