@@ -203,8 +203,9 @@ try:
     run("stop", "--name", name, timeout=60)
 
     # cpud cannot come back (its bundle is gone): with the weights segment trimmed of the FFN rows no
-    # step can end without cpud, so once its restarts are used up the request in flight fails with
-    # the reason and the instance says FAILED — nothing waits forever
+    # step can end without cpud, so the request in flight fails naming the bundle (cpud sees it go
+    # away, or its restarts are used up) and the instance turns FAILED and refuses new requests —
+    # nothing waits forever
     p = run("start", "-m", cal, "--name", name, "-t", "2", "-c", "512", "--ram-budget", f"{budget:.9f}")
     if check(p.returncode == 0, f"start for the lost bundle: {p.stderr[-300:]!r}"):
         g = subprocess.Popen([pictl, "generate", "--name", name, "-p", PROMPTS[0][0], "-n", "2000", "--ignore-eos",
@@ -225,10 +226,18 @@ try:
             _, err = g.communicate()
         err = err.decode(errors="replace")
         print(f"lost bundle: the request ended after {time.time() - t0:.1f} s: {err.strip()[-200:]}")
-        check(g.returncode != 0 and "cpud died" in err and "ffnbundle" in err,
-              f"with cpud gone for good the request must fail naming why: rc {g.returncode}, {err[-300:]!r}")
-        st = status()
-        check(st is not None and st["state"] == "failed", f"the instance's state: {st and st['state']}")
+        check(g.returncode != 0 and "ffnbundle" in err,
+              f"with cpud's bundle gone the request must fail naming it: rc {g.returncode}, {err[-300:]!r}")
+        end = time.time() + 90
+        while time.time() < end and (status() or {}).get("state") != "failed":
+            time.sleep(0.2)
+        st = status() or {}
+        check(st.get("state") == "failed" and "cpud" in st.get("error", ""),
+              f"the instance without cpud: state {st.get('state')!r}, error {st.get('error', '')[:200]!r}")
+        t0 = time.time()
+        p = run("generate", "--name", name, "-p", "x", "-n", "4", timeout=60)
+        check(p.returncode != 0 and time.time() - t0 < 10,
+              f"a request to the failed instance: rc {p.returncode} after {time.time() - t0:.1f} s")
         os.rename(bundle + ".away", bundle)
 finally:
     run("stop", "--name", name, timeout=60)
