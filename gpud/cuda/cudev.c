@@ -446,13 +446,13 @@ static int check_fits(const struct cudev *d)
     if (need + margin <= fr)
         return 0;
     const double gib = (double)(1ull << 30);
+    /* short enough for a stage's last_error (PI_MSG_MAX) behind "gpud cannot start: start: ..." */
     return pi_fail(PI_E_NOMEM,
-                   "cuda: %s has %.2f GiB free of %.2f GiB; this needs %.2f GiB: weights %.2f GiB (%d of %d "
-                   "layers), KV cache %.2f GiB (-c %d x %d sequences, %s), scratch %.2f GiB — lower -c or "
-                   "--parallel, or keep part of the model on the CPU (--vram-budget GIB, -ngl N)",
+                   "cuda: %.24s: %.2f GiB free of %.2f, needs %.2f (weights %.2f, KV cache %.2f for -c %d x %d, "
+                   "scratch %.2f): lower -c or --parallel, or use --vram-budget / -ngl",
                    d->prop.name, (double)fr / gib, (double)tot / gib, (double)(need + margin) / gib,
-                   (double)d->w_bytes / gib, d->n_dev_layers, d->m->hp.n_layer, (double)d->kv_bytes / gib,
-                   d->p.n_ctx, d->p.n_seq, d->p.kv_f32 ? "f32" : "f16", (double)d->s_bytes / gib);
+                   (double)d->w_bytes / gib, (double)d->kv_bytes / gib, d->p.n_ctx, d->p.n_seq,
+                   (double)d->s_bytes / gib);
 }
 
 void cudev_close(struct cudev *d)
