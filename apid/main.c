@@ -6,6 +6,23 @@
 #include "pi_err.h"
 #include "stage.h"
 
+/* A settings error comes before the stage attaches: attach now (where the instance is known) to
+ * leave it in last_error, so that the failed start says what was wrong, not only the exit status. */
+static void record_start_error(const char *instance, int rc)
+{
+    if (!instance[0])
+        return;
+    char msg[PI_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", pi_errmsg());
+    char *sargv[] = { "apid", "--instance", (char *)instance, NULL };
+    struct stage_rt rt;
+    if (stage_init(&rt, PI_STAGE_APID, 3, sargv))
+        return;
+    pi_set_errmsg("%s", msg);
+    stage_fail(&rt, rc, "apid");
+    stage_fini(&rt);
+}
+
 int main(int argc, char **argv)
 {
     static struct apid a;
@@ -15,6 +32,7 @@ int main(int argc, char **argv)
         return 0;
     if (rc) {
         fprintf(stderr, "apid: %s: %s\n", pi_strerror(rc), pi_errmsg());
+        record_start_error(instance, rc);
         return stage_start_exit_status(rc);
     }
     rc = apid_run(&a, instance);

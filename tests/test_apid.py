@@ -400,7 +400,9 @@ def disconnect_frees_slot(c, name):
 def disconnect_while_queued(c, name):
     """16 long requests take every slot; a 17th waits in the supervisor's queue, and its client leaves:
     apid gives the ticket to its reaper, which frees the slot the request gets later."""
-    body = {"prompt": "ROMEO:", "max_tokens": 60, "temperature": 0, "ignore_eos": True}
+    # long enough that the 16 still hold their slots when the 17th arrives on a loaded machine (at 60
+    # tokens they could all finish between the status poll and the 17th's send)
+    body = {"prompt": "ROMEO:", "max_tokens": 240, "temperature": 0, "ignore_eos": True}
     waits_before = status(name).get("slot_waits", 0)
     th = [threading.Thread(target=lambda: c.json("POST", "/v1/completions", body)) for _ in range(16)]
     for t in th:
@@ -774,6 +776,14 @@ def main():
               f"start --http on a busy port: rc {p.returncode} in {time.time() - t0:.1f} s, {err[-300:]!r}")
         check(status(tag + "c") is None, "nothing of the failed instance is left")
         cleanup(tag + "c")
+        # apid's settings refused: the start fails at once with apid's own words
+        for args, needle in (([f"127.0.0.1:{free_port()}", "--chat-template", "nope"], "unknown chat template 'nope'"),
+                             (["127.0.0.1:99999"], "the port must be 1..65535")):
+            p = run("start", "-m", model, "--name", tag + "c", "-t", "1", "-c", "256", "--http", *args)
+            err = p.stderr.decode(errors="replace")
+            check(p.returncode != 0 and "apid cannot start" in err and needle in err,
+                  f"start --http {' '.join(args)}: rc {p.returncode}, {err[-300:]!r}")
+            cleanup(tag + "c")
         for fn in (greedy_and_streams, logprobs_penalties_ids, lambda c_: pictl_chat_matches(c_, name), lambda c_: bad_inputs(c_, port), lambda c_: api_key_and_misc(c_, port),
                    lambda c_: disconnect_frees_slot(c_, name), lambda c_: load_test(c_, name),
                    lambda c_: disconnect_while_queued(c_, name), lambda c_: kill_gpud_mid_stream(c_, name), lambda c_: kill_apid_mid_stream(c_, name)):
