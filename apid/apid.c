@@ -104,7 +104,7 @@ int apid_run(struct apid *a, const char *instance)
     fprintf(stderr, "apid: stopping\n");
     goto out;
 fail:
-    stage_fail(&a->rt, rc, "apid");
+    stage_fail(&a->rt, rc, a->listened ? "serve" : "start");
 out:
     apid_server_stop(a);
     if (loader_started)

@@ -19,7 +19,7 @@ static void record_start_error(const char *instance, int rc)
     if (stage_init(&rt, PI_STAGE_APID, 3, sargv))
         return;
     pi_set_errmsg("%s", msg);
-    stage_fail(&rt, rc, "apid");
+    stage_fail(&rt, rc, "settings");
     stage_fini(&rt);
 }
 

@@ -9,9 +9,9 @@ int main(int argc, char **argv)
     struct predictord p;
     const int rc_init = predictord_init(&p, argc, argv);
     const int rc = rc_init ? rc_init : predictord_run(&p);
-    if (rc) {
+    if (rc) { /* "start" or "serve", as gpud: the stage's name is already the message's subject */
         if (p.rt.me)
-            stage_fail(&p.rt, rc, "predictord");
+            stage_fail(&p.rt, rc, rc_init ? "start" : "serve");
         else
             fprintf(stderr, "predictord: %s: %s\n", pi_strerror(rc), pi_errmsg());
     }
