@@ -25,6 +25,7 @@ const char *pi_strerror(int code)
     case PI_E_NOMEM: return "out of memory";
     case PI_E_IO: return "I/O error";
     case PI_E_DEVICE: return "device error";
+    case PI_E_START: return "the instance did not start";
     default: return strerror(c);
     }
 }

@@ -22,6 +22,7 @@ enum pi_err {
     PI_E_NOMEM = 10007,
     PI_E_IO = 10008,
     PI_E_DEVICE = 10009,   /* the accelerator failed (a CUDA error): its context is lost, restart the stage */
+    PI_E_START = 10010,    /* an instance did not start: the supervisor's message says which stage and why */
 };
 
 /* Text for a negative code (-errno or -PI_E_*). Never NULL. */

@@ -772,7 +772,8 @@ def main():
         t0 = time.time()
         p = run("start", "-m", model, "--name", tag + "c", "-t", "1", "-c", "256", "--http", f"127.0.0.1:{port}")
         err = p.stderr.decode(errors="replace")
-        check(p.returncode != 0 and "apid cannot start" in err and "cannot listen" in err and time.time() - t0 < 10,
+        check(p.returncode != 0 and "the instance did not start: apid cannot start" in err and "cannot listen" in err
+              and time.time() - t0 < 10,
               f"start --http on a busy port: rc {p.returncode} in {time.time() - t0:.1f} s, {err[-300:]!r}")
         check(status(tag + "c") is None, "nothing of the failed instance is left")
         cleanup(tag + "c")

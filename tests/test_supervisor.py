@@ -429,6 +429,9 @@ def cuda_no_device():
         check(p.returncode == 1, f"start --backend cuda exited {p.returncode}")
         check(dt < START_FAIL_LIMIT_S, f"start --backend cuda took {dt:.1f} s to fail (restarts of gpud?)")
         check("gpud cannot start" in err and needle in err, f"start --backend cuda: stderr {err.strip()[-300:]!r}")
+        # named as a failed start, not as an I/O error (the stage's own words follow)
+        check("the instance did not start: gpud cannot start" in err and "I/O error" not in err,
+              f"start --backend cuda: the failure's words {err.strip()[-300:]!r}")
         no_leftovers(name, "start --backend cuda")
     finally:
         cleanup(name)

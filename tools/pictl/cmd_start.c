@@ -83,8 +83,8 @@ static int wait_ready(const struct start_opts *o, int fd, pid_t sup_pid)
             char *nl = strchr(line, '\n');
             if (nl)
                 *nl = '\0';
-            rc = !strncmp(line, "error: ", 7) ? pi_fail(PI_E_IO, "%s", line + 7)
-                                               : pi_fail(PI_E_IO, "the supervisor exited during the start (see "
+            rc = !strncmp(line, "error: ", 7) ? pi_fail(PI_E_START, "%s", line + 7)
+                                               : pi_fail(PI_E_START, "the supervisor exited during the start (see "
                                                                   "'pictl logs supervisor --name %s')", o->name);
             goto out;
         }
@@ -99,7 +99,7 @@ static int wait_ready(const struct start_opts *o, int fd, pid_t sup_pid)
                 char *nl = strchr(line, '\n');
                 if (nl)
                     *nl = '\0';
-                rc = pi_fail(PI_E_IO, "%s (and the supervisor did not exit)", line + (strncmp(line, "error: ", 7) ? 0 : 7));
+                rc = pi_fail(PI_E_START, "%s (and the supervisor did not exit)", line + (strncmp(line, "error: ", 7) ? 0 : 7));
             } else {
                 kill(sup_pid, SIGTERM);
                 rc = pi_fail(ETIMEDOUT, "instance '%s' did not start within %d s (stopping it; see 'pictl logs "
