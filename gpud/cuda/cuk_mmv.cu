@@ -194,13 +194,16 @@ static int mmv_bps(void)
  * bench_kern): gate + up 46.9 → 46.1 µs, q/k/v 26.9 → 26.7, wo 10.6 → 10.2 faster, but down 25.7 →
  * 26.0 (K 11 008) and fc2 6.7 → 7.3 (2 chunks a warp a tile) slower. PINFER_CUDA_MMV_TS: 0 the
  * shallower rings, 1 deeper wherever it fits, 2 (default) deeper for rows of at most 4 096 elements
- * of which a warp streams at least 4 chunks a tile. Read once. */
+ * of which a warp streams at least 4 chunks a tile, 3 as 2 and the norm-fused split products (q/k/v,
+ * the output) two stages deeper, 6 of two chunks (208 KiB with the row at K 4 096): one item more
+ * a warp in flight before the wait, while the previous kernel ends and the norm runs (unmeasured).
+ * Read once. */
 static int mmv_ts(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("PINFER_CUDA_MMV_TS");
-        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
+        v = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : 2;
     }
     return v;
 }
@@ -229,7 +232,7 @@ static bool mmv_y_early(void)
 static bool mmv_deeper(int64_t K)
 {
     const int64_t cpr = ((K + CH - 1) / CH + KS - 1) / KS;
-    return mmv_ts() == 1 || (mmv_ts() == 2 && K <= 4096 && cpr >= 4);
+    return mmv_ts() == 1 || (mmv_ts() >= 2 && K <= 4096 && cpr >= 4);
 }
 
 /* cuk_lane_dev.cuh's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
@@ -788,6 +791,9 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
     if constexpr (!IDX)
         if (tma) { /* the deep cp.async ring's bytes, or a stage more (mmv_deeper) */
             constexpr int TMI = NM == 1 ? 2 : 1, SD = NM == 1 ? 5 : 6;
+            if constexpr (NM == 1 && NORM && MODE == CUK_SPLIT3)
+                if (mmv_ts() == 3 && mmv_deeper(K) && ring_bytes<1, 6, 2>() + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
+                    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 6, 1, 2>(w0, w1, K, n_out, x, B, o, st);
             if (mmv_deeper(K) && ring_bytes<NM, SD, TMI>() + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
                 return mv_launch_sub<BF, LO, MODE, NM, IDX, NORM, SD, TMI>(w0, w1, K, n_out, x, B, o, st);
             return mv_launch_sub<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), TMI>(w0, w1, K, n_out, x, B, o, st);
