@@ -86,6 +86,13 @@ with open(bad, "wb") as g:
 expect_error(["run", "-m", bad, "-p", "x"], "magic", what="bad magic")
 expect_error(["run", "-m", model, "-p", "word " * 200, "-c", "64", "-n", "4"], "context", what="prompt > context")
 expect_error(["run", "-m", model, "-p", "x", "--temp", "warm"], "--temp", code=2, what="bad flag value")
+# -c 0: the model's trained context (llama.cpp's meaning), in process, through the pipeline and for a
+# started instance; 1..7 refused naming 0
+for how in (["--inproc"], []):
+    p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "2", "--temp", "0", "-c", "0", "-t", "1")
+    check(p.returncode == 0 and p.stdout.strip(), f"run {how} -c 0: {p.stderr[-300:]!r}")
+expect_error(["run", "-m", model, "-p", "x", "-c", "5"], "-c (0: the model's context) expects an integer in [8,",
+             code=2, what="-c 5")
 expect_error(["run", "-m", model], "prompt", code=2, what="no prompt")
 expect_error(["frobnicate"], "unknown command", code=2, what="unknown command")
 # an output file that is an input (directly or through a link) is refused, and the input kept

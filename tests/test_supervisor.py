@@ -106,6 +106,20 @@ def test(fn):
 
 
 @test
+def start_ctx_from_model():
+    """-c 0: the instance's context is the model's trained one (llama.cpp's -c 0), 1 024 for the tiny model"""
+    name = f"{tag}_c0"
+    try:
+        start(name, "-c", "0")
+        st = status(name)
+        want = 1024 if "tiny" in os.path.basename(model) else None
+        check(st is not None and st["ctx"] > 8 and (want is None or st["ctx"] == want),
+              f"start -c 0: ctx {st and st['ctx']}, want the model's ({want})")
+    finally:
+        cleanup(name)
+
+
+@test
 def start_status_stop():
     name = f"{tag}_a"
     try:

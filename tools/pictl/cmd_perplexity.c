@@ -53,7 +53,7 @@ int cmd_perplexity(int argc, char **argv)
         pictl_error("perplexity", "tokenize", rc);
         goto out;
     }
-    const int32_t n_ctx = o.n_ctx, V = m->hp.n_vocab;
+    const int32_t n_ctx = o.n_ctx ? o.n_ctx : m->hp.n_ctx_train, V = m->hp.n_vocab; /* -c 0: the model's */
     const size_t n_chunks = n_tok / (size_t)n_ctx;
     if (n_chunks == 0) {
         fprintf(stderr, "pictl perplexity: the text has %zu tokens, fewer than one context of %d (lower -c)\n",

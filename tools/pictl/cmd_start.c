@@ -225,7 +225,7 @@ int inst_start(const struct start_opts *o)
     int rc = inst_check_name(o->name);
     if (rc)
         return rc;
-    if (o->n_ctx < 8 || o->n_ctx >= PI_REQ_MAX_TOKENS)
+    if (o->n_ctx != 0 && (o->n_ctx < 8 || o->n_ctx >= PI_REQ_MAX_TOKENS))
         return pi_fail(PI_E_RANGE, "context %d out of range: a pipeline instance holds 8 to %d tokens", o->n_ctx,
                        PI_REQ_MAX_TOKENS - 1);
     if (!(o->gpu_ffn_share >= 0.0f && o->gpu_ffn_share <= 1.0f))
@@ -237,7 +237,14 @@ int inst_start(const struct start_opts *o)
     /* fail fast, with the reader's message, before anything exists */
     if ((rc = model_load(&m, o->model)))
         return rc;
-    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = o->n_ctx, .n_parallel = o->n_parallel,
+    const int32_t n_ctx = o->n_ctx ? o->n_ctx : m->hp.n_ctx_train; /* -c 0: the model's */
+    if (n_ctx < 8 || n_ctx >= PI_REQ_MAX_TOKENS) {
+        rc = pi_fail(PI_E_RANGE, "the model's context %d (-c 0) is out of range: a pipeline instance holds 8 to %d "
+                     "tokens (give -c)", n_ctx, PI_REQ_MAX_TOKENS - 1);
+        model_free(m);
+        return rc;
+    }
+    struct sup_config cfg = { .model = m, .n_threads = o->n_threads, .n_ctx = n_ctx, .n_parallel = o->n_parallel,
                               .cache_type = o->cache_type,
                               .gpu_ffn_share = o->ram_budget_gib > 0 && o->vram_budget_gib < 0 ? 0.0f : o->gpu_ffn_share,
                               .ram_budget = o->ram_budget_gib > 0 ? (uint64_t)(o->ram_budget_gib * (1ull << 30)) : 0,
@@ -354,8 +361,8 @@ static void start_usage(void)
            "  -m, --model FILE         GGUF model\n"
            "  --name NAME              instance name, [A-Za-z0-9_]{1,31} (default %s)\n"
            "  -t, --threads N          cpud worker threads (default: online cores)\n"
-           "  -c, --ctx-size N         context of one sequence (default %d, at most %d); the KV cache\n"
-           "                           holds -c x --parallel cells\n"
+           "  -c, --ctx-size N         context of one sequence (default %d, at most %d; 0: the model's\n"
+           "                           trained context); the KV cache holds -c x --parallel cells\n"
            "  --parallel N             sequences decoded at once, in one batch (default %d, at most %d);\n"
            "                           further requests wait queued in order\n"
            "  --cache-type f32|f16     KV cache element type (default f32 on the CPU, f16 on a GPU)\n"
@@ -431,7 +438,12 @@ int cmd_start(int argc, char **argv)
         case 'm': o.model = optarg; break;
         case OPT_NAME: o.name = optarg; break;
         case 't': if (parse_int("-t", optarg, 1, 1024, &o.n_threads)) return 2; break;
-        case 'c': if (parse_int("-c", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx)) return 2; break;
+        case 'c': /* 0: the model's trained context (inst_start) */
+            if (strcmp(optarg, "0") && parse_int("-c (0: the model's context)", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx))
+                return 2;
+            if (!strcmp(optarg, "0"))
+                o.n_ctx = 0;
+            break;
         case OPT_GPU_SHARE:
             o.gpu_ffn_share = strtof(optarg, &end);
             if (*end || end == optarg || !(o.gpu_ffn_share >= 0.0f && o.gpu_ffn_share <= 1.0f)) {

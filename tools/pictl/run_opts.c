@@ -61,7 +61,7 @@ static const struct run_flag flags[] = {
       "tokens to generate (default " PI_STR(DEFAULT_N_PREDICT) ", -1 = until end or context full)" },
     { { "threads", required_argument, NULL, 't' }, F_RUN | F_PPL, "N", "CPU threads (default: online cores)" },
     { { "ctx-size", required_argument, NULL, 'c' }, F_RUN | F_PPL, "N",
-      "context length (default: run 2048 or the model's; perplexity 512)" },
+      "context length (default: run 2048, perplexity 512; 0 = the model's trained context)" },
     { { "batch-size", required_argument, NULL, 'b' }, F_RUN | F_PPL, "N", "prompt tokens per evaluation (default 64)" },
     { { "cache-type", required_argument, NULL, OPT_CACHE_TYPE }, F_RUN | F_PPL, "f32|f16",
       "KV cache element type (default f32 on the CPU, f16 on a GPU)" },
@@ -312,7 +312,12 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
         case 'f': o->file = optarg; break;
         case 'n': if (!(rc = parse_long(name, "-n", optarg, -1, 1L << 30, &v))) o->gen.n_predict = (int32_t)v; break;
         case 't': if (!(rc = parse_long(name, "-t", optarg, 1, 1024, &v))) o->n_threads = (int32_t)v; break;
-        case 'c': if (!(rc = parse_long(name, "-c", optarg, 8, 1L << 24, &v))) o->n_ctx = (int32_t)v; break;
+        case 'c': /* 0: the model's trained context, as llama.cpp's -c 0 */
+            if (!strcmp(optarg, "0"))
+                o->n_ctx = 0;
+            else if (!(rc = parse_long(name, "-c (0: the model's context)", optarg, 8, 1L << 24, &v)))
+                o->n_ctx = (int32_t)v;
+            break;
         case 'b': if (!(rc = parse_long(name, "-b", optarg, 1, 1L << 16, &v))) o->n_batch = (int32_t)v; break;
         case OPT_TEMP: rc = parse_float(name, "--temp", optarg, 0, 100, &o->gen.samp.temp); break;
         case OPT_TOP_K: if (!(rc = parse_long(name, "--top-k", optarg, 0, 1L << 30, &v))) o->gen.samp.top_k = (int32_t)v; break;
