@@ -195,8 +195,8 @@ static int mmv_bps(void)
  * 26.0 (K 11 008) and fc2 6.7 → 7.3 (2 chunks a warp a tile) slower. PINFER_CUDA_MMV_TS: 0 the
  * shallower rings, 1 deeper wherever it fits, 2 (default) deeper for rows of at most 4 096 elements
  * of which a warp streams at least 4 chunks a tile, 3 as 2 and the norm-fused split products (q/k/v,
- * the output) two stages deeper, 6 of two chunks (208 KiB with the row at K 4 096): one item more
- * a warp in flight before the wait, while the previous kernel ends and the norm runs (unmeasured).
+ * the output) one stage deeper, 6 of two chunks (208 KiB with the row at K 4 096): one item more a
+ * warp in flight before the wait, while the previous kernel ends and the norm runs (unmeasured).
  * Read once. */
 static int mmv_ts(void)
 {

@@ -439,10 +439,10 @@ int cmd_start(int argc, char **argv)
         case OPT_NAME: o.name = optarg; break;
         case 't': if (parse_int("-t", optarg, 1, 1024, &o.n_threads)) return 2; break;
         case 'c': /* 0: the model's trained context (inst_start) */
-            if (strcmp(optarg, "0") && parse_int("-c (0: the model's context)", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx))
-                return 2;
             if (!strcmp(optarg, "0"))
                 o.n_ctx = 0;
+            else if (parse_int("-c (0: the model's context)", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx))
+                return 2;
             break;
         case OPT_GPU_SHARE:
             o.gpu_ffn_share = strtof(optarg, &end);
