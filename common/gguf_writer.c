@@ -1,7 +1,8 @@
 /* gguf_writer.c — streaming GGUF writer: keys and tensor shapes are declared first, so the header
  * (with every tensor's offset) can be written before any tensor data; the data then streams one
  * tensor at a time. Output goes to PATH.tmp and is fsynced and renamed over PATH only by a
- * successful close, so a crash or error never leaves a half-written file under the final name. */
+ * successful close, so a crash or error never leaves a half-written file under the final name, and
+ * an interrupting signal removes PATH.tmp (tmp_guard.h). */
 #include "gguf.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 
 #include "pi_err.h"
 #include "quant.h"
+#include "tmp_guard.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gguf_writer.c writes host-order values: it assumes a little-endian host"
@@ -60,6 +62,7 @@ struct gguf_writer {
     uint64_t data_start;   /* file offset of the data section */
     size_t next_tensor;
     int error;             /* first write error: later calls fail with it */
+    int guard;             /* tmp_guard slot of tmp_path while it exists, or -1 */
 };
 
 static void wkv_fini(struct gguf_wkv *kv)
@@ -84,6 +87,7 @@ int gguf_writer_new(struct gguf_writer **out, uint32_t magic)
         return pi_fail(PI_E_NOMEM, "gguf writer: cannot allocate");
     w->magic = magic;
     w->alignment = GGUF_DEFAULT_ALIGNMENT;
+    w->guard = -1;
     *out = w;
     return 0;
 }
@@ -96,6 +100,8 @@ static void writer_abort(struct gguf_writer *w)
         w->fp = NULL;
         unlink(w->tmp_path);
     }
+    tmp_guard_drop(w->guard); /* after the unlink: a signal in between only unlinks it again */
+    w->guard = -1;
     free(w->path);
     free(w->tmp_path);
     w->path = w->tmp_path = NULL;
@@ -449,6 +455,7 @@ int gguf_writer_open(struct gguf_writer *w, const char *path)
     }
     memcpy(w->tmp_path, path, plen);
     memcpy(w->tmp_path + plen, GGUF_TMP_SUFFIX, sizeof GGUF_TMP_SUFFIX);
+    w->guard = tmp_guard_add(w->tmp_path); /* ^C from here on removes PATH.tmp */
     if (!(w->fp = fopen(w->tmp_path, "wb"))) {
         rc = pi_fail(errno, "gguf writer: cannot create '%s': %s", w->tmp_path, strerror(errno));
         goto fail;

@@ -11,6 +11,7 @@
 
 #include "pi_err.h"
 #include "quant.h"
+#include "tmp_guard.h"
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
@@ -169,9 +170,11 @@ int bundle_write(const struct pi_model *m, const char *path, uint32_t align, uin
     char *buf = calloc(1, (size_t)h.data_off > WRITE_NEURONS * h.stride ? (size_t)h.data_off : WRITE_NEURONS * h.stride);
     if (!buf)
         return pi_fail(PI_E_NOMEM, "bundle: out of memory");
+    const int guard = tmp_guard_add(tmp); /* ^C from here on removes tmp */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         rc = pi_fail(errno, "bundle: cannot create %s: %s", tmp, strerror(errno));
+        tmp_guard_drop(guard);
         free(buf);
         return rc;
     }
@@ -196,6 +199,7 @@ int bundle_write(const struct pi_model *m, const char *path, uint32_t align, uin
         unlink(tmp);
     else if (bytes)
         *bytes = h.file_bytes;
+    tmp_guard_drop(guard);
     free(buf);
     return rc;
 }

@@ -2,10 +2,13 @@
 tests/test_invariance.py makes it): pictl bundle writes and verifies the sidecar; pictl run --inproc
 with a --ram-budget that leaves most FFN neurons on disk gives bitwise the tokens and logits of the
 all-in-RAM run (greedy and sampled), its --json-stats carry the disk counters; a damaged bundle, a
-budget below the dense weights, and a missing bundle are refused with a message.
+budget below the dense weights, and a missing bundle are refused with a message; ^C while the bundle
+is written leaves no OUT.tmp.
 
 usage: test_disk_cli.py PICTL MODEL.gguf CALIB_TEXT"""
-import json, os, shutil, subprocess, sys, tempfile
+import json, os, shutil, signal, subprocess, sys, tempfile
+
+from interrupt_write import interrupt_while_writing
 
 pictl, dense_model, calib = sys.argv[1:4]
 tmp = tempfile.mkdtemp(prefix="pinfer-disk-")
@@ -53,6 +56,10 @@ try:
     p = run("bundle", cal, "-o", cal)
     check(p.returncode != 0 and b"refusing to overwrite an input" in p.stderr and os.path.getsize(cal) == size,
           f"bundle -o MODEL must refuse and keep the model: {p.stderr[-300:]!r}")
+    part = os.path.join(tmp, "interrupted.ffnbundle")
+    rc, err, leftover = interrupt_while_writing([pictl, "bundle", cal, "-o", part], part + ".tmp")
+    check(rc == -signal.SIGINT and not leftover and not os.path.exists(part),
+          f"^C mid-bundle: rc {rc}, OUT.tmp left: {leftover}, {err[-200:]!r}")
     p = run("bundle", cal, "--align", "512")
     check(p.returncode == 0 and os.path.exists(cal + ".ffnbundle"), f"bundle: {p.stderr[-300:]!r}")
     p = run("bundle", cal, "--verify")

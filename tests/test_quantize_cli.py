@@ -4,10 +4,13 @@ the summary, no file), the flags reaching the plan (--output-tensor-type, --toke
 --leave-output-tensor, --pure), llama-quantize's positional thread count, refusals (unknown TYPE or
 type, re-quantizing without --allow-requantize, an output that is the input) with exit codes and
 messages, and a written file
-that quantizes again to the same bytes (deterministic).
+that quantizes again to the same bytes (deterministic), and ^C in the middle of the write leaving
+no OUT.tmp behind.
 
 usage: test_quantize_cli.py PICTL MODEL.gguf"""
-import hashlib, os, subprocess, sys, tempfile
+import hashlib, os, signal, subprocess, sys, tempfile
+
+from interrupt_write import interrupt_while_writing
 
 pictl, model = sys.argv[1:3]
 failures = 0
@@ -79,6 +82,13 @@ for out in (a, link):
     check(rc == 1 and "refusing to overwrite an input" in err and digest(a) == before,
           f"output = input ({os.path.basename(out)}) refused, input kept: rc {rc} {err[-200:]!r}")
 check(not os.path.exists(a + ".tmp"), "no .tmp left by the refusal")
+# ^C (or a TERM/HUP) while OUT.tmp is being written: the process dies of the signal, as llama-quantize
+# does, but removes the partial OUT.tmp rather than leaving it
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    d = os.path.join(tmp, "interrupted.gguf")
+    rc, err, leftover = interrupt_while_writing([pictl, "quantize", "-q", model, d, "q8_0"], d + ".tmp", sig)
+    check(rc == -sig and not leftover and not os.path.exists(d),
+          f"{sig.name} mid-write: rc {rc}, OUT.tmp left: {leftover}, {err[-200:]!r}")
 for p in (link, a, b, c):
     if os.path.lexists(p):
         os.unlink(p)

@@ -8,6 +8,7 @@
 #include "quant.h"
 #include "quantize.h"
 #include "safetensors.h"
+#include "tmp_guard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,7 @@ static int cv_convert_mixture(struct convert_opts *o, const struct qz_mixture *m
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.f16.tmp", o->out_path) >= (int)sizeof tmp)
         return pi_fail(PI_E_INVAL, "convert: output path too long");
+    const int guard = tmp_guard_add(tmp); /* ^C while converting or quantizing removes it */
     const char *out = o->out_path;
     o->out_path = tmp;
     o->out_type = PI_TYPE_F16;
@@ -442,6 +444,7 @@ static int cv_convert_mixture(struct convert_opts *o, const struct qz_mixture *m
         rc = qz_run(&q);
     }
     unlink(tmp);
+    tmp_guard_drop(guard);
     return rc;
 }
 
