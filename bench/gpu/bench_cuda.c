@@ -13,7 +13,9 @@
  * first ids of the own path's decode after it are also those of a one-token-at-a-time prefill
  * ("pp_invariant": the prefill's last logits bitwise equal). Bytes per token: the weights a dense
  * token streams (all but the embedding table), or for sparse the same with the FFN rows actually
- * computed (counted on the device over 16 steps). --batch: aggregate decode rate with B sequences
+ * computed (counted on the device over 16 steps); kv_bytes_per_tok beside it: the f16 K and V cells the
+ * attention reads, averaged over the decode steps (not in bytes_per_tok, which BENCH.md defines from
+ * the tensor sizes). --batch: aggregate decode rate with B sequences
  * stepping together (one batch of B tokens per step, own GEMV path): op by op (agg_tok_s) and, for
  * B ≤ 8, as the graph of a decode step that gpud replays (agg_tok_s_graph). */
 #include <stdio.h>
@@ -110,17 +112,19 @@ static int run_decode(struct cudev *d, const struct pi_model *m, const int32_t *
     token_bytes(m, &dense_b, &ffn_b, &pred_b);
     const double bytes = sparse ? (double)(dense_b - ffn_b) + active_frac * (double)ffn_b + (double)pred_b
                                 : (double)dense_b;
+    /* step s (1..n-1) attends over np + s cells, 2 B a K or V element (bench_cuda's cache is f16) */
+    const double kv_b = (double)m->hp.n_layer * 2.0 * m->hp.n_head_kv * m->hp.head_dim * 2.0 * (np + n / 2.0);
     const double rate = (n - 1) / t_dec;
     struct cudev_mem mem;
     cudev_mem(d, &mem);
     printf("{\"case\":\"decode\",\"model\":\"%s\",\"mode\":\"%s\",\"n_gen\":%d,\"prompt_tokens\":%d,\"prompt_s\":%.6f,"
            "\"decode_s\":%.6f,\"tok_s\":%.2f,\"ms_per_tok\":%.4f,\"eager_steps\":%d,\"eager_tok_s\":%.2f,"
-           "\"active_frac\":%.4f,\"bytes_per_tok\":%.0f,\"achieved_gbps\":%.1f,\"first_ids\":[%d,%d,%d,%d,%d,%d,%d,%d],"
+           "\"active_frac\":%.4f,\"bytes_per_tok\":%.0f,\"kv_bytes_per_tok\":%.0f,\"achieved_gbps\":%.1f,\"first_ids\":[%d,%d,%d,%d,%d,%d,%d,%d],"
            "\"profile_ms\":{\"qkv\":%.4f,\"attn\":%.4f,\"wo\":%.4f,\"pred\":%.4f,\"ffn\":%.4f,\"output\":%.4f,"
            "\"fc1\":%.4f,\"fc2\":%.4f,\"compact\":%.4f,\"glu\":%.4f,\"axpy\":%.4f},"
            "\"vram\":{\"weights\":%llu,\"kv\":%llu,\"scratch\":%llu,\"context\":%llu,\"device_used\":%llu}}\n",
            path, sparse ? "sparse" : "dense", n, np, t_prompt, t_dec, rate, 1e3 * t_dec / (n - 1), eager,
-           eager ? eager / t_eager : 0.0, active_frac, bytes, bytes * rate / 1e9, ids[0], ids[1], ids[2], ids[3],
+           eager ? eager / t_eager : 0.0, active_frac, bytes, kv_b, bytes * rate / 1e9, ids[0], ids[1], ids[2], ids[3],
            ids[4], ids[5], ids[6], ids[7], prof[0], prof[1], prof[2], prof[3], prof[4], prof[5], prof[CUDEV_PROF_FC1],
            prof[CUDEV_PROF_FC2], prof[CUDEV_PROF_COMPACT], prof[CUDEV_PROF_GLU], prof[CUDEV_PROF_AXPY],
            (unsigned long long)mem.weights, (unsigned long long)mem.kv,
