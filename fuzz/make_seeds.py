@@ -215,6 +215,35 @@ def sup_seeds():
     put('sup_cmd', 'array.json', '[1, 2, {"cmd": "status"}]')
 
 
+# ---------------------------------------------------------------- apid's OpenAI request bodies
+def api_seeds():
+    """fuzz_api_request: one flags byte (bit 0 chat, the rest the template family), then the body."""
+    chat = [
+        {'model': 'tiny-relu-llama', 'messages': [{'role': 'system', 'content': 'Be brief.'},
+                                                  {'role': 'user', 'content': 'Hello'}]},
+        {'messages': [{'role': 'user', 'content': [{'type': 'text', 'text': 'a'}, {'type': 'text', 'text': 'b'}]}],
+         'stream': True, 'stream_options': {'include_usage': True}, 'logprobs': True, 'top_logprobs': 5,
+         'max_completion_tokens': 16, 'stop': ['\n', 'END'], 'seed': -1, 'temperature': 0.7, 'top_p': 0.9},
+        {'messages': [{'role': 'assistant', 'content': 'x'}, {'role': 'developer', 'content': ''}], 'n': 1,
+         'tools': [], 'tool_choice': 'none', 'response_format': {'type': 'text'}, 'logit_bias': {}},
+        {'messages': [{'role': 'tool', 'content': 'x'}]},
+        {'messages': []},
+    ]
+    text = [
+        {'model': 'alias', 'prompt': 'Once upon a time', 'max_tokens': 8, 'temperature': 0, 'top_k': 40,
+         'min_p': 0.05, 'repeat_penalty': 1.1, 'presence_penalty': 0.5, 'frequency_penalty': -0.5,
+         'ignore_eos': True, 'logprobs': 3, 'echo': False, 'best_of': 1, 'suffix': None},
+        {'prompt': [1, 2, 3, 4095], 'stop': 'x'},
+        {'prompt': [[5, 6]], 'max_tokens': 2000, 'logprobs': 1},
+        {'prompt': ['one'], 'model': 'other'},
+        {'prompt': ['one', 'two']},
+    ]
+    for i, b in enumerate(chat):
+        put('api_request', 'chat%02d.json' % i, bytes([1 | (i << 1)]) + json.dumps(b).encode())
+    for i, b in enumerate(text):
+        put('api_request', 'text%02d.json' % i, bytes([0]) + json.dumps(b).encode())
+
+
 # ---------------------------------------------------------------- HF files
 def varint(b, pos):
     v = shift = 0
@@ -340,6 +369,7 @@ if __name__ == '__main__':
     gguf_seeds()
     tok_seeds()
     sup_seeds()
+    api_seeds()
     hf_seeds()
     total = 0
     for dp, _, fs in os.walk(os.path.join(ROOT, 'fuzz', 'corpus')):
