@@ -253,6 +253,8 @@ static int validate_hparams(const struct pi_hparams *hp, const char *arch)
     return 0;
 }
 
+#define MIN_LAYER_TENSORS 7 /* the tensors every layer binds (bind_layer) */
+
 static int validate_tensors(const struct gguf_file *f, const struct pi_hparams *hp, const char *arch)
 {
     char key[128];
@@ -263,6 +265,13 @@ static int validate_tensors(const struct gguf_file *f, const struct pi_hparams *
         return pi_fail(PI_E_TYPE, "model: %s = %u but token_embd.weight has %d rows", key, vocab, hp->n_vocab);
     if (rc && rc != -PI_E_NOTFOUND)
         return rc;
+    /* before the layer table is allocated from block_count: a count the tensors cannot back is a
+     * damaged header, not a reason to allocate gigabytes (each layer binds at least wq, wk, wv, wo,
+     * attn_norm, ffn_up and a down projection) */
+    const size_t max_layers = gguf_n_tensors(f) / MIN_LAYER_TENSORS;
+    if ((size_t)hp->n_layer > max_layers)
+        return pi_fail(PI_E_RANGE, "model: %s.block_count is %d but the file's %zu tensors hold at most %zu layers", arch,
+                       hp->n_layer, gguf_n_tensors(f), max_layers);
     for (size_t i = 0; i < gguf_n_tensors(f); i++) {
         const char *name = gguf_tensor(f, i)->name;
         long il;

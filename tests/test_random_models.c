@@ -171,7 +171,7 @@ static void set_spm_vocab(struct gguf_writer *w, int n_vocab)
 
 /* ---- model files ---- */
 
-enum corruption { CORRUPT_NONE, CORRUPT_ARCH, CORRUPT_MISSING, CORRUPT_SHAPE };
+enum corruption { CORRUPT_NONE, CORRUPT_ARCH, CORRUPT_MISSING, CORRUPT_SHAPE, CORRUPT_LAYERS };
 
 static int n_vocab_of(const struct cfg *c) { return c->neox ? BPE_VOCAB : SPM_VOCAB; }
 
@@ -240,7 +240,9 @@ static void write_model(const char *path, const struct cfg *c, const struct weig
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, arch), key)
     gguf_writer_set_u32(g, KEY("context_length"), 64);
     gguf_writer_set_u32(g, KEY("embedding_length"), (uint32_t)c->n_embd);
-    gguf_writer_set_u32(g, KEY("block_count"), (uint32_t)c->n_layer);
+    /* CORRUPT_LAYERS: a block count no file of these tensors can back (the loader must refuse it before
+     * allocating its layer table) */
+    gguf_writer_set_u32(g, KEY("block_count"), bad == CORRUPT_LAYERS ? 20000000u : (uint32_t)c->n_layer);
     gguf_writer_set_u32(g, KEY("feed_forward_length"), (uint32_t)c->n_ff);
     gguf_writer_set_u32(g, KEY("attention.head_count"), (uint32_t)c->n_head);
     gguf_writer_set_u32(g, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
@@ -441,6 +443,7 @@ static void check_model(const char *label, const struct cfg *c, const char *dir)
         { CORRUPT_ARCH, -PI_E_UNSUPPORTED, "gptx" },
         { CORRUPT_MISSING, -PI_E_NOTFOUND, "ffn_up.weight' is missing" },
         { CORRUPT_SHAPE, -PI_E_TYPE, "blk.0.ffn_up.weight" },
+        { CORRUPT_LAYERS, -PI_E_RANGE, "block_count is 20000000" },
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
         write_model(path, c, &w, errs[i].bad);
