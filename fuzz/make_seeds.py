@@ -165,6 +165,65 @@ def gguf_seeds():
     put('gguf', 'gpt2-tokenizer.gguf', write_gguf(bpe, []))
 
 
+def model_seeds():
+    """fuzz_model: whole model files small enough to run — the embedded model's tokenizer cut to
+    KEEP_TOKENS pieces, 2 layers of n_embd 32 (F16, Q8_0, Q4_0 weights), a PowerInfer layout
+    (ffn_down_t, fc1 / fc2 predictors, magic PWRI) and a qwen2 with q/k/v biases, tied embeddings and
+    byte-level BPE."""
+    _, _, kvs, _ = read_gguf(os.path.join(ROOT, 'models', 'tiny-relu-llama-f16.gguf'))
+    E, F, L, H, HK, D, V, R = 32, 64, 2, 4, 2, 8, KEEP_TOKENS, 16
+    dims = {'context_length': 64, 'embedding_length': E, 'block_count': L, 'feed_forward_length': F,
+            'attention.head_count': H, 'attention.head_count_kv': HK, 'attention.key_length': D,
+            'attention.value_length': D, 'rope.dimension_count': D, 'vocab_size': V}
+
+    def header(arch, tok_kvs):
+        out = [('general.architecture', T_STR, arch), ('general.name', T_STR, 'fuzz-' + arch),
+               ('general.alignment', T_U32, 32)]
+        out += [('%s.%s' % (arch, k), T_U32, v) for k, v in dims.items()]
+        out += [('%s.rope.freq_base' % arch, T_F32, 10000.0), ('%s.attention.layer_norm_rms_epsilon' % arch, T_F32, 1e-5)]
+        return out + tok_kvs
+
+    spm = []
+    for k, t, v in kvs:
+        if k.startswith('tokenizer.'):
+            if t == T_ARR:
+                v = (v[0], v[1][:V])
+            spm.append((k, t, v))
+
+    def layers(wt, pwri=False, bias=False):
+        ts = []
+        for il in range(L):
+            b = 'blk.%d.' % il
+            ts += [(b + 'attn_norm.weight', [E], 0), (b + 'attn_q.weight', [E, H * D], wt),
+                   (b + 'attn_k.weight', [E, HK * D], wt), (b + 'attn_v.weight', [E, HK * D], wt),
+                   (b + 'attn_output.weight', [H * D, E], wt), (b + 'ffn_norm.weight', [E], 0),
+                   (b + 'ffn_gate.weight', [E, F], wt), (b + 'ffn_up.weight', [E, F], wt)]
+            if bias:
+                ts += [(b + 'attn_q.bias', [H * D], 0), (b + 'attn_k.bias', [HK * D], 0), (b + 'attn_v.bias', [HK * D], 0)]
+            if pwri:
+                ts += [(b + 'ffn_down_t.weight', [E, F], wt), (b + 'fc1.weight', [E, R], 1), (b + 'fc2.weight', [R, F], 1)]
+            else:
+                ts.append((b + 'ffn_down.weight', [F, E], wt))
+        return ts
+
+    relu = [('pinfer.ffn_activation', T_STR, 'relu')]
+    for name, wt, fill in (('f16', 1, 0x3c), ('q8_0', 8, 0x21), ('q4_0', 2, 0x1b)):
+        ts = [('token_embd.weight', [E, V], wt), ('output_norm.weight', [E], 0), ('output.weight', [E, V], wt)]
+        put('model', 'llama-%s.gguf' % name, write_gguf(header('llama', spm) + relu, ts + layers(wt), fill=fill))
+    ts = [('token_embd.weight', [E, V], 1), ('output_norm.weight', [E], 0), ('output.weight', [E, V], 1)]
+    put('model', 'powerinfer.gguf', write_gguf(header('llama', spm) + relu, ts + layers(1, pwri=True), magic=b'PWRI'))
+    sym = [bytes_to_unicode(b) for b in range(256)]
+    toks = sym + ['he', 'll', 'hell', 'hello'] + ['<|x%d|>' % i for i in range(V - 262)] + ['<|endoftext|>', '<|im_start|>']
+    bpe = [('tokenizer.ggml.model', T_STR, 'gpt2'), ('tokenizer.ggml.pre', T_STR, 'qwen2'),
+           ('tokenizer.ggml.tokens', T_ARR, (T_STR, toks)),
+           ('tokenizer.ggml.token_type', T_ARR, (T_I32, [1] * (V - 2) + [3, 3])),
+           ('tokenizer.ggml.merges', T_ARR, (T_STR, ['h e', 'l l', 'he ll', 'hell o'])),
+           ('tokenizer.ggml.bos_token_id', T_U32, V - 2), ('tokenizer.ggml.eos_token_id', T_U32, V - 2),
+           ('tokenizer.ggml.add_bos_token', T_BOOL, 0)]
+    ts = [('token_embd.weight', [E, V], 1), ('output_norm.weight', [E], 0)]
+    put('model', 'qwen2-tied.gguf', write_gguf(header('qwen2', bpe), ts + layers(1, bias=True)))
+
+
 def bytes_to_unicode(b):
     printable = ord('!') <= b <= ord('~') or 0xa1 <= b <= 0xac or 0xae <= b <= 0xff
     if printable:
@@ -370,6 +429,7 @@ if __name__ == '__main__':
     tok_seeds()
     sup_seeds()
     api_seeds()
+    model_seeds()
     hf_seeds()
     total = 0
     for dp, _, fs in os.walk(os.path.join(ROOT, 'fuzz', 'corpus')):
