@@ -30,14 +30,18 @@ const char *pi_strerror(int code)
     }
 }
 
-/* Keeps errno: pi_fail(errno, ...) evaluates its code after this call. */
+/* Keeps errno: pi_fail(errno, ...) evaluates its code after this call. Formatted into a buffer of
+ * its own first: a message may wrap the previous one (pi_fail(code, "...: %s", pi_errmsg())), and
+ * vsnprintf's source and destination must not overlap (glibc wrote an empty string there). */
 void pi_set_errmsg(const char *fmt, ...)
 {
     const int saved = errno;
+    char buf[PI_ERRMSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(errmsg, buf, sizeof errmsg);
     errno = saved;
 }
 

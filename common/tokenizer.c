@@ -377,7 +377,7 @@ static int tok_build(struct pi_tokenizer **out, const struct tok_vocab_desc *d, 
         }
     } else if ((rc = tok_bpe_new(t, d->pre, d->merges, d->n_merges)) < 0) {
         if (rc == -PI_E_FORMAT)
-            rc = pi_fail(err, "%s", pi_errmsg());
+            rc = pi_err_neg(err); /* the caller's code; tok_bpe_new's message stays */
         goto fail;
     }
     *out = t;

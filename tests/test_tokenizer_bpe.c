@@ -268,6 +268,7 @@ static void test_errors(void)
     const char *bad[] = {"h e", "hello"};
     rc = build(&t, "gpt2", bad, 2);
     CHECK(rc == -PI_E_INVAL && !t, "merge without a space → -PI_E_INVAL, got %d (%s)", rc, pi_errmsg());
+    CHECK(strstr(pi_errmsg(), "'hello' is not \"left right\"") != NULL, "the message names the merge: %s", pi_errmsg());
     /* no merges at all: bytes only */
     CHECK_OK(build(&t, NULL, NULL, 0));
     if (t) {
@@ -277,10 +278,11 @@ static void test_errors(void)
 }
 
 /* What write_gguf leaves out or spoils. */
-enum gguf_variant { GV_OK, GV_NO_MODEL, GV_BAD_MODEL, GV_BAD_PRE, GV_SHORT_TYPES, GV_NO_MERGES, GV_BAD_SCORES };
+enum gguf_variant { GV_OK, GV_NO_MODEL, GV_BAD_MODEL, GV_BAD_PRE, GV_SHORT_TYPES, GV_NO_MERGES, GV_BAD_SCORES, GV_BAD_MERGE };
 
 static int write_gguf(const char *path, enum gguf_variant v)
 {
+    static const char *const bad_merges[] = { "h e", "hello" };
     const char *toks[N_VOCAB];
     int32_t types[N_VOCAB];
     float scores[N_VOCAB] = {0};
@@ -296,7 +298,8 @@ static int write_gguf(const char *path, enum gguf_variant v)
         (rc = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
                                   v == GV_SHORT_TYPES ? N_VOCAB - 1 : N_VOCAB)) ||
         (v == GV_BAD_SCORES && (rc = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 3))) ||
-        (v != GV_NO_MERGES && (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, N_MERGES))) ||
+        (v != GV_NO_MERGES && (rc = gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", v == GV_BAD_MERGE ? bad_merges : merges,
+                                                             NULL, v == GV_BAD_MERGE ? 2 : N_MERGES))) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", T_EOT)) ||
         (rc = gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", T_EOT)) ||
         (rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false)) ||
@@ -343,6 +346,8 @@ static void test_gguf(void)
         {GV_SHORT_TYPES, -PI_E_FORMAT, "token_type"},
         {GV_NO_MERGES, -PI_E_FORMAT, "merges"},
         {GV_BAD_SCORES, -PI_E_FORMAT, "scores"},
+        /* the message of the merge survives the code's change to the caller's (once emptied) */
+        {GV_BAD_MERGE, -PI_E_FORMAT, "merge 1 'hello' is not \"left right\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rc = from_gguf(path, bad[i].v, &t);
