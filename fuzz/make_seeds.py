@@ -224,6 +224,36 @@ def model_seeds():
     put('model', 'qwen2-tied.gguf', write_gguf(header('qwen2', bpe), ts + layers(1, bias=True)))
 
 
+def gpuidx_seeds():
+    """fuzz_gpuidx: n_layer (1 byte), n_ff (u16), then an index file as PowerInfer writes it (engine/gpuidx.h):
+    a split of 2 layers × 64 neurons, one layer with no GPU neuron (an empty bucket), and one with the
+    1-element bucket earlier pinfer builds wrote."""
+    L, F = 2, 64
+
+    def index(rows, buckets, cap=1 << 30):
+        kvs = [('general.architecture', T_STR, 'generic.gpu_index'), ('generic.gpu_index.block_count', T_U32, L),
+               ('split.vram_capacity', T_U64, cap)]
+        ts = []
+        for il in range(L):
+            ts += [('blk.%d.gpu_idx' % il, [F], 26), ('blk.%d.gpu_bucket' % il, [len(buckets[il])], 26)]
+        raw = write_gguf(kvs, ts, magic=b'PWRI', fill=0)
+        # the tensors' data: gpu_idx rows then buckets, each at its 32-byte aligned offset
+        body = bytearray(raw)
+        data_start = len(raw) - sum((4 * n + 31) // 32 * 32 for n in [F, len(buckets[0]), F, len(buckets[1])])
+        off = data_start
+        for il in range(L):
+            for vals in (rows[il], buckets[il]):
+                for i, v in enumerate(vals):
+                    body[off + 4 * i:off + 4 * i + 4] = struct.pack('<i', v)
+                off += (4 * len(vals) + 31) // 32 * 32
+        return bytes([L - 1, (F - 1) & 0xff, (F - 1) >> 8]) + bytes(body)  # the target reads 1 + each
+
+    half = [1 if i % 2 else 0 for i in range(F)]
+    put('gpuidx', 'half.gpuidx', index([half, half], [[i for i in range(F) if i % 2]] * 2))
+    put('gpuidx', 'empty-bucket.gpuidx', index([half, [0] * F], [[i for i in range(F) if i % 2], []]))
+    put('gpuidx', 'one-elem-bucket.gpuidx', index([[0] * F, half], [[0], [i for i in range(F) if i % 2]]))
+
+
 def bytes_to_unicode(b):
     printable = ord('!') <= b <= ord('~') or 0xa1 <= b <= 0xac or 0xae <= b <= 0xff
     if printable:
@@ -430,6 +460,7 @@ if __name__ == '__main__':
     sup_seeds()
     api_seeds()
     model_seeds()
+    gpuidx_seeds()
     hf_seeds()
     total = 0
     for dp, _, fs in os.walk(os.path.join(ROOT, 'fuzz', 'corpus')):

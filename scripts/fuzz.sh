@@ -17,7 +17,7 @@
 # (seconds per input, 10), FUZZ_JOBS (campaign: parallel workers per target, 1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_TARGETS=(gguf tok_spm tok_bpe sup_cmd hf_config hf_tokenizer safetensors api_request model)
+ALL_TARGETS=(gguf tok_spm tok_bpe sup_cmd hf_config hf_tokenizer safetensors api_request model gpuidx)
 BUILD=build-fuzz
 RUNS=${FUZZ_RUNS:-10000}
 SEED=${FUZZ_SEED:-1}
