@@ -91,6 +91,16 @@ expect_error(["run", "-m", model, "-p", "x", "--temp", "warm"], "--temp", code=2
 for how in (["--inproc"], []):
     p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "2", "--temp", "0", "-c", "0", "-t", "1")
     check(p.returncode == 0 and p.stdout.strip(), f"run {how} -c 0: {p.stderr[-300:]!r}")
+# -c N past the model's trained context (1024 here): a warning on stderr, as llama.cpp's, and the run goes
+# on; none for the default (2048 too, but not asked for) or for -c 0
+WARN = b"beyond the model's trained context of 1024"
+for how in (["--inproc"], []):
+    p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "2", "--temp", "0", "-c", "2048", "-t", "1")
+    check(p.returncode == 0 and p.stdout.strip() and WARN in p.stderr and b"-c 2048" in p.stderr,
+          f"run {how} -c 2048 warns: {p.stderr[-300:]!r}")
+    for args in ([], ["-c", "0"], ["-c", "1024"]):
+        p = run("run", *how, "-m", model, "-p", "ROMEO:", "-n", "2", "--temp", "0", "-t", "1", *args)
+        check(p.returncode == 0 and WARN not in p.stderr, f"run {how} {args}: no warning: {p.stderr[-300:]!r}")
 expect_error(["run", "-m", model, "-p", "x", "-c", "5"], "-c (0: the model's context) expects an integer in [8,",
              code=2, what="-c 5")
 expect_error(["run", "-m", model], "prompt", code=2, what="no prompt")

@@ -324,7 +324,7 @@ int run_pipeline(const struct run_opts *o)
     sigaction(SIGTERM, &sa, &old_term);
     /* one request: one sequence (the KV cache holds -c cells, as in-process) */
     struct start_opts so = { .name = name, .model = o->model, .n_threads = o->n_threads, .n_ctx = o->n_ctx,
-                             .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
+                             .n_ctx_given = o->n_ctx_given, .n_parallel = 1, .cache_type = o->cache_type, .backend = o->backend,
                              .gpu_ffn_share = SUP_DEFAULT_GPU_FFN_SHARE, .vram_budget_gib = o->vram_budget_gib,
                              .ram_budget_gib = o->ram_budget_gib, .reset_gpu_index = o->reset_gpu_index, .disable_gpu_index = o->disable_gpu_index,
                              .n_gpu_layers = o->n_gpu_layers,

@@ -54,6 +54,8 @@ int cmd_perplexity(int argc, char **argv)
         goto out;
     }
     const int32_t n_ctx = o.n_ctx ? o.n_ctx : m->hp.n_ctx_train, V = m->hp.n_vocab; /* -c 0: the model's */
+    if (o.n_ctx_given)
+        run_opts_warn_ctx("pictl perplexity", n_ctx, m->hp.n_ctx_train);
     const size_t n_chunks = n_tok / (size_t)n_ctx;
     if (n_chunks == 0) {
         fprintf(stderr, "pictl perplexity: the text has %zu tokens, fewer than one context of %d (lower -c)\n",

@@ -119,6 +119,8 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     run_opts_note_backend("pictl run", ctx_backend_why(c));
+    if (o.n_ctx_given)
+        run_opts_warn_ctx("pictl run", ctx_n_ctx(c), m->hp.n_ctx_train);
     if (o.ram_budget_gib >= 0 && (rc = run_disk_open(&disk, m, o.model, o.bundle, o.ram_budget_gib,
                                                      (unsigned)o.stream_qd, c))) {
         pictl_error("run", "--ram-budget", rc);

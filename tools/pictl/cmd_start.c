@@ -17,7 +17,7 @@
 #include "instance.h"
 #include "model.h"
 #include "pi_err.h"
-#include "run_opts.h" /* run_opts_ngl_alias */
+#include "run_opts.h" /* run_opts_ngl_alias, run_opts_warn_ctx */
 #include "pictl.h"
 #include "supervisor.h"
 
@@ -238,6 +238,8 @@ int inst_start(const struct start_opts *o)
     if ((rc = model_load(&m, o->model)))
         return rc;
     const int32_t n_ctx = o->n_ctx ? o->n_ctx : m->hp.n_ctx_train; /* -c 0: the model's */
+    if (o->n_ctx_given)
+        run_opts_warn_ctx(o->quiet ? "pictl run" : "pictl start", n_ctx, m->hp.n_ctx_train);
     if (n_ctx < 8 || n_ctx >= PI_REQ_MAX_TOKENS) {
         rc = pi_fail(PI_E_RANGE, "the model's context %d (-c 0) is out of range: a pipeline instance holds 8 to %d "
                      "tokens (give -c)", n_ctx, PI_REQ_MAX_TOKENS - 1);
@@ -443,6 +445,8 @@ int cmd_start(int argc, char **argv)
                 o.n_ctx = 0;
             else if (parse_int("-c (0: the model's context)", optarg, 8, PI_REQ_MAX_TOKENS - 1, &o.n_ctx))
                 return 2;
+            else
+                o.n_ctx_given = true;
             break;
         case OPT_GPU_SHARE:
             o.gpu_ffn_share = strtof(optarg, &end);

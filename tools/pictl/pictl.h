@@ -34,6 +34,7 @@ int pictl_error(const char *cmd, const char *what, int rc);
 struct start_opts {
     const char *name, *model;
     int32_t n_threads, n_ctx;
+    bool n_ctx_given;       /* -c N on the command line: warned past the model's trained context */
     int32_t n_parallel;     /* sequences gpud runs at once; 0 = SUP_DEFAULT_PARALLEL */
     int32_t cache_type;     /* KV cache elements (enum be_cache_type); -1: the backend's default */
     const char *backend;    /* gpud's device: "cpu", "cuda", "auto" (NULL = auto) */

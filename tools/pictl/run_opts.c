@@ -316,7 +316,7 @@ int run_opts_parse(struct run_opts *o, int argc, char **argv, enum run_opts_cmd 
             if (!strcmp(optarg, "0"))
                 o->n_ctx = 0;
             else if (!(rc = parse_long(name, "-c (0: the model's context)", optarg, 8, 1L << 24, &v)))
-                o->n_ctx = (int32_t)v;
+                o->n_ctx = (int32_t)v, o->n_ctx_given = true;
             break;
         case 'b': if (!(rc = parse_long(name, "-b", optarg, 1, 1L << 16, &v))) o->n_batch = (int32_t)v; break;
         case OPT_TEMP: rc = parse_float(name, "--temp", optarg, 0, 100, &o->gen.samp.temp); break;
@@ -520,4 +520,11 @@ void run_opts_fini(struct run_opts *o)
 {
     free(o->prompt);
     o->prompt = NULL;
+}
+
+void run_opts_warn_ctx(const char *who, int32_t n_ctx, int32_t n_ctx_train)
+{
+    if (n_ctx_train > 0 && n_ctx > n_ctx_train)
+        fprintf(stderr, "%s: warning: -c %d is beyond the model's trained context of %d tokens: text past it may "
+                        "degrade (-c 0 uses %d)\n", who, n_ctx, n_ctx_train, n_ctx_train);
 }

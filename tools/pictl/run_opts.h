@@ -15,6 +15,7 @@ struct run_opts {
     const char *file;   /* -f */
     const char *dump_logits, *json_stats;
     int32_t n_ctx, n_batch, n_threads;
+    bool n_ctx_given;   /* -c N (N > 0) was on the command line: warn past the model's trained context */
     struct gen_params gen;
     bool inproc;
     bool dense;            /* --dense: all neurons even when the model has predictors */
@@ -56,6 +57,11 @@ int run_opts_weights(const struct run_opts *o, const char **why);
  * be_open_named's reason, "" when it did not fall back). Silent in a build without the CUDA backend:
  * there the CPU is the only choice. */
 void run_opts_note_backend(const char *who, const char *why);
+
+/* A context the user asked for (-c N) past the model's trained one: say so on stderr, as llama.cpp
+ * warns ("WHO: warning: -c N is beyond ..."); the run goes on. Silent otherwise, and for the
+ * defaults, so that a plain run prints only its completion and [perf] line. */
+void run_opts_warn_ctx(const char *who, int32_t n_ctx, int32_t n_ctx_train);
 
 /* Read a whole file into a NUL-terminated buffer (malloc'd). */
 int read_text_file(const char *path, char **out, size_t *len);
