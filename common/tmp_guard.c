@@ -13,7 +13,7 @@ static const int guarded_signals[] = { SIGINT, SIGTERM, SIGHUP };
 
 static char slot_path[TMP_GUARD_SLOTS][TMP_GUARD_PATH_MAX];
 static atomic_int slot_used[TMP_GUARD_SLOTS];
-static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER; /* between adders, not the handler */
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER; /* between adders claiming a free slot */
 
 static void on_fatal_signal(int sig)
 {
@@ -67,7 +67,6 @@ void tmp_guard_drop(int slot)
 {
     if (slot < 0 || slot >= TMP_GUARD_SLOTS)
         return;
-    pthread_mutex_lock(&slot_lock);
+    /* only its owner drops a slot, and an adder claims only a free one: no lock needed here */
     atomic_store_explicit(&slot_used[slot], 0, memory_order_release);
-    pthread_mutex_unlock(&slot_lock);
 }

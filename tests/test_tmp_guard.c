@@ -15,7 +15,7 @@
 #include "testutil.h"
 #include "tmp_guard.h"
 
-static char dir[] = "/tmp/test_tmp_guard.XXXXXX";
+static char dir[] = "/tmp/test_tmp_guard.XXXXXX"; /* mkdtemp's template */
 
 static bool exists(const char *path)
 {
