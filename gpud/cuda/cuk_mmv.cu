@@ -235,7 +235,8 @@ static bool mmv_deeper(int64_t K)
     return mmv_ts() == 1 || (mmv_ts() >= 2 && K <= 4096 && cpr >= 4);
 }
 
-/* cuk_lane_dev.cuh's block_sum for a block of NTH threads: the warp butterfly, then the warps in order */
+/* cuk_lane_dev.cuh's block_sum for a block of NTH threads, for norm_row's one call a launch: the warp
+ * butterfly, then the warps in order */
 __device__ static float block_sum(float v, float *sh)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -248,8 +249,7 @@ __device__ static float block_sum(float v, float *sh)
     float s = 0.0f;
     for (int i = 0; i < NTH / 32; i++)
         s += sh[i];
-    __syncthreads();
-    return s;
+    return s; /* no barrier after: sh is norm_row's, written once a launch */
 }
 
 /* The token's row into shared memory with its loads in flight together, a batch of XB (NORM) or XC
@@ -262,15 +262,18 @@ __device__ static float block_sum(float v, float *sh)
 #define XC 12
 
 /* cuk_rmsnorm's operations: thread tid's sum of squares over e = tid, tid + NTH, … in that order,
- * block_sum, then xs[e] = (x[e] · scale) · w[e]; wv: w of the first batch, loaded before the wait */
+ * block_sum, then xs[e] = (x[e] · scale) · w[e]; wv: w of the first batch, loaded before the wait.
+ * A row of at most XB · NTH elements (4 096: every norm of a 7B layer) stays in the thread's
+ * registers until the scale is known and goes to shared memory once, normalized; a longer one is
+ * stored as read, then rescaled in place. */
 __device__ static void norm_row(const float *__restrict__ xt, const float *__restrict__ nw, const float (&wv)[XB],
                                 float eps, int64_t K, float *xs)
 {
     __shared__ float sh[NTH / 32];
     const int tid = threadIdx.x;
-    float ss = 0.0f;
+    const bool one = K <= (int64_t)XB * NTH;
+    float ss = 0.0f, v[XB];
     for (int64_t b0 = 0; b0 < K; b0 += (int64_t)XB * NTH) {
-        float v[XB];
 #pragma unroll
         for (int u = 0; u < XB; u++) {
             const int64_t e = b0 + tid + (int64_t)u * NTH;
@@ -281,12 +284,22 @@ __device__ static void norm_row(const float *__restrict__ xt, const float *__res
             const int64_t e = b0 + tid + (int64_t)u * NTH;
             if (e < K) {
                 ss = __fmaf_rn(v[u], v[u], ss);
-                xs[e] = v[u];
+                if (!one)
+                    xs[e] = v[u];
             }
         }
     }
     ss = block_sum(ss, sh);
     const float scale = 1.0f / sqrtf(ss / (float)K + eps);
+    if (one) {
+#pragma unroll
+        for (int u = 0; u < XB; u++) {
+            const int64_t e = tid + (int64_t)u * NTH;
+            if (e < K)
+                xs[e] = __fmul_rn(__fmul_rn(v[u], scale), wv[u]);
+        }
+        return;
+    }
     for (int64_t b0 = 0; b0 < K; b0 += (int64_t)XB * NTH) {
         float w[XB];
 #pragma unroll
