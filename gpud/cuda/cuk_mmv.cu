@@ -138,12 +138,11 @@ static tmap_encode_fn tmap_fn(void)
     return fn;
 }
 
-/* the tensor map of an n_rows × K F16 / BF16 matrix at w, boxes of tm chunks × br rows (16: a tile; fewer: a
- * sub-tile) */
-static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm, int br)
+/* the tensor map of an n_rows × K F16 / BF16 matrix at w, boxes of tm chunks × 16 rows */
+static int tmap_encode(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
 {
     const cuuint64_t dim[2] = { (cuuint64_t)K, (cuuint64_t)n_rows }, stride[1] = { (cuuint64_t)K * 2 };
-    const cuuint32_t box[2] = { (cuuint32_t)(tm * CH), (cuuint32_t)br }, es[2] = { 1, 1 };
+    const cuuint32_t box[2] = { (cuuint32_t)(tm * CH), 16 }, es[2] = { 1, 1 };
     const CUresult r = tmap_fn()(m, bf ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w,
                                  dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -194,16 +193,13 @@ static int mmv_bps(void)
  * bench_kern): gate + up 46.9 → 46.1 µs, q/k/v 26.9 → 26.7, wo 10.6 → 10.2 faster, but down 25.7 →
  * 26.0 (K 11 008) and fc2 6.7 → 7.3 (2 chunks a warp a tile) slower. PINFER_CUDA_MMV_TS: 0 the
  * shallower rings, 1 deeper wherever it fits, 2 (default) deeper for rows of at most 4 096 elements
- * of which a warp streams at least 4 chunks a tile, 3 as 2 and the norm-fused split products (q/k/v,
- * the output) one stage deeper, 6 of two chunks (208 KiB with the row at K 4 096): one item more a
- * warp in flight before the wait, while the previous kernel ends and the norm runs (unmeasured).
- * Read once. */
+ * of which a warp streams at least 4 chunks a tile. Read once. */
 static int mmv_ts(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("PINFER_CUDA_MMV_TS");
-        v = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : 2;
+        v = e && e[0] >= '0' && e[0] <= '2' && !e[1] ? e[0] - '0' : 2;
     }
     return v;
 }
@@ -232,7 +228,7 @@ static bool mmv_y_early(void)
 static bool mmv_deeper(int64_t K)
 {
     const int64_t cpr = ((K + CH - 1) / CH + KS - 1) / KS;
-    return mmv_ts() == 1 || (mmv_ts() >= 2 && K <= 4096 && cpr >= 4);
+    return mmv_ts() == 1 || (mmv_ts() == 2 && K <= 4096 && cpr >= 4);
 }
 
 /* cuk_lane_dev.cuh's block_sum for a block of NTH threads, for norm_row's one call a launch: the warp
@@ -354,14 +350,11 @@ __device__ static void copy_row(const float *__restrict__ xt, int64_t K, float *
 /* NM 1: rows of w0 (MODE's epilogue); NM 2: gate w0 and up w1 rows (GLU). One token a block: IDX,
  * token blockIdx.y and its listed rows o.idx[tok][j] (j < o.cnt[tok]); else B = 1. The token's row
  * is copied (NORM: normalized) into shared memory once, the tiles stream the weights only. */
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false,
-          int SPL = 1>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false>
 __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0, const uint8_t *__restrict__ w1,
                                                   int64_t K, int64_t n_out, const float *__restrict__ x, int B, mvo o,
                                                   const __grid_constant__ CUtensorMap tm0,
-                                                  const __grid_constant__ CUtensorMap tm1,
-                                                  const __grid_constant__ CUtensorMap ts0,
-                                                  const __grid_constant__ CUtensorMap ts1)
+                                                  const __grid_constant__ CUtensorMap tm1)
 {
     CUK_TRACE_BLOCK(CUK_F_k_mmv);
     constexpr int SLOTS = Ring<NM, S>::SLOTS;
@@ -374,7 +367,6 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     __shared__ uint64_t bar[TM ? KS : 1][TM ? S : 1];
     static_assert(!(IDX && TM), "a tensor map's boxes are whole tiles of consecutive rows");
     static_assert(!MSK || IDX, "a raw mask lists rows");
-    static_assert(SPL == 1 || (TM && !IDX && (SPL == 2 || SPL == 4)), "sub-tiles: a dense product's boxes");
     __shared__ int32_t lst[MSK ? MV_LIST_CAP : 1], wsum[MSK ? 33 : 1]; /* MSK: the block's share of the list; its scan */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tok0 = IDX ? (int)blockIdx.y : 0, ntok = IDX ? 1 : B;
@@ -405,15 +397,6 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
     const int64_t r0 = IDX ? (int64_t)blockIdx.x * n / gridDim.x : 0,
                   r1 = IDX ? ((int64_t)blockIdx.x + 1) * n / gridDim.x : n;
     const int64_t ntiles = IDX ? (r1 - r0 + 15) / 16 : (n + 15) / 16;
-    /* SPL > 1 (dense, tensor boxes; mv_sub_split): the full rounds, nr = ntiles / gridDim.x tiles a block as
-     * below, and the tiles past them (fewer than a round, which left most SMs idle while a few streamed a
-     * whole tile each) as sub-tiles of SR rows, sub-tile b the last of block b — the rows past the
-     * sub-tile's in its boxes' stages are stale and their outputs never written. A row's output is the
-     * same mma row over the same K ranges added in the same order wherever it sits in a tile: the same
-     * bits. */
-    constexpr int SR = 16 / SPL;
-    const int nr = SPL > 1 ? (int)(ntiles / gridDim.x) : 0;
-    const int64_t sub0 = (int64_t)nr * gridDim.x * 16; /* SPL > 1: the first sub-tile's row */
     if constexpr (MSK) { /* the block's rows of the list, ranks [r0, r1), into shared memory and out */
         int32_t *lo = o.list + (int64_t)tok0 * o.idx_stride;
         ms.emit(r0, r1, [&](int64_t r, int64_t i) { lst[r - r0] = (int32_t)i, lo[r] = (int32_t)i; });
@@ -421,22 +404,11 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
             o.list_n[tok0] = (int32_t)n;
         __syncthreads();
     }
-    if (SPL > 1 ? nr == 0 && sub0 + (int64_t)blockIdx.x * SR >= n
-                : IDX ? ntiles == 0 : (int64_t)blockIdx.x >= ntiles)
+    if (IDX ? ntiles == 0 : (int64_t)blockIdx.x >= ntiles)
         return; /* the whole block */
-    const int nt_blk = IDX     ? (int)ntiles
-                       : SPL > 1 ? nr + (sub0 + (int64_t)blockIdx.x * SR < n)
-                                 : (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
+    const int nt_blk = IDX ? (int)ntiles : (int)((ntiles - (int64_t)blockIdx.x + gridDim.x - 1) / gridDim.x);
     auto tile_j0 = [&](int it) {
-        if (SPL > 1 && it >= nr)
-            return sub0 + (int64_t)blockIdx.x * SR;
         return IDX ? r0 + (int64_t)it * 16 : ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16;
-    };
-    /* the end of tile it's rows: r1, or a sub-tile's */
-    auto tile_r1 = [&](int it) -> int64_t {
-        if (SPL > 1 && it >= nr)
-            return sub0 + ((int64_t)blockIdx.x + 1) * SR < n ? sub0 + ((int64_t)blockIdx.x + 1) * SR : n;
-        return r1;
     };
     const int nk = (int)((K + CH - 1) / CH), cpr = (nk + KS - 1) / KS;
     const int c0 = warp * cpr < nk ? warp * cpr : nk, c1 = c0 + cpr < nk ? c0 + cpr : nk, nw = c1 - c0;
@@ -465,14 +437,13 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
         if (p < total) {
             const int st = p % S, pe = pc + TM < c1 ? pc + TM : c1;
             const int j0 = (int)tile_j0(pit);
-            const bool sub = SPL > 1 && pit >= nr; /* a sub-tile's boxes: SR rows */
             __syncwarp(); /* every lane has read the stage (item p − S) */
             if (lane == 0) {
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                mbar_expect(&bar[warp][st], (uint32_t)(sub ? TSTAGE / SPL : TSTAGE));
-                box_copy(tring + (size_t)st * TSTAGE, sub ? &ts0 : &tm0, pc * CH, j0, &bar[warp][st]);
+                mbar_expect(&bar[warp][st], (uint32_t)TSTAGE);
+                box_copy(tring + (size_t)st * TSTAGE, &tm0, pc * CH, j0, &bar[warp][st]);
                 if constexpr (NM == 2)
-                    box_copy(tring + (size_t)st * TSTAGE + TSTAGE / 2, sub ? &ts1 : &tm1, pc * CH, j0, &bar[warp][st]);
+                    box_copy(tring + (size_t)st * TSTAGE + TSTAGE / 2, &tm1, pc * CH, j0, &bar[warp][st]);
             }
             if ((pc = pe) == c1)
                 pc = c0, pit++;
@@ -544,9 +515,9 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
         float yv[2] = { 0.0f, 0.0f };
         if constexpr (MODE == CUK_ADD)
             if (o.y_early && warp == it % KS && t == 0 && ntok == 1) {
-                const int64_t j0 = tile_j0(it), je = tile_r1(it);
-                yv[0] = j0 + g < je ? ((const float *)o.y)[tok0 * n_out + j0 + g] : 0.0f;
-                yv[1] = j0 + g + 8 < je ? ((const float *)o.y)[tok0 * n_out + j0 + g + 8] : 0.0f;
+                const int64_t j0 = tile_j0(it);
+                yv[0] = j0 + g < r1 ? ((const float *)o.y)[tok0 * n_out + j0 + g] : 0.0f;
+                yv[1] = j0 + g + 8 < r1 ? ((const float *)o.y)[tok0 * n_out + j0 + g + 8] : 0.0f;
             }
         for (int k = 0; k < nw; k++, i++) {
             uint4 a[NM][2][2];
@@ -619,12 +590,12 @@ __global__ void __launch_bounds__(NTH, BPS) k_mmv(const uint8_t *__restrict__ w0
                 for (int w = 1; w < KS; w++)
                     s[m][k] = __fadd_rn(s[m][k], red[buf][w][m * 4 + k][lane]);
             }
-        const int64_t j0 = tile_j0(it), je = tile_r1(it);
+        const int64_t j0 = tile_j0(it);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int64_t j = j0 + g + (k >= 2 ? 8 : 0);
             const int tl = 2 * t + (k & 1);
-            if (j >= je || tl >= ntok)
+            if (j >= r1 || tl >= ntok)
                 continue;
             const int64_t tok = tok0 + tl;
             if constexpr (NM == 2)
@@ -660,12 +631,12 @@ static size_t sm_smem(void)
 struct tmap_slot {
     const uint8_t *w;
     int64_t K, n_rows;
-    int tm, br;
+    int tm;
     bool bf;
     CUtensorMap m;
 };
 #define TMAP_SLOTS 1024
-static int tmap_get(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm, int br = 16)
+static int tmap_get(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows, bool bf, int tm)
 {
     static tmap_slot slot[TMAP_SLOTS];
     static std::mutex mu;
@@ -673,32 +644,31 @@ static int tmap_get(CUtensorMap *m, const uint8_t *w, int64_t K, int64_t n_rows,
     const size_t h0 = ((uintptr_t)w >> 8) * 0x9E3779B97F4A7C15ull >> 54; /* 10 bits */
     for (size_t k = 0; k < TMAP_SLOTS; k++) {
         tmap_slot &s = slot[(h0 + k) % TMAP_SLOTS];
-        if (s.w == w && s.K == K && s.n_rows == n_rows && s.tm == tm && s.br == br && s.bf == bf) {
+        if (s.w == w && s.K == K && s.n_rows == n_rows && s.tm == tm && s.bf == bf) {
             *m = s.m;
             return 0;
         }
         if (!s.w) {
-            const int rc = tmap_encode(&s.m, w, K, n_rows, bf, tm, br);
+            const int rc = tmap_encode(&s.m, w, K, n_rows, bf, tm);
             if (rc)
                 return rc;
-            s.w = w, s.K = K, s.n_rows = n_rows, s.tm = tm, s.br = br, s.bf = bf;
+            s.w = w, s.K = K, s.n_rows = n_rows, s.tm = tm, s.bf = bf;
             *m = s.m;
             return 0;
         }
     }
-    return tmap_encode(m, w, K, n_rows, bf, tm, br);
+    return tmap_encode(m, w, K, n_rows, bf, tm);
 }
 
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false,
-          int SPL = 1>
+template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int BPS, int TM = 0, bool MSK = false>
 static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
                        const mvo &o, cudaStream_t st)
 {
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK, SPL>,
+        cudaError_t e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, MMV_SMEM_MAX);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK, SPL>,
+            e = cudaFuncSetAttribute(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>,
                                      cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }();
@@ -711,21 +681,17 @@ static int mv_launch_s(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t 
     const unsigned gx = (unsigned)(tiles < blocks ? tiles : blocks);
     mvo oy = o;
     oy.y_early = MODE == CUK_ADD && mmv_y_early();
-    CUtensorMap m0, m1, s0, s1;
-    memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1), memset(&s0, 0, sizeof s0), memset(&s1, 0, sizeof s1);
+    CUtensorMap m0, m1;
+    memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1);
     if constexpr (TM > 0) {
         int rc = tmap_get(&m0, w0, K, n_out, BF, TM);
         if (!rc && NM == 2)
             rc = tmap_get(&m1, w1, K, n_out, BF, TM);
-        if (!rc && SPL > 1)
-            rc = tmap_get(&s0, w0, K, n_out, BF, TM, 16 / SPL);
-        if (!rc && SPL > 1 && NM == 2)
-            rc = tmap_get(&s1, w1, K, n_out, BF, TM, 16 / SPL);
         if (rc)
             return rc;
     }
-    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK, SPL>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st,
-               w0, w1, K, n_out, x, B, oy, m0, m1, s0, s1);
+    pdl_launch(k_mmv<BF, LO, MODE, NM, IDX, NORM, S, BPS, TM, MSK>, dim3(gx, IDX ? (unsigned)B : 1u), dim3(NTH), smem, st, w0, w1,
+               K, n_out, x, B, oy, m0, m1);
     return launched();
 }
 
@@ -735,40 +701,6 @@ template <int NM> static constexpr size_t mv_static(void)
 {
     return (size_t)2 * KS * NM * 4 * 32 * 4 + 64 + (size_t)KS * deep_s(1) * 8 /* the boxes' mbarriers, at most */ +
            (NM == 2 ? (MV_LIST_CAP + 33) * 4 : 0) + 1024;
-}
-
-/* The tiles past a dense product's full rounds as sub-tiles of 16 / d rows (k_mmv's SPL), d the largest
- * of 4 and 2 that gives every sub-tile a block of its own: gate + up at n_ff 11 008 is 688 tiles on
- * 132 SMs, 5 full rounds and 28 tiles, which 28 SMs streamed 256 KB each while 104 waited; as 112
- * quarter tiles each streams 64 KB. PINFER_CUDA_MMV_SUB: 0 (default until measured on the GPU) none,
- * 2 halves at most, 4 quarters at most (read once). Gate + up only: the other products' last rounds are
- * nearly full (q/k/v 108 of 132 tiles, down 124) or a small share of the product (the output: 20 of
- * 2 000). */
-static int mv_sub_split(int64_t n_out, int64_t blocks)
-{
-    static int cap = -1;
-    if (cap < 0) {
-        const char *e = getenv("PINFER_CUDA_MMV_SUB");
-        cap = e && (*e == '0' || *e == '2' || *e == '4') && !e[1] ? *e - '0' : 0;
-    }
-    const int64_t tiles = (n_out + 15) / 16, rem = tiles % blocks;
-    for (int d = cap; d > 1 && tiles > blocks && rem; d /= 2)
-        if (rem * d <= blocks)
-            return d;
-    return 1;
-}
-
-template <bool BF, bool LO, int MODE, int NM, bool IDX, bool NORM, int S, int TMI>
-static int mv_launch_sub(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_out, const float *x, int B,
-                         const mvo &o, cudaStream_t st)
-{
-    if constexpr (NM == 2 && !IDX)
-        switch (mv_sub_split(n_out, cuk_sm_count())) {
-        case 4: return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, S, 1, TMI, false, 4>(w0, w1, K, n_out, x, B, o, st);
-        case 2: return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, S, 1, TMI, false, 2>(w0, w1, K, n_out, x, B, o, st);
-        default: break;
-        }
-    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, S, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
 }
 
 /* one matrix: two blocks an SM (mmv_bps) with the deepest ring that lets both fit; else (and for
@@ -804,12 +736,9 @@ static int mv_launch(const uint8_t *w0, const uint8_t *w1, int64_t K, int64_t n_
     if constexpr (!IDX)
         if (tma) { /* the deep cp.async ring's bytes, or a stage more (mmv_deeper) */
             constexpr int TMI = NM == 1 ? 2 : 1, SD = NM == 1 ? 5 : 6;
-            if constexpr (NM == 1 && NORM && MODE == CUK_SPLIT3)
-                if (mmv_ts() == 3 && mmv_deeper(K) && ring_bytes<1, 6, 2>() + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
-                    return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, 6, 1, 2>(w0, w1, K, n_out, x, B, o, st);
             if (mmv_deeper(K) && ring_bytes<NM, SD, TMI>() + (size_t)K * sizeof(float) <= MMV_SMEM_MAX)
-                return mv_launch_sub<BF, LO, MODE, NM, IDX, NORM, SD, TMI>(w0, w1, K, n_out, x, B, o, st);
-            return mv_launch_sub<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), TMI>(w0, w1, K, n_out, x, B, o, st);
+                return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, SD, 1, TMI>(w0, w1, K, n_out, x, B, o, st);
+            return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, NM == 1 ? 4 : deep_s(NM), 1, TMI>(w0, w1, K, n_out, x, B, o, st);
         }
     return mv_launch_s<BF, LO, MODE, NM, IDX, NORM, deep_s(NM), 1, 0, MSK>(w0, w1, K, n_out, x, B, o, st);
 }
