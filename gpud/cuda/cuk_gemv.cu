@@ -341,19 +341,20 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
 {
     CUK_TRACE_BLOCK(CUK_F_k_norm_quant_x);
     __shared__ float sh[32];
-    const int tok = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t blk = (int64_t)blockIdx.x * 8 + warp;
-    const float wi = blk < n_in / 32 ? w[blk * 32 + lane] : 0.0f; /* a weight: read before the wait */
     pdl_enter();
+    const int tok = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *xr = x + (int64_t)tok * n_in;
-    float v[NORM_RB];
-    float ss = sumsq_strided(xr, n_in, threadIdx.x, blockDim.x, v);
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+        ss = __fmaf_rn(xr[i], xr[i], ss);
     ss = block_sum(ss, sh);
     const float scale = 1.0f / sqrtf(ss / (float)n_in + eps);
     uint8_t *row = out + (int64_t)tok * xs;
-    if (blk < n_in / 32)
-        q8_warp_store(__fmul_rn(__fmul_rn(xr[blk * 32 + lane], scale), wi) /* cuk_rmsnorm's xn[i] */, row, n_in, blk,
-                      lane);
+    const int64_t blk = (int64_t)blockIdx.x * 8 + warp;
+    if (blk < n_in / 32) {
+        const int64_t i = blk * 32 + lane;
+        q8_warp_store(__fmul_rn(__fmul_rn(xr[i], scale), w[i]) /* cuk_rmsnorm's xn[i] */, row, n_in, blk, lane);
+    }
 }
 
 /* ---- one token, a 32-element Q type: the activation quantized by the product's own blocks ----
@@ -411,9 +412,10 @@ __device__ static inline void q1_quantize(const float *__restrict__ x, const flo
     float scale = 1.0f;
     if constexpr (NORM) { /* k_norm_quant_x's sum of squares: 256 threads, then its 8 warps in order */
         __shared__ float sh[8];
-        float ss = 0.0f, v[NORM_RB];
+        float ss = 0.0f;
         if (threadIdx.x < 256)
-            ss = sumsq_strided(x, n_in, threadIdx.x, 256, v);
+            for (int64_t i = threadIdx.x; i < n_in; i += 256)
+                ss = __fmaf_rn(x[i], x[i], ss);
         ss = warp_sum(ss);
         if (lane == 0 && warp < 8)
             sh[warp] = ss;
@@ -440,15 +442,6 @@ __device__ static inline void q1_quantize(const float *__restrict__ x, const flo
     __syncthreads();
 }
 
-/* The norm weights of the 32-element blocks q1_quantize gives this warp (blocks warp, warp + Q1_WARPS,
- * …), a line a block, into L2 before the wait: q1_quantize reads them after the block's sum, and the
- * weights streamed since the last token leave none of them in L2 — a read from HBM on the chain. */
-__device__ static inline void q1_norm_prefetch(const float *nw, int64_t n_in, int warp, int lane)
-{
-    for (int64_t b = warp + (int64_t)Q1_WARPS * lane; b < n_in / 32; b += (int64_t)Q1_WARPS * 32)
-        pdl_prefetch(nw + b * 32);
-}
-
 template <class T, int MODE, int R, bool NORM>
 __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     k_gemv_q1(const uint8_t *__restrict__ q, const uint8_t *__restrict__ d, int64_t n_in, int64_t n_out,
@@ -470,8 +463,6 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         q1_rows<T, R>(q, d, nb, n_out, unit, qr, dr);
         pf_rows<T, R>(qr, dr, nb, lane);
     }
-    if constexpr (NORM)
-        q1_norm_prefetch(nw, n_in, warp, lane);
     pdl_wait();
     pdl_trigger();
     if (hand_block) {
@@ -968,7 +959,6 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         rows(j, qr, dr);
         pf_rows<T, 2>(qr, dr, nb, lane);
     }
-    q1_norm_prefetch(nw, n_in, warp, lane);
     pdl_wait();
     pdl_trigger();
     const int64_t n = IDX && cnt ? cnt[0] : n_out;
