@@ -38,7 +38,7 @@ for l in sys.stdin:
     if d.get("case")=="decode": print(d["tok_s"], d["first_ids"][:3], end=" ")
     if d.get("case")=="prefill" and d.get("path")!="cublas": print("pp", d.get("tok_s"), "inv", d.get("pp_invariant"), end=" ")
 print()')
-        echo "r$r $f $mode $envs $t"
+        echo "r$r $f $mode $envs${tree:+ [$tree]} $t"
     done
     for h in $HYBRID; do
         IFS=: read -r f budget tree <<<"$h"
