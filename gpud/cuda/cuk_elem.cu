@@ -20,15 +20,30 @@ __global__ void k_rmsnorm(float *out, const float *x, const float *w, int64_t n,
 {
     CUK_TRACE_BLOCK(CUK_F_k_rmsnorm);
     __shared__ float sh[32];
+    const int t = threadIdx.x, nt = blockDim.x;
+    const bool one = n <= (int64_t)NORM_RB * nt; /* the thread's elements fit v: the row is read once */
+    float wv[NORM_RB];
+    if (one) /* the weights before the wait: no kernel writes them, and from HBM they cost a round trip */
+#pragma unroll
+        for (int u = 0; u < NORM_RB; u++)
+            wv[u] = t + (int64_t)u * nt < n ? w[t + (int64_t)u * nt] : 0.0f;
     pdl_enter();
     const float *xr = x + (int64_t)blockIdx.x * sx;
     float *o = out + (int64_t)blockIdx.x * n;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        ss = __fmaf_rn(xr[i], xr[i], ss);
+    float v[NORM_RB];
+    float ss = sumsq_strided(xr, n, t, nt, v);
     ss = block_sum(ss, sh);
     const float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (one) {
+#pragma unroll
+        for (int u = 0; u < NORM_RB; u++) {
+            const int64_t i = t + (int64_t)u * nt;
+            if (i < n)
+                o[i] = v[u] * scale * wv[u];
+        }
+        return;
+    }
+    for (int64_t i = t; i < n; i += nt)
         o[i] = xr[i] * scale * w[i];
 }
 

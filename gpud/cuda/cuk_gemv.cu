@@ -341,20 +341,19 @@ __global__ void __launch_bounds__(256) k_norm_quant_x(const float *__restrict__ 
 {
     CUK_TRACE_BLOCK(CUK_F_k_norm_quant_x);
     __shared__ float sh[32];
-    pdl_enter();
     const int tok = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t blk = (int64_t)blockIdx.x * 8 + warp;
+    const float wi = blk < n_in / 32 ? w[blk * 32 + lane] : 0.0f; /* a weight: read before the wait */
+    pdl_enter();
     const float *xr = x + (int64_t)tok * n_in;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
-        ss = __fmaf_rn(xr[i], xr[i], ss);
+    float v[NORM_RB];
+    float ss = sumsq_strided(xr, n_in, threadIdx.x, blockDim.x, v);
     ss = block_sum(ss, sh);
     const float scale = 1.0f / sqrtf(ss / (float)n_in + eps);
     uint8_t *row = out + (int64_t)tok * xs;
-    const int64_t blk = (int64_t)blockIdx.x * 8 + warp;
-    if (blk < n_in / 32) {
-        const int64_t i = blk * 32 + lane;
-        q8_warp_store(__fmul_rn(__fmul_rn(xr[i], scale), w[i]) /* cuk_rmsnorm's xn[i] */, row, n_in, blk, lane);
-    }
+    if (blk < n_in / 32)
+        q8_warp_store(__fmul_rn(__fmul_rn(xr[blk * 32 + lane], scale), wi) /* cuk_rmsnorm's xn[i] */, row, n_in, blk,
+                      lane);
 }
 
 /* ---- one token, a 32-element Q type: the activation quantized by the product's own blocks ----

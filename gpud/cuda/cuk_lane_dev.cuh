@@ -29,6 +29,28 @@ __device__ static inline float warp_sum(float v)
     return v;
 }
 
+/* An RMSNorm's sum of squares, thread t of nt: x[e]² for e = t, t + nt, t + 2 nt, … added in that
+ * order (every norm kernel's order, so every path gets the same scale), its loads issued NORM_RB at a
+ * time: one L2 round trip for NORM_RB elements, where a loop of single loads waited on one every few
+ * elements. v: the loaded values of the last batch — the whole row's share where n ≤ NORM_RB · nt. */
+#define NORM_RB 16
+__device__ static inline float sumsq_strided(const float *__restrict__ x, int64_t n, int t, int nt, float (&v)[NORM_RB])
+{
+    float ss = 0.0f;
+    for (int64_t b0 = 0; b0 < n; b0 += (int64_t)NORM_RB * nt) {
+#pragma unroll
+        for (int u = 0; u < NORM_RB; u++) {
+            const int64_t e = b0 + t + (int64_t)u * nt;
+            v[u] = e < n ? x[e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_RB; u++)
+            if (b0 + t + (int64_t)u * nt < n)
+                ss = __fmaf_rn(v[u], v[u], ss);
+    }
+    return ss;
+}
+
 __device__ static float block_sum(float v, float *sh)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
