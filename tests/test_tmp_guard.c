@@ -48,6 +48,7 @@ static char path_a[256], path_b[256];
 
 static void guard_and_raise(int sig)
 {
+    signal(sig, SIG_DFL); /* the case under test: the default action (under nohup SIGHUP comes ignored) */
     touch(path_a);
     touch(path_b);
     tmp_guard_add(path_a);
@@ -71,6 +72,16 @@ static void own_handler_kept(int sig)
     _exit(own_handler_ran && exists(path_a) ? 0 : 4);
 }
 
+/* An ignored signal (nohup's SIGHUP) stays ignored: the guard takes only default actions over. */
+static void ignored_kept(int sig)
+{
+    signal(sig, SIG_IGN);
+    touch(path_a);
+    tmp_guard_add(path_a);
+    raise(sig);
+    _exit(exists(path_a) ? 0 : 5);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir))
@@ -87,7 +98,11 @@ int main(void)
         unlink(path_b);
     }
 
-    int st = in_child(own_handler_kept, SIGTERM);
+    int st = in_child(ignored_kept, SIGHUP);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an ignored SIGHUP stays ignored and the file stays (status %#x)", st);
+    unlink(path_a);
+
+    st = in_child(own_handler_kept, SIGTERM);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an own SIGTERM handler runs instead (status %#x)", st);
     CHECK(exists(path_a), "and the file is not removed by the guard");
     unlink(path_a);
