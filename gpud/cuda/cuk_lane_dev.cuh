@@ -32,7 +32,8 @@ __device__ static inline float warp_sum(float v)
 /* An RMSNorm's sum of squares, thread t of nt: x[e]² for e = t, t + nt, t + 2 nt, … added in that
  * order (every norm kernel's order, so every path gets the same scale), its loads issued NORM_RB at a
  * time: one L2 round trip for NORM_RB elements, where a loop of single loads waited on one every few
- * elements. v: the loaded values of the last batch — the whole row's share where n ≤ NORM_RB · nt. */
+ * elements. v: the loaded values of the last batch — the whole row's share where n ≤ NORM_RB · nt.
+ * (cuk_mmv.cu's norm_row runs the same loop with its own loads — around L1 — and shared-memory stores.) */
 #define NORM_RB 16
 __device__ static inline float sumsq_strided(const float *__restrict__ x, int64_t n, int t, int nt, float (&v)[NORM_RB])
 {
