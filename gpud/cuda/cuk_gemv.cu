@@ -492,23 +492,19 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     }
 }
 
-/* PINFER_CUDA_Q1: 0 the two launches everywhere (A/B benchmarks), 1 (default) one launch for the
- * dense products, 2 also for the GLU over a gathered row list (s4 all-GPU measured −1.3 % with it,
- * 2026-12-02 n6); read once (a decode graph must not change kernels between captures) */
-static int q1_level(void)
+/* PINFER_CUDA_Q1=0: the two launches everywhere (A/B benchmarks); else (default) one launch for the
+ * dense products. The GLU over a gathered row list keeps the two: as one launch it lost s4 1.3 % (H200,
+ * 2026-12-02 n6) and 3.0 % (H100, 2026-12-05, with k_norm_quant_x's weight read before its wait), so
+ * that form was removed. Read once (a decode graph must not change kernels between captures). */
+static bool q1_on(void)
 {
-    static int lv = -1;
-    if (lv < 0) {
-        const char *e = getenv("PINFER_CUDA_Q1");
-        lv = e && (*e == '0' || *e == '1' || *e == '2') && !e[1] ? *e - '0' : 1;
-    }
-    return lv;
+    static const bool on = env_on_unless_0("PINFER_CUDA_Q1");
+    return on;
 }
-static bool q1_on(void) { return q1_level() > 0; }
 
-/* PINFER_CUDA_Q1_SKIP: products that keep the two launches at any level, for A/B benchmarks of one
- * product at a time: letters q (the norm + q/k/v), r (fc1, RELU), m (fc2, MASK), g (the GLU); read
- * once, as q1_level */
+/* PINFER_CUDA_Q1_SKIP: products that keep the two launches even where one would do, for A/B
+ * benchmarks of one product at a time: letters q (the norm + q/k/v), r (fc1, RELU), m (fc2, MASK), g
+ * (the GLU); read once, as q1_on */
 static bool q1_skip(char product)
 {
     static const char *skip = nullptr;
@@ -933,14 +929,12 @@ extern "C" int cuk_normq_split3(const struct cuk_w *w, const float *x, const flo
 }
 
 /* The norm, the quantization and the gate / up rows of one token in one launch (cuk_normq_glu's two,
- * the same bits: k_glu's dot of each row, its glu()). Dense: neuron j = unit; IDX: the listed rows
- * idx[j], j < cnt[0] (the previous kernel's output: read after pdl_wait, so not prefetched). */
-template <class T, bool IDX>
+ * the same bits: k_glu's dot of each row, its glu()), neuron j = unit. */
+template <class T>
 __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     k_glu_q1(const uint8_t *__restrict__ gq, const uint8_t *__restrict__ gd, const uint8_t *__restrict__ uq,
              const uint8_t *__restrict__ ud, int64_t n_in, int64_t n_out, const float *__restrict__ x,
-             const float *__restrict__ nw, float eps, float *act, int kind, const int32_t *__restrict__ idx,
-             const int32_t *__restrict__ cnt, bool compact)
+             const float *__restrict__ nw, float eps, float *act, int kind)
 {
     CUK_TRACE_BLOCK(CUK_F_k_glu_q1);
     extern __shared__ uint4 q1_sh[];
@@ -954,49 +948,42 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
         dr[0] = T::HAS_D ? gd + rd : nullptr, dr[1] = T::HAS_D ? ud + rd : nullptr;
     };
     const uint8_t *qr[2], *dr[2];
-    if (!IDX && j < n_out) {
+    if (j < n_out) {
         rows(j, qr, dr);
         pf_rows<T, 2>(qr, dr, nb, lane);
     }
     pdl_wait();
     pdl_trigger();
-    const int64_t n = IDX && cnt ? cnt[0] : n_out;
     q1_quantize<true>(x, nw, eps, n_in, xq, warp, lane);
-    for (; j < n; j += step) {
-        const int64_t r = IDX ? idx[j] : j;
-        rows(r, qr, dr);
-        if (j + step < n) {
+    for (; j < n_out; j += step) {
+        rows(j, qr, dr);
+        if (j + step < n_out) {
             const uint8_t *qn[2], *dn[2];
-            rows(IDX ? idx[j + step] : j + step, qn, dn);
+            rows(j + step, qn, dn);
             pf_rows<T, 2>(qn, dn, nb, lane);
         }
         float acc[2][1];
         dot_rows<T, 1, 2, true>(qr, dr, nb, xq, 0, n_in, 1, lane, acc);
         if (lane == 0)
-            act[compact ? j : r] = glu(kind, acc[0][0], acc[1][0]);
+            act[j] = glu(kind, acc[0][0], acc[1][0]);
     }
 }
 
-/* cuk_normq_glu for one token in one launch; 1 where it does not apply */
+/* cuk_normq_glu for one token in one launch, dense rows only (a gathered row list keeps the two:
+ * q1_on); 1 where it does not apply */
 template <class T>
 static int q1_glu(const struct cuk_w *g, const struct cuk_w *u, const float *x, const float *nw, float eps, int B,
-                  float *act, int kind, const int32_t *idx, const int32_t *cnt, bool compact, cudaStream_t st)
+                  float *act, int kind, const int32_t *idx, cudaStream_t st)
 {
     if constexpr (!q1_type<T>())
         return 1;
     else {
-        if (!q1_fits(B, g) || (idx && q1_level() < 2) || q1_skip('g'))
+        if (!q1_fits(B, g) || idx || q1_skip('g'))
             return 1;
         const int64_t most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
-        const unsigned gx = (unsigned)(!idx && blocks < most ? blocks : most);
-        const uint8_t *gq = (const uint8_t *)g->q, *uq = (const uint8_t *)u->q;
-        const uint8_t *gd = (const uint8_t *)g->d, *ud = (const uint8_t *)u->d;
-        if (idx)
-            pdl_launch(k_glu_q1<T, true>, dim3(gx), dim3(Q1_THREADS), q1_smem(g->n_in), st, gq, gd, uq, ud, g->n_in,
-                       g->n_out, x, nw, eps, act, kind, idx, cnt, compact);
-        else
-            pdl_launch(k_glu_q1<T, false>, dim3(gx), dim3(Q1_THREADS), q1_smem(g->n_in), st, gq, gd, uq, ud, g->n_in,
-                       g->n_out, x, nw, eps, act, kind, (const int32_t *)nullptr, (const int32_t *)nullptr, compact);
+        pdl_launch(k_glu_q1<T>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), q1_smem(g->n_in),
+                   st, (const uint8_t *)g->q, (const uint8_t *)g->d, (const uint8_t *)u->q, (const uint8_t *)u->d,
+                   g->n_in, g->n_out, x, nw, eps, act, kind);
         return launched();
     }
 }
@@ -1011,7 +998,7 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
         gate->n_out != up->n_out)
         return 1;
     int rc = 1;
-    CUK_DISPATCH(gate->type, rc = q1_glu<T>(gate, up, x, norm_w, eps, B, act, act_kind, idx, cnt, compact, S(st)));
+    CUK_DISPATCH(gate->type, rc = q1_glu<T>(gate, up, x, norm_w, eps, B, act, act_kind, idx, S(st)));
     if (rc <= 0) /* one launch: done (or failed) */
         return rc;
     int64_t xs;
