@@ -969,16 +969,15 @@ __global__ void __launch_bounds__(Q1_THREADS, Q1_CTAS_PER_SM)
     }
 }
 
-/* cuk_normq_glu for one token in one launch, dense rows only (a gathered row list keeps the two:
- * q1_on); 1 where it does not apply */
+/* cuk_normq_glu for one token's dense rows in one launch; 1 where it does not apply */
 template <class T>
 static int q1_glu(const struct cuk_w *g, const struct cuk_w *u, const float *x, const float *nw, float eps, int B,
-                  float *act, int kind, const int32_t *idx, cudaStream_t st)
+                  float *act, int kind, cudaStream_t st)
 {
     if constexpr (!q1_type<T>())
         return 1;
     else {
-        if (!q1_fits(B, g) || idx || q1_skip('g'))
+        if (!q1_fits(B, g) || q1_skip('g'))
             return 1;
         const int64_t most = (int64_t)Q1_CTAS_PER_SM * cuk_sm_count(), blocks = (g->n_out + Q1_WARPS - 1) / Q1_WARPS;
         pdl_launch(k_glu_q1<T>, dim3((unsigned)(blocks < most ? blocks : most)), dim3(Q1_THREADS), q1_smem(g->n_in),
@@ -998,7 +997,8 @@ extern "C" int cuk_normq_glu(const struct cuk_w *gate, const struct cuk_w *up, c
         gate->n_out != up->n_out)
         return 1;
     int rc = 1;
-    CUK_DISPATCH(gate->type, rc = q1_glu<T>(gate, up, x, norm_w, eps, B, act, act_kind, idx, S(st)));
+    if (!idx) /* a gathered row list keeps the two launches (q1_on) */
+        CUK_DISPATCH(gate->type, rc = q1_glu<T>(gate, up, x, norm_w, eps, B, act, act_kind, S(st)));
     if (rc <= 0) /* one launch: done (or failed) */
         return rc;
     int64_t xs;
